@@ -1,0 +1,54 @@
+"""The ``aoizora`` command line: one subcommand per module in :mod:`aoizora.commands`.
+
+Each command module exposes ``register(subparsers)``, which adds its parser and
+sets ``func`` to a callable taking the parsed namespace and returning an exit
+code. Errors of the :class:`~aoizora.errors.AoizoraError` family (and the
+simulator's :class:`~sim.errors.SimError`) become one line on stderr and exit
+code 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from aoizora.errors import AoizoraError
+from sim.errors import SimError
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+# Command modules, in the order `aoizora --help` lists them. Each module is
+# imported lazily so that `aoizora hlo` does not pay for importing JAX.
+COMMANDS: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="aoizora",
+        description="Topology-aware auto-parallel planning for diffusion transformers on TPU slices.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"aoizora.commands.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except (AoizoraError, SimError) as exc:
+        print(f"aoizora {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``aoizora`` CLI, one module each (see :mod:`aoizora.cli`)."""

@@ -1,0 +1,50 @@
+"""The planner's one error hierarchy.
+
+Every error raised on bad user input is an :class:`AoizoraError`; the CLI turns
+them into one clear line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AoizoraError",
+    "HloParseError",
+    "WorkloadError",
+    "CandidateError",
+    "CompileError",
+    "PlacementError",
+    "PlanError",
+    "ValidationError",
+]
+
+
+class AoizoraError(Exception):
+    """Base class of every error the planner raises on bad input."""
+
+
+class HloParseError(AoizoraError):
+    """Compiled HLO text could not be read; the message names the line."""
+
+
+class WorkloadError(AoizoraError):
+    """A model config, clip shape or user workload is invalid."""
+
+
+class CandidateError(AoizoraError):
+    """A sharding candidate is illegal (the message gives the reason)."""
+
+
+class CompileError(AoizoraError):
+    """Lowering or compiling a candidate failed."""
+
+
+class PlacementError(AoizoraError):
+    """A device order or placement does not fit the slice or the mesh."""
+
+
+class PlanError(AoizoraError):
+    """A plan file is malformed or does not match the given devices."""
+
+
+class ValidationError(AoizoraError):
+    """A measurement file is malformed."""
