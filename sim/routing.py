@@ -1,0 +1,156 @@
+"""Dimension-ordered routing: the one function every route comes from.
+
+A route from ``src`` to ``dst`` corrects the coordinates one dimension at a
+time in ``order`` (default x, then y, then z), hop by hop over neighbour links.
+
+- Without wrap-around on a dimension, it moves straight towards the target.
+- With wrap-around, it takes the shorter way round the ring. **Tie rule**:
+  when both ways are equally long (an even ring, target exactly half-way
+  round), it goes in the positive direction (increasing coordinate, crossing
+  the wrap link from ``n-1`` to ``0`` if needed). On a wrapped dimension of
+  length 2 this means ``0 -> 1`` uses the plain link and ``1 -> 0`` the wrap
+  link, i.e. both physical cables of that ring are used, one per direction.
+
+Examples
+--------
+>>> from sim.topology import load_slice, make_slice
+>>> s = load_slice("v5e:4x4")
+>>> [(l.src, l.dst) for l in route(s, (0, 0), (2, 1))]
+[((0, 0), (1, 0)), ((1, 0), (2, 0)), ((2, 0), (2, 1))]
+>>> [(l.src, l.dst) for l in route(s, (0, 0), (2, 1), order=(1, 0))]
+[((0, 0), (0, 1)), ((0, 1), (1, 1)), ((1, 1), (2, 1))]
+>>> t = make_slice([8], wraparound=True, link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
+>>> [(l.src[0], l.dst[0], l.wrap) for l in route(t, (1,), (6,))]
+[(1, 0, False), (0, 7, True), (7, 6, False)]
+>>> len(route(t, (0,), (4,)))  # tie: positive direction
+4
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.errors import RoutingError
+from sim.topology import Coord, Link, Slice
+
+__all__ = ["default_order", "hop_count", "route", "route_link_ids"]
+
+
+def default_order(slice_: Slice) -> tuple[int, ...]:
+    """x, then y, then z: ``(0, 1, ..., num_dims - 1)``."""
+    return tuple(range(slice_.num_dims))
+
+
+def _check_order(slice_: Slice, order: Sequence[int] | None) -> tuple[int, ...]:
+    if order is None:
+        return default_order(slice_)
+    out = tuple(order)
+    if sorted(out) != list(range(slice_.num_dims)) or not all(
+        isinstance(d, int) and not isinstance(d, bool) for d in out
+    ):
+        raise RoutingError(
+            f"routing order {tuple(order)!r} must be a permutation of the dimensions "
+            f"{default_order(slice_)!r} of slice {slice_.name}, e.g. "
+            f"{tuple(reversed(default_order(slice_)))!r} for y before x"
+        )
+    return out
+
+
+def _check_coord(slice_: Slice, coord: Sequence[int], role: str) -> Coord:
+    try:
+        c = tuple(coord)
+    except TypeError:
+        raise RoutingError(
+            f"{role} coordinate {coord!r} must be a sequence of ints, e.g. {slice_.coords[-1]!r}"
+        ) from None
+    if not slice_.contains(c):
+        raise RoutingError(
+            f"{role} coordinate {c!r} is outside slice {slice_.name} of shape {slice_.shape}; "
+            f"each entry must be an int with 0 <= c < n, e.g. {slice_.coords[-1]!r}"
+        )
+    return c
+
+
+def _steps(n: int, a: int, b: int, wrap: bool) -> tuple[int, int]:
+    """(direction, hop count) along one dimension of length ``n`` from a to b."""
+    if a == b:
+        return 0, 0
+    if not wrap:
+        return (1 if b > a else -1), abs(b - a)
+    forward = (b - a) % n
+    backward = n - forward
+    # Tie rule: equal distances go the positive way.
+    if forward <= backward:
+        return 1, forward
+    return -1, backward
+
+
+def route(
+    slice_: Slice,
+    src: Sequence[int],
+    dst: Sequence[int],
+    *,
+    order: Sequence[int] | None = None,
+) -> tuple[Link, ...]:
+    """The directed links a flow from ``src`` to ``dst`` crosses, in order.
+
+    Raises :class:`~sim.errors.RoutingError` for coordinates off the slice or
+    an ``order`` that is not a permutation of the dimensions. ``src == dst``
+    gives the empty route.
+    """
+    ordering = _check_order(slice_, order)
+    a = _check_coord(slice_, src, "source")
+    b = _check_coord(slice_, dst, "destination")
+    key = ("route", a, b, ordering)
+    cached = slice_._cache.get(key)
+    if cached is not None:
+        return cached
+    hops: list[Link] = []
+    cur = list(a)
+    for dim in ordering:
+        n = slice_.shape[dim]
+        direction, count = _steps(n, cur[dim], b[dim], slice_.wraparound[dim])
+        for _ in range(count):
+            here = tuple(cur)
+            pos = cur[dim] + direction
+            crosses = pos < 0 or pos >= n
+            cur[dim] = pos % n
+            hops.append(Link(src=here, dst=tuple(cur), dim=dim, wrap=crosses))
+    result = tuple(hops)
+    slice_._cache[key] = result
+    return result
+
+
+def route_link_ids(
+    slice_: Slice,
+    src: Sequence[int],
+    dst: Sequence[int],
+    *,
+    order: Sequence[int] | None = None,
+) -> np.ndarray:
+    """Indices into ``slice_.links`` of :func:`route` (cached; for the engine)."""
+    ordering = _check_order(slice_, order)
+    key = ("ids", tuple(src), tuple(dst), ordering)
+    cached = slice_._cache.get(key)
+    if cached is not None:
+        return cached
+    ids = np.fromiter(
+        (slice_.link_id(link) for link in route(slice_, src, dst, order=ordering)),
+        dtype=np.int64,
+    )
+    ids.setflags(write=False)
+    slice_._cache[key] = ids
+    return ids
+
+
+def hop_count(
+    slice_: Slice,
+    src: Sequence[int],
+    dst: Sequence[int],
+    *,
+    order: Sequence[int] | None = None,
+) -> int:
+    """Number of links on the route (the order does not change it)."""
+    return len(route(slice_, src, dst, order=order))

@@ -1,0 +1,523 @@
+"""TPU chips and slices: the physical network the simulator runs on.
+
+A :class:`Slice` is a rectangle (2D) or box (3D) of chips with one directed
+:class:`Link` per neighbour pair and direction, plus wrap-around links on the
+dimensions that have them. Chip data (bandwidth, latency, FLOP/s, HBM, the
+wrap-around rule) lives in ``topologies/<generation>.toml`` with a source beside
+every number.
+
+Coordinates are tuples ``(x, y)`` or ``(x, y, z)``; chips are numbered the way
+libtpu numbers v5e chips, x fastest: ``physical_id = x + X*y (+ X*Y*z)``.
+
+Examples
+--------
+>>> s = load_slice("v5e:2x4")
+>>> s.shape, s.num_chips, s.wraparound
+((2, 4), 8, (False, False))
+>>> s.physical_id((1, 2)), s.coord_of(5)
+(5, (1, 2))
+>>> len(s.links)  # 2 directions x (1*4 x-pairs + 2*3 y-pairs)
+20
+>>> load_slice("v5e:8x16").wraparound  # only the full-length (16) axis wraps
+(False, True)
+>>> m = make_slice((4, 4), wraparound=True, link_bandwidth_bytes_per_s=4.5e10, hop_latency_s=1e-6)
+>>> len(m.links)
+64
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sim.errors import TopologyError
+
+__all__ = [
+    "Chip",
+    "Link",
+    "Slice",
+    "generations",
+    "load_chip",
+    "load_slice",
+    "make_slice",
+    "topologies_dir",
+]
+
+Coord = tuple[int, ...]
+
+# Environment override for the data directory (e.g. an installed wheel that
+# ships topologies elsewhere). A source checkout and an editable install find
+# the files next to the ``sim`` package without it.
+_TOPOLOGIES_ENV = "AOIZORA_TOPOLOGIES_DIR"
+_WRAP_KINDS = ("full_axis", "cube_multiple")
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One TPU chip generation's numbers (see ``topologies/<generation>.toml``).
+
+    ``link_bandwidth_bytes_per_s`` is ONE-WAY per link; a link pair (both
+    directions) carries twice that. ``wrap_rule`` is ``"full_axis"`` (an axis
+    wraps when its length equals ``wrap_length``, v5e/v6e) or
+    ``"cube_multiple"`` (every axis wraps when every length is a multiple of
+    ``wrap_length``, v4/v5p).
+
+    >>> c = load_chip("v5e")
+    >>> c.ports, c.num_dims, c.link_bandwidth_bytes_per_s
+    (4, 2, 45000000000.0)
+    """
+
+    generation: str
+    bf16_flops_per_s: float
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    link_bandwidth_bytes_per_s: float
+    hop_latency_s: float
+    ports: int
+    num_dims: int
+    pod_shape: tuple[int, ...]
+    wrap_rule: str
+    wrap_length: int
+    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def default_wraparound(self, shape: Sequence[int]) -> tuple[bool, ...]:
+        """The wrap-around a real slice of this ``shape`` has, per dimension.
+
+        >>> load_chip("v5e").default_wraparound((8, 16))
+        (False, True)
+        >>> load_chip("v5p").default_wraparound((4, 4, 8))
+        (True, True, True)
+        >>> load_chip("v5p").default_wraparound((2, 2, 4))
+        (False, False, False)
+        """
+        if self.wrap_rule == "full_axis":
+            return tuple(n == self.wrap_length for n in shape)
+        whole_cubes = all(n % self.wrap_length == 0 for n in shape)
+        return tuple(whole_cubes for _ in shape)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One directed ICI link from chip ``src`` to neighbour ``dst`` along ``dim``.
+
+    ``wrap`` is True for the wrap-around link that joins the two ends of a
+    dimension (coordinate ``n-1`` to ``0`` or back).
+    """
+
+    src: Coord
+    dst: Coord
+    dim: int
+    wrap: bool
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A frozen slice: shape, per-dimension wrap-around, chips and directed links.
+
+    Build one with :func:`load_slice` or :func:`make_slice`. ``coords`` lists
+    every chip in canonical order (x fastest); ``links`` lists every directed
+    link, sorted by (src physical id, dim, direction). Equality and hashing
+    use (name, chip, shape, wraparound) only; coords and links follow from them.
+    """
+
+    name: str
+    chip: Chip
+    shape: tuple[int, ...]
+    wraparound: tuple[bool, ...]
+    coords: tuple[Coord, ...] = field(compare=False, repr=False)
+    links: tuple[Link, ...] = field(compare=False, repr=False)
+    # Lookup tables built once in make_slice; not part of the value.
+    _link_ids: dict[Link, int] = field(compare=False, repr=False, default_factory=dict)
+    _cache: dict[Any, Any] = field(compare=False, repr=False, default_factory=dict)
+
+    @property
+    def num_chips(self) -> int:
+        """Number of chips, the product of ``shape``."""
+        return len(self.coords)
+
+    @property
+    def num_dims(self) -> int:
+        """2 for a 2D mesh/torus, 3 for a 3D one."""
+        return len(self.shape)
+
+    @property
+    def link_bandwidth_bytes_per_s(self) -> float:
+        """One-way bandwidth of every link (all links are equal)."""
+        return self.chip.link_bandwidth_bytes_per_s
+
+    @property
+    def hop_latency_s(self) -> float:
+        """Latency paid per hop before a flow's bytes start to drain."""
+        return self.chip.hop_latency_s
+
+    def contains(self, coord: Sequence[int]) -> bool:
+        """True when ``coord`` names a chip of this slice."""
+        return len(coord) == len(self.shape) and all(
+            isinstance(c, int) and 0 <= c < n for c, n in zip(coord, self.shape, strict=True)
+        )
+
+    def physical_id(self, coord: Sequence[int]) -> int:
+        """Chip number of ``coord``, x fastest (libtpu's v5e numbering).
+
+        >>> load_slice("v5e:4x4").physical_id((1, 2))
+        9
+        """
+        if not self.contains(coord):
+            raise TopologyError(
+                f"coordinate {tuple(coord)!r} is not on slice {self.name} of shape "
+                f"{self.shape}; each entry must satisfy 0 <= c < n, e.g. {self.coords[-1]!r}"
+            )
+        pid = 0
+        stride = 1
+        for c, n in zip(coord, self.shape, strict=True):
+            pid += c * stride
+            stride *= n
+        return pid
+
+    def coord_of(self, physical_id: int) -> Coord:
+        """Coordinate of chip number ``physical_id`` (inverse of :meth:`physical_id`).
+
+        >>> load_slice("v5e:4x4").coord_of(9)
+        (1, 2)
+        """
+        if not isinstance(physical_id, int) or not 0 <= physical_id < self.num_chips:
+            raise TopologyError(
+                f"physical id {physical_id!r} is not on slice {self.name}; valid ids are "
+                f"0..{self.num_chips - 1}"
+            )
+        return self.coords[physical_id]
+
+    def link_id(self, link: Link) -> int:
+        """Position of ``link`` in :attr:`links` (the engine indexes links by it)."""
+        try:
+            return self._link_ids[link]
+        except KeyError:
+            raise TopologyError(f"{link!r} is not a link of slice {self.name}") from None
+
+
+def topologies_dir() -> Path:
+    """The directory holding ``<generation>.toml`` files.
+
+    Order: ``$AOIZORA_TOPOLOGIES_DIR`` if set, else ``topologies/`` beside the
+    ``sim`` package (a source checkout or an editable install).
+    """
+    override = os.environ.get(_TOPOLOGIES_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_dir():
+            raise TopologyError(
+                f"${_TOPOLOGIES_ENV}={override!r} is not a directory; point it at the "
+                "repository's topologies/ folder or unset it"
+            )
+        return path
+    path = Path(__file__).resolve().parent.parent / "topologies"
+    if not path.is_dir():
+        raise TopologyError(
+            f"chip data directory {str(path)!r} not found; run from a source checkout "
+            f"or an editable install (pip install -e .), or set ${_TOPOLOGIES_ENV}"
+        )
+    return path
+
+
+def generations() -> tuple[str, ...]:
+    """Chip generations with a data file, sorted.
+
+    >>> generations()
+    ('v4', 'v5e', 'v5p', 'v6e')
+    """
+    return tuple(sorted(p.stem for p in topologies_dir().glob("*.toml")))
+
+
+def _number(data: Mapping[str, Any], key: str, path: Path) -> tuple[Any, str]:
+    entry = data.get(key)
+    if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
+        raise TopologyError(
+            f"{path}: '{key}' must be an inline table with a value and its source, e.g. "
+            f'{key} = {{ value = 1e-6, source = "https://..." }}'
+        )
+    value = entry["value"]
+    if isinstance(value, bool) or not isinstance(value, int | float | list):
+        raise TopologyError(f"{path}: '{key}.value' must be a number, got {value!r}")
+    return value, str(entry["source"])
+
+
+@cache
+def _load_chip_cached(generation: str, directory: str) -> Chip:
+    path = Path(directory) / f"{generation}.toml"
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise TopologyError(f"{path}: invalid TOML: {exc}") from None
+    sources: list[tuple[str, str]] = []
+
+    def num(key: str) -> Any:
+        value, source = _number(data, key, path)
+        sources.append((key, source))
+        return value
+
+    bf16 = float(num("bf16_flops_per_s"))
+    hbm = float(num("hbm_bytes"))
+    hbm_bw = float(num("hbm_bandwidth_bytes_per_s"))
+    link_bw = float(num("link_bandwidth_bytes_per_s"))
+    latency = float(num("hop_latency_s"))
+    ports = int(num("ports"))
+    num_dims = int(num("num_dims"))
+    pod_shape = tuple(int(n) for n in num("pod_shape"))
+    rule = data.get("wrap_rule")
+    if not isinstance(rule, dict) or rule.get("kind") not in _WRAP_KINDS:
+        raise TopologyError(
+            f"{path}: [wrap_rule] needs kind one of {_WRAP_KINDS}, a length and a source"
+        )
+    sources.append(("wrap_rule", str(rule.get("source", ""))))
+    if min(bf16, hbm, hbm_bw, link_bw) <= 0 or latency < 0 or len(pod_shape) != num_dims:
+        raise TopologyError(f"{path}: numbers must be positive and pod_shape must have num_dims")
+    return Chip(
+        generation=str(data.get("generation", generation)),
+        bf16_flops_per_s=bf16,
+        hbm_bytes=hbm,
+        hbm_bandwidth_bytes_per_s=hbm_bw,
+        link_bandwidth_bytes_per_s=link_bw,
+        hop_latency_s=latency,
+        ports=ports,
+        num_dims=num_dims,
+        pod_shape=pod_shape,
+        wrap_rule=str(rule["kind"]),
+        wrap_length=int(rule["length"]),
+        sources=tuple(sources),
+    )
+
+
+def load_chip(generation: str) -> Chip:
+    """Load one chip generation's numbers from ``topologies/<generation>.toml``.
+
+    >>> load_chip("v6e").link_bandwidth_bytes_per_s
+    90000000000.0
+    >>> load_chip("v9")
+    Traceback (most recent call last):
+    ...
+    sim.errors.TopologyError: unknown chip generation 'v9'; valid generations: v4, v5e, v5p, v6e
+    """
+    known = generations()
+    if generation not in known:
+        raise TopologyError(
+            f"unknown chip generation {generation!r}; valid generations: {', '.join(known)}"
+        )
+    return _load_chip_cached(generation, str(topologies_dir()))
+
+
+_SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
+
+
+def _parse_name(name: str) -> tuple[str, tuple[int, ...]]:
+    known = generations()
+    if not isinstance(name, str) or ":" not in name:
+        raise TopologyError(
+            f"slice name {name!r} must look like '<generation>:<shape>', e.g. 'v5e:2x4' or "
+            f"'v5p:2x2x4'; generations: {', '.join(known)}"
+        )
+    generation, shape_text = name.split(":", 1)
+    if generation not in known:
+        raise TopologyError(
+            f"unknown chip generation {generation!r} in slice name {name!r}; valid "
+            f"generations: {', '.join(known)}"
+        )
+    if not _SHAPE_RE.match(shape_text):
+        raise TopologyError(
+            f"malformed shape {shape_text!r} in slice name {name!r}; write positive "
+            "dimensions joined by 'x', e.g. 'v5e:2x4', 'v5e:6x6' or 'v5p:2x2x4'"
+        )
+    return generation, tuple(int(n) for n in shape_text.split("x"))
+
+
+def _normalise_wrap(
+    shape: tuple[int, ...], wraparound: bool | Sequence[bool], *, where: str
+) -> tuple[bool, ...]:
+    if isinstance(wraparound, bool):
+        flags = tuple(wraparound for _ in shape)
+    else:
+        flags = tuple(wraparound)
+        if len(flags) != len(shape) or not all(isinstance(f, bool) for f in flags):
+            raise TopologyError(
+                f"{where}: wraparound {wraparound!r} must be one bool or one bool per "
+                f"dimension of shape {shape}, e.g. {[False] * len(shape)!r}"
+            )
+    # A wrap link on a length-1 dimension would be a self-loop; there is none.
+    return tuple(f and n > 1 for f, n in zip(flags, shape, strict=True))
+
+
+def load_slice(name: str, *, wraparound: Sequence[bool] | bool | None = None) -> Slice:
+    """Resolve a slice name such as ``"v5e:2x4"`` into a :class:`Slice`.
+
+    Hypothetical shapes are allowed as long as the generation could hold them
+    (right number of dimensions, within its pod). Wrap-around follows the
+    generation's rule unless ``wraparound`` (one bool or one per dimension)
+    overrides it.
+
+    >>> load_slice("v5e:6x6").wraparound
+    (False, False)
+    >>> load_slice("v5e:4x4", wraparound=[True, False]).wraparound
+    (True, False)
+    >>> load_slice("v5p:2x2x4").num_chips
+    16
+    >>> load_slice("v5e:2x2x2")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sim.errors.TopologyError: shape (2, 2, 2) has 3 dimensions but v5e slices have 2 ...
+    """
+    generation, shape = _parse_name(name)
+    chip = load_chip(generation)
+    pod = "x".join(str(n) for n in chip.pod_shape)
+    example = f"'{generation}:{'x'.join(['2'] * (chip.num_dims - 1) + ['4'])}'"
+    if len(shape) != chip.num_dims:
+        raise TopologyError(
+            f"shape {shape} has {len(shape)} dimensions but {generation} slices have "
+            f"{chip.num_dims} (pod {pod}); e.g. {example}"
+        )
+    # Orientation is free (a 16x24x16 v5p box is a 16x16x24 one turned), so
+    # compare sorted dimensions.
+    if any(a > b for a, b in zip(sorted(shape), sorted(chip.pod_shape), strict=True)):
+        raise TopologyError(
+            f"shape {shape} does not fit in a {generation} pod ({pod}); every dimension must "
+            f"fit the pod's, e.g. {example}; use make_slice(...) for shapes beyond one pod"
+        )
+    wrap = (
+        chip.default_wraparound(shape)
+        if wraparound is None
+        else _normalise_wrap(shape, wraparound, where=name)
+    )
+    return make_slice(
+        shape,
+        wraparound=list(wrap),
+        link_bandwidth_bytes_per_s=chip.link_bandwidth_bytes_per_s,
+        hop_latency_s=chip.hop_latency_s,
+        chip=chip,
+        name=name,
+    )
+
+
+def _adhoc_chip(num_dims: int, link_bandwidth_bytes_per_s: float, hop_latency_s: float) -> Chip:
+    # A made-up chip for ad-hoc meshes: only the network numbers matter; the
+    # compute/HBM numbers are NaN so nobody mistakes them for real data.
+    nan = math.nan
+    return Chip(
+        generation="custom",
+        bf16_flops_per_s=nan,
+        hbm_bytes=nan,
+        hbm_bandwidth_bytes_per_s=nan,
+        link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s,
+        hop_latency_s=hop_latency_s,
+        ports=2 * num_dims,
+        num_dims=num_dims,
+        pod_shape=(),
+        wrap_rule="full_axis",
+        wrap_length=0,
+    )
+
+
+def make_slice(
+    shape: Sequence[int],
+    *,
+    wraparound: bool | Sequence[bool] = False,
+    link_bandwidth_bytes_per_s: float | None = None,
+    hop_latency_s: float | None = None,
+    chip: Chip | None = None,
+    name: str | None = None,
+) -> Slice:
+    """Build an ad-hoc mesh/torus of any 1D-3D ``shape``.
+
+    With ``chip`` given, its bandwidth and latency are the defaults; an
+    explicit ``link_bandwidth_bytes_per_s`` / ``hop_latency_s`` overrides them.
+    Without ``chip`` both are required.
+
+    >>> s = make_slice([3, 2], link_bandwidth_bytes_per_s=1e9, hop_latency_s=0.0)
+    >>> s.name, len(s.links)
+    ('3x2', 14)
+    """
+    shp = tuple(shape)
+    if not 1 <= len(shp) <= 3 or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shp
+    ):
+        raise TopologyError(
+            f"shape {tuple(shape)!r} must be 1 to 3 positive integers, e.g. [4, 4] or [2, 2, 4]"
+        )
+    wrap = _normalise_wrap(shp, wraparound, where=f"shape {shp}")
+    if chip is None:
+        if link_bandwidth_bytes_per_s is None or hop_latency_s is None:
+            raise TopologyError(
+                "make_slice without chip= needs link_bandwidth_bytes_per_s and hop_latency_s, "
+                "e.g. make_slice([4, 4], link_bandwidth_bytes_per_s=4.5e10, hop_latency_s=1e-6)"
+            )
+        base = _adhoc_chip(len(shp), float(link_bandwidth_bytes_per_s), float(hop_latency_s))
+    else:
+        base = chip
+    bandwidth = (
+        base.link_bandwidth_bytes_per_s
+        if link_bandwidth_bytes_per_s is None
+        else float(link_bandwidth_bytes_per_s)
+    )
+    latency = base.hop_latency_s if hop_latency_s is None else float(hop_latency_s)
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise TopologyError(
+            f"link_bandwidth_bytes_per_s={bandwidth!r} must be a positive finite number, "
+            "e.g. 4.5e10"
+        )
+    if not (math.isfinite(latency) and latency >= 0):
+        raise TopologyError(
+            f"hop_latency_s={latency!r} must be a non-negative finite number, e.g. 1e-6"
+        )
+    if (bandwidth, latency) != (base.link_bandwidth_bytes_per_s, base.hop_latency_s):
+        base = dataclasses.replace(
+            base, link_bandwidth_bytes_per_s=bandwidth, hop_latency_s=latency
+        )
+    coords = _canonical_coords(shp)
+    links = _build_links(shp, wrap, coords)
+    return Slice(
+        name=name if name is not None else "x".join(str(n) for n in shp),
+        chip=base,
+        shape=shp,
+        wraparound=wrap,
+        coords=coords,
+        links=links,
+        _link_ids={link: i for i, link in enumerate(links)},
+    )
+
+
+def _canonical_coords(shape: tuple[int, ...]) -> tuple[Coord, ...]:
+    # x fastest: physical id = x + X*y + X*Y*z.
+    out: list[Coord] = []
+    total = math.prod(shape)
+    for pid in range(total):
+        coord = []
+        rest = pid
+        for n in shape:
+            coord.append(rest % n)
+            rest //= n
+        out.append(tuple(coord))
+    return tuple(out)
+
+
+def _build_links(
+    shape: tuple[int, ...], wrap: tuple[bool, ...], coords: tuple[Coord, ...]
+) -> tuple[Link, ...]:
+    links: list[Link] = []
+    for src in coords:
+        for dim, n in enumerate(shape):
+            for step in (+1, -1):
+                pos = src[dim] + step
+                crosses = pos < 0 or pos >= n
+                if crosses and not wrap[dim]:
+                    continue
+                if n == 1:
+                    continue
+                dst = src[:dim] + (pos % n,) + src[dim + 1 :]
+                links.append(Link(src=src, dst=dst, dim=dim, wrap=crosses))
+    return tuple(links)
