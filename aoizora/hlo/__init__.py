@@ -1,0 +1,1 @@
+"""Compiled HLO → typed collective graph (see docs/hlo.md)."""

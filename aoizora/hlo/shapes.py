@@ -1,0 +1,174 @@
+"""HLO shapes: element types, dimensions, tuples and their sizes in bytes.
+
+Compiled HLO prints a shape as ``f32[32,64]{1,0:T(8,128)S(1)}`` (element type,
+logical dimensions, then an optional layout with tiling ``T(...)`` and memory
+space ``S(n)``), a tuple as ``(f32[2], /*index=1*/u32[])`` and a token as
+``token[]``. The layout says how the array sits in memory; the payload a
+collective moves is the logical array, so sizes here are
+``prod(dims) * bits(element type) / 8`` (rounded up for sub-byte types), never
+the padded tile footprint.
+
+Element widths follow ``xla/xla_data.proto`` (``PrimitiveType``) and
+``primitive_util::BitWidth``.
+
+Example:
+    >>> shape, end = parse_shape("(f32[32,64]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) x", 0)
+    >>> shape.size_bytes, shape.tuple_shapes[0].dims, end
+    (8196, (32, 64), 44)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+__all__ = ["ELEMENT_BITS", "Shape", "ShapeSyntaxError", "parse_shape"]
+
+# Bits per element (xla_data.proto PrimitiveType; primitive_util::BitWidth).
+ELEMENT_BITS: dict[str, int] = {
+    "pred": 8,
+    "s1": 1,
+    "s2": 2,
+    "s4": 4,
+    "s8": 8,
+    "s16": 16,
+    "s32": 32,
+    "s64": 64,
+    "u1": 1,
+    "u2": 2,
+    "u4": 4,
+    "u8": 8,
+    "u16": 16,
+    "u32": 32,
+    "u64": 64,
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+    "f4e2m1fn": 4,
+    "f8e3m4": 8,
+    "f8e4m3": 8,
+    "f8e4m3fn": 8,
+    "f8e4m3b11fnuz": 8,
+    "f8e4m3fnuz": 8,
+    "f8e5m2": 8,
+    "f8e5m2fnuz": 8,
+    "f8e8m0fnu": 8,
+    "token": 0,
+    "opaque": 0,
+}
+
+# ``f32[32,<=64,?]`` followed by an optional ``{layout}`` (layouts never nest braces).
+_ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
+_COMMENT_RE = re.compile(r"\s*(?:/\*.*?\*/\s*)?")
+
+
+class ShapeSyntaxError(ValueError):
+    """A shape could not be read; the text parser turns it into an HloParseError."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape (``element_type`` and ``dims``) or a tuple of shapes.
+
+    ``element_type`` is ``"tuple"`` for tuples; then ``tuple_shapes`` holds the
+    elements and ``dims`` is empty.
+    """
+
+    element_type: str
+    dims: tuple[int, ...] = ()
+    tuple_shapes: tuple[Shape, ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.element_type == "tuple"
+
+    @property
+    def num_elements(self) -> int:
+        """Elements of an array shape (1 for a scalar); summed over a tuple."""
+        if self.is_tuple:
+            return sum(s.num_elements for s in self.tuple_shapes)
+        return math.prod(self.dims)
+
+    @property
+    def size_bytes(self) -> int:
+        """Logical payload bytes (sum over tuple elements; tokens are 0)."""
+        if self.is_tuple:
+            return sum(s.size_bytes for s in self.tuple_shapes)
+        return (math.prod(self.dims) * ELEMENT_BITS[self.element_type] + 7) // 8
+
+    def leaves(self) -> tuple[Shape, ...]:
+        """The array shapes of a (nested) tuple in order; ``(self,)`` for an array."""
+        if not self.is_tuple:
+            return (self,)
+        out: list[Shape] = []
+        for s in self.tuple_shapes:
+            out.extend(s.leaves())
+        return tuple(out)
+
+    def __str__(self) -> str:
+        if self.is_tuple:
+            return "(" + ", ".join(str(s) for s in self.tuple_shapes) + ")"
+        return f"{self.element_type}[{','.join(str(d) for d in self.dims)}]"
+
+
+def _parse_dims(text: str) -> tuple[int, ...]:
+    if not text.strip():
+        return ()
+    dims: list[int] = []
+    for part in text.split(","):
+        token = part.strip().removeprefix("<=")
+        if token == "?":
+            # An unbounded dynamic dimension has no static size; count it as 0.
+            dims.append(0)
+            continue
+        if not token.isdigit():
+            raise ShapeSyntaxError(f"dimension {part.strip()!r} is not a non-negative integer")
+        dims.append(int(token))
+    return tuple(dims)
+
+
+def parse_shape(text: str, pos: int) -> tuple[Shape, int]:
+    """Parse one shape starting at ``text[pos]`` (leading blanks allowed).
+
+    Returns the shape and the index just after it (after its layout).
+    Raises :class:`ShapeSyntaxError` when no shape starts there.
+    """
+    m = _COMMENT_RE.match(text, pos)
+    if m is not None:
+        pos = m.end()
+    if pos < len(text) and text[pos] == "(":
+        elements: list[Shape] = []
+        pos += 1
+        while True:
+            m = _COMMENT_RE.match(text, pos)
+            if m is not None:
+                pos = m.end()
+            if pos < len(text) and text[pos] == ")":
+                return Shape("tuple", (), tuple(elements)), pos + 1
+            element, pos = parse_shape(text, pos)
+            elements.append(element)
+            m = _COMMENT_RE.match(text, pos)
+            if m is not None:
+                pos = m.end()
+            if pos < len(text) and text[pos] == ",":
+                pos += 1
+            elif pos >= len(text) or text[pos] != ")":
+                raise ShapeSyntaxError(
+                    f"expected ',' or ')' in a tuple shape, found {text[pos : pos + 20]!r}"
+                )
+    m = _ARRAY_RE.match(text, pos)
+    if m is None:
+        raise ShapeSyntaxError(
+            f"expected a shape such as f32[8,128] or (f32[2], u32[]), "
+            f"found {text[pos : pos + 30].strip()!r}"
+        )
+    element_type = m.group(1)
+    if element_type not in ELEMENT_BITS:
+        raise ShapeSyntaxError(
+            f"unknown element type {element_type!r} (known: {', '.join(sorted(ELEMENT_BITS))})"
+        )
+    return Shape(element_type, _parse_dims(m.group(2))), m.end()
