@@ -7,7 +7,7 @@ one line, while genuine bugs still surface as ordinary exceptions.
 
 from __future__ import annotations
 
-__all__ = ["SimError", "TopologyError", "RoutingError", "GraphError"]
+__all__ = ["SimError", "TopologyError", "RoutingError", "GraphError", "CollectiveError"]
 
 
 class SimError(Exception):
@@ -24,3 +24,7 @@ class RoutingError(SimError):
 
 class GraphError(SimError):
     """A flow/compute DAG is malformed: unknown ids, cycles, impossible values."""
+
+
+class CollectiveError(SimError):
+    """A collective is malformed: unknown kind or algorithm, bad groups or sizes."""

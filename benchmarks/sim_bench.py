@@ -1,0 +1,123 @@
+"""Simulator throughput: flow events per second and wall seconds (issue 2, item 9).
+
+Cases:
+- all-gathers (bidirectional ring, 16 MB gathered per device) over every row and
+  every column of a 4x4 and a 16x16 mesh (no wrap-around), all at once;
+- 10,000 random flows on an 8x8 mesh (seeded; Poisson arrivals, 1 us apart on
+  average; sizes uniform in [64 kB, 4 MB]).
+
+A "flow event" is one arrival of a flow on the network (its bytes start to
+drain) or one departure (its last byte lands): two per flow. Each of them is a
+point where max-min rates are recomputed (changes at one instant are batched).
+Link numbers are v5e's (4.5e10 B/s one-way, 1 us per hop).
+
+Run: ``.venv/bin/python benchmarks/sim_bench.py``
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Sequence
+
+from sim.collectives import collective_flows
+from sim.engine import Compute, Flow, simulate
+from sim.topology import Slice, make_slice
+
+__all__ = ["main", "random_flows", "row_col_storm"]
+
+LINK_BANDWIDTH_BYTES_PER_S = 4.5e10  # v5e one-way per link (topologies/v5e.toml)
+HOP_LATENCY_S = 1e-6  # v5e per hop (topologies/v5e.toml)
+
+
+def row_col_storm(side: int, *, buffer_bytes: float = 16e6) -> tuple[Slice, list[Flow | Compute]]:
+    """Bidirectional-ring all-gathers over every row and every column at once."""
+    s = make_slice(
+        (side, side),
+        wraparound=False,
+        link_bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S,
+        hop_latency_s=HOP_LATENCY_S,
+    )
+    nodes: list[Flow | Compute] = []
+    for y in range(side):
+        row = [(x, y) for x in range(side)]
+        plan = collective_flows(
+            "all-gather",
+            [row],
+            buffer_bytes=buffer_bytes,
+            algorithm="bidir_ring",
+            id_prefix=f"row{y}",
+        )
+        nodes.extend(plan.nodes)
+    for x in range(side):
+        col = [(x, y) for y in range(side)]
+        plan = collective_flows(
+            "all-gather",
+            [col],
+            buffer_bytes=buffer_bytes,
+            algorithm="bidir_ring",
+            id_prefix=f"col{x}",
+        )
+        nodes.extend(plan.nodes)
+    return s, nodes
+
+
+def random_flows(
+    count: int, *, side: int = 8, mean_gap_s: float = 1e-6, seed: int = 0
+) -> tuple[Slice, list[Flow | Compute]]:
+    """``count`` random flows (src != dst) on a ``side`` x ``side`` mesh."""
+    rng = random.Random(seed)
+    s = make_slice(
+        (side, side),
+        wraparound=False,
+        link_bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S,
+        hop_latency_s=HOP_LATENCY_S,
+    )
+    nodes: list[Flow | Compute] = []
+    t = 0.0
+    for k in range(count):
+        src = s.coords[rng.randrange(s.num_chips)]
+        dst = src
+        while dst == src:
+            dst = s.coords[rng.randrange(s.num_chips)]
+        size = rng.uniform(64e3, 4e6)
+        nodes.append(Flow(f"r{k}", src, dst, size, start_s=t))
+        t += rng.expovariate(1.0 / mean_gap_s) if mean_gap_s > 0 else 0.0
+    return s, nodes
+
+
+def _run(label: str, s: Slice, nodes: Sequence[Flow | Compute]) -> None:
+    flows = sum(isinstance(n, Flow) for n in nodes)
+    t0 = time.perf_counter()
+    result = simulate(s, nodes)
+    wall = time.perf_counter() - t0
+    events = 2 * sum(1 for f in result.flows if f.hops > 0 and f.size_bytes > 0)
+    print(
+        f"{label:<44} flows={flows:>6} flow_events={events:>6} wall_s={wall:7.3f} "
+        f"flow_events_per_s={events / wall:>9.0f} "
+        f"simulated_makespan_us={result.makespan_s * 1e6:.1f}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--random-count", type=int, default=10_000)
+    parser.add_argument("--mean-gap-us", type=float, default=2.0)
+    parser.add_argument("--burst", action="store_true", help="also run all random flows at t=0")
+    args = parser.parse_args(argv)
+    _run("all-gather storm 4x4 (rows+cols, bidir, 16MB)", *row_col_storm(4))
+    _run("all-gather storm 16x16 (rows+cols, bidir, 16MB)", *row_col_storm(16))
+    _run(
+        f"{args.random_count} random flows 8x8 ({args.mean_gap_us:g}us mean gap)",
+        *random_flows(args.random_count, mean_gap_s=args.mean_gap_us * 1e-6),
+    )
+    if args.burst:
+        _run(
+            f"{args.random_count} random flows 8x8 (all at t=0)",
+            *random_flows(args.random_count, mean_gap_s=0.0),
+        )
+
+
+if __name__ == "__main__":
+    main()

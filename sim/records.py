@@ -1,0 +1,187 @@
+"""What a simulation produces: plain, frozen records that serialise to JSON.
+
+:class:`SimResult` holds one :class:`FlowRecord` per flow (release, start of
+drain, finish), one :class:`ComputeRecord` per compute node, one
+:class:`LinkRecord` per directed link (bytes carried, busy seconds,
+utilisation), the makespan and the exact event log. That is enough to draw a
+Chrome/Perfetto trace (flows and computes as slices on a timeline) and a
+link-load heatmap (bytes or utilisation per link) without re-running anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ComputeRecord",
+    "Event",
+    "FlowRecord",
+    "LinkRecord",
+    "RateSnapshot",
+    "SimResult",
+]
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """One flow's life.
+
+    ``release_s``: all of ``after`` finished and ``start_s`` reached.
+    ``drain_s``: ``release_s + hops * hop_latency_s``, when bytes start to move.
+    ``finish_s``: the last byte delivered (``== release_s`` for a 0-hop flow,
+    ``== drain_s`` for a zero-byte flow).
+    """
+
+    id: str
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    size_bytes: float
+    hops: int
+    release_s: float
+    drain_s: float
+    finish_s: float
+
+    @property
+    def duration_s(self) -> float:
+        """Release to finish."""
+        return self.finish_s - self.release_s
+
+
+@dataclass(frozen=True)
+class ComputeRecord:
+    """One compute (or join) node: it runs from ``release_s`` to ``finish_s``."""
+
+    id: str
+    chip: tuple[int, ...] | None
+    duration_s: float
+    release_s: float
+    finish_s: float
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    """One directed link's totals over the run.
+
+    ``busy_s`` is the time the link carried any traffic; ``utilisation`` is
+    ``bytes_carried / (bandwidth_bytes_per_s * makespan_s)`` (0 when the
+    makespan is 0).
+    """
+
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    dim: int
+    wrap: bool
+    bandwidth_bytes_per_s: float
+    bytes_carried: float
+    busy_s: float
+    utilisation: float
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the event log: ``kind`` is ``release``, ``drain`` or ``finish``."""
+
+    time_s: float
+    kind: str
+    id: str
+
+
+@dataclass(frozen=True)
+class RateSnapshot:
+    """The max-min allocation in force from ``time_s`` until the next snapshot.
+
+    ``rates`` pairs each draining flow's id with its rate in bytes/s, in the
+    order the flows started draining. Recorded only with
+    ``simulate(..., record_rates=True)``.
+    """
+
+    time_s: float
+    rates: tuple[tuple[str, float], ...]
+
+
+def _coord(c: tuple[int, ...] | None) -> list[int] | None:
+    return None if c is None else list(c)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything a run produced. ``makespan_s`` is the latest finish (0 if empty)."""
+
+    slice_name: str
+    shape: tuple[int, ...]
+    wraparound: tuple[bool, ...]
+    makespan_s: float
+    flows: tuple[FlowRecord, ...]
+    computes: tuple[ComputeRecord, ...]
+    links: tuple[LinkRecord, ...]
+    events: tuple[Event, ...]
+    rate_log: tuple[RateSnapshot, ...] = ()
+
+    def flow(self, flow_id: str) -> FlowRecord:
+        """The record of flow ``flow_id`` (KeyError if there is none)."""
+        for rec in self.flows:
+            if rec.id == flow_id:
+                return rec
+        raise KeyError(flow_id)
+
+    def finish_s(self, node_id: str) -> float:
+        """Finish time of any node, flow or compute."""
+        for rec in self.flows:
+            if rec.id == node_id:
+                return rec.finish_s
+        for crec in self.computes:
+            if crec.id == node_id:
+                return crec.finish_s
+        raise KeyError(node_id)
+
+    def busiest_links(self, count: int = 5) -> tuple[LinkRecord, ...]:
+        """The ``count`` links that carried the most bytes (ties: link order)."""
+        order = sorted(range(len(self.links)), key=lambda i: (-self.links[i].bytes_carried, i))
+        return tuple(self.links[i] for i in order[:count])
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """Plain lists/dicts/numbers/strings only, in a fixed order."""
+        return {
+            "slice": self.slice_name,
+            "shape": list(self.shape),
+            "wraparound": list(self.wraparound),
+            "makespan_s": self.makespan_s,
+            "flows": [
+                {
+                    "id": f.id,
+                    "src": list(f.src),
+                    "dst": list(f.dst),
+                    "size_bytes": f.size_bytes,
+                    "hops": f.hops,
+                    "release_s": f.release_s,
+                    "drain_s": f.drain_s,
+                    "finish_s": f.finish_s,
+                }
+                for f in self.flows
+            ],
+            "computes": [
+                {
+                    "id": c.id,
+                    "chip": _coord(c.chip),
+                    "duration_s": c.duration_s,
+                    "release_s": c.release_s,
+                    "finish_s": c.finish_s,
+                }
+                for c in self.computes
+            ],
+            "links": [
+                {
+                    "src": list(lk.src),
+                    "dst": list(lk.dst),
+                    "dim": lk.dim,
+                    "wrap": lk.wrap,
+                    "bandwidth_bytes_per_s": lk.bandwidth_bytes_per_s,
+                    "bytes_carried": lk.bytes_carried,
+                    "busy_s": lk.busy_s,
+                    "utilisation": lk.utilisation,
+                }
+                for lk in self.links
+            ],
+            "events": [[e.time_s, e.kind, e.id] for e in self.events],
+        }
