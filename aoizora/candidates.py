@@ -1,0 +1,370 @@
+"""The sharding candidate space: mesh shapes x rule sets x attention kinds, with legality.
+
+A :class:`Candidate` is one logical sharding: named mesh axes with sizes (a
+factorisation of the chip count), a rule set (logical axis -> mesh axes) and an
+attention kind. It says nothing about placement; the device order is chosen later.
+
+:func:`enumerate_candidates` lists every combination in a deterministic order and
+splits them into legal ones and rejected ones, each rejection with its reasons:
+
+* a dimension not divisible by its sharding degree (e.g. 12 heads over tensor=8,
+  the CFG batch of 2 over data=4); a paddable dimension (the token sequence) costs
+  padding instead, which the workload may limit;
+* a mesh axis of size > 1 that no rule uses (every chip along it would repeat the
+  same work);
+* the workload's own checks (Wan: CFG batch <= 2 on data, Ulysses heads divisibility,
+  padding over 1 %);
+* the same shardings as an earlier candidate (a duplicate).
+
+:func:`baseline_candidates` names today's deployments so reports can compare:
+
+* ``"existing deployment"`` -- maxdiffusion's defaults: ``context`` = all chips,
+  its rules, K/V all-gathered (``gather_kv``), and the device order of
+  ``jax.experimental.mesh_utils.create_device_mesh`` (maxdiffusion
+  ``max_utils.create_device_mesh`` with ``allow_split_physical_axes: False``);
+* ``"maxdiffusion recipe"`` -- the published recipe: ``data`` = 2 (the CFG pair) x
+  ``context`` = the rest, same rules, attention and device-order function.
+
+    >>> from aoizora.workload import wan_workload
+    >>> from aoizora.workloads.wan import parse_resolution
+    >>> space = enumerate_candidates(wan_workload("wan2.1-1.3b", parse_resolution("480p")), 4)
+    >>> space.legal[0].id
+    'data1.fsdp1.context1.tensor4/maxdiffusion/gather_kv'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from aoizora.errors import CandidateError, WorkloadError
+from aoizora.rules import (
+    Rules,
+    is_logical_axes,
+    logical_to_pspec,
+    rules_from_json,
+    rules_to_json,
+    sharding_degree,
+)
+from aoizora.workload import Workload
+
+__all__ = [
+    "DEFAULT_MESH_AXIS_NAMES",
+    "Candidate",
+    "Rejected",
+    "CandidateSpace",
+    "Baseline",
+    "BASELINE_NAMES",
+    "mesh_shapes",
+    "make_candidate",
+    "check_candidate",
+    "enumerate_candidates",
+    "baseline_candidates",
+    "candidate_to_json",
+    "candidate_from_json",
+]
+
+DEFAULT_MESH_AXIS_NAMES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
+BASELINE_NAMES: tuple[str, ...] = ("existing deployment", "maxdiffusion recipe")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One logical sharding: mesh axes and sizes, a rule set, an attention kind.
+
+    ``id`` is stable text, e.g. ``"data2.fsdp1.context2.tensor1/maxdiffusion/gather_kv"``.
+    """
+
+    mesh_axis_names: tuple[str, ...]
+    mesh_shape: tuple[int, ...]
+    rules_id: str
+    rules: Rules
+    attention: str
+
+    def __post_init__(self) -> None:
+        if len(self.mesh_axis_names) != len(self.mesh_shape) or any(s < 1 for s in self.mesh_shape):
+            raise CandidateError(
+                f"mesh shape {list(self.mesh_shape)} does not match axis names "
+                f"{list(self.mesh_axis_names)}; give one positive size per axis, e.g. (2, 1, 2, 1)"
+            )
+        if self.rules.name != self.rules_id:
+            raise CandidateError(
+                f"candidate rules_id {self.rules_id!r} differs from its rules' name "
+                f"{self.rules.name!r}"
+            )
+
+    @property
+    def id(self) -> str:
+        mesh = ".".join(
+            f"{n}{s}" for n, s in zip(self.mesh_axis_names, self.mesh_shape, strict=True)
+        )
+        return f"{mesh}/{self.rules_id}/{self.attention}"
+
+    @property
+    def num_chips(self) -> int:
+        return math.prod(self.mesh_shape)
+
+    @property
+    def mesh_sizes(self) -> dict[str, int]:
+        """Axis name -> size, in mesh order."""
+        return dict(zip(self.mesh_axis_names, self.mesh_shape, strict=True))
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An illegal candidate with every reason found."""
+
+    candidate: Candidate
+    reasons: tuple[str, ...]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+@dataclass(frozen=True)
+class CandidateSpace:
+    """Legal candidates (deterministic order) and rejected ones with reasons."""
+
+    workload: str
+    num_chips: int
+    legal: tuple[Candidate, ...]
+    rejected: tuple[Rejected, ...]
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return iter(self.legal)
+
+    def __len__(self) -> int:
+        return len(self.legal)
+
+    def by_id(self, candidate_id: str) -> Candidate:
+        for c in self.legal:
+            if c.id == candidate_id:
+                return c
+        for r in self.rejected:
+            if r.candidate.id == candidate_id:
+                raise CandidateError(f"candidate {candidate_id!r} is illegal: {r.reason}")
+        raise CandidateError(
+            f"no candidate {candidate_id!r} for {self.workload} on {self.num_chips} chips; "
+            f"e.g. {self.legal[0].id if self.legal else '(none legal)'}"
+        )
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A named deployment to compare with: its candidate and its default device order.
+
+    ``device_order`` lists libtpu physical chip ids (``x + X*y`` on v5e) in mesh-flat
+    (row-major) order; ``note`` says how it was obtained.
+    """
+
+    name: str
+    candidate: Candidate
+    device_order: tuple[int, ...]
+    note: str
+
+
+def mesh_shapes(num_chips: int, num_axes: int) -> tuple[tuple[int, ...], ...]:
+    """Every ordered factorisation of ``num_chips`` into ``num_axes`` sizes, sorted.
+
+    >>> mesh_shapes(4, 2)
+    ((1, 4), (2, 2), (4, 1))
+    """
+    if num_chips < 1 or num_axes < 1:
+        raise CandidateError(
+            f"mesh of {num_chips} chips over {num_axes} axes: both must be >= 1 (e.g. 8 over 4)"
+        )
+    if num_axes == 1:
+        return ((num_chips,),)
+    out: list[tuple[int, ...]] = []
+    for first in range(1, num_chips + 1):
+        if num_chips % first == 0:
+            out.extend((first, *rest) for rest in mesh_shapes(num_chips // first, num_axes - 1))
+    return tuple(sorted(out))
+
+
+def make_candidate(
+    workload: Workload,
+    mesh_shape: Sequence[int],
+    rules_id: str,
+    attention: str,
+    *,
+    mesh_axis_names: Sequence[str] = DEFAULT_MESH_AXIS_NAMES,
+) -> Candidate:
+    """A candidate of ``workload`` (not checked; see :func:`check_candidate`)."""
+    return Candidate(
+        mesh_axis_names=tuple(mesh_axis_names),
+        mesh_shape=tuple(int(s) for s in mesh_shape),
+        rules_id=rules_id,
+        rules=workload.rules(rules_id),
+        attention=attention,
+    )
+
+
+_Row = tuple[str, tuple[int, ...], tuple[str | None, ...], tuple[str, ...]]
+
+
+def _arrays(workload: Workload) -> list[_Row]:
+    """(label, shape, logical axes, paddable) of every arg, result and probe."""
+    rows: list[_Row] = []
+    for i, (arg, axes) in enumerate(
+        zip(workload.abstract_args, workload.arg_logical_axes, strict=True)
+    ):
+        leaves = jax.tree.leaves_with_path(arg)
+        ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
+        for (path, leaf), ax in zip(leaves, ax_leaves, strict=True):
+            rows.append((f"arg{i}{jax.tree_util.keystr(path)}", tuple(leaf.shape), ax, ()))
+    out_leaves = jax.tree.leaves_with_path(workload.abstract_out)
+    out_axes = jax.tree.leaves(workload.out_logical_axes, is_leaf=is_logical_axes)
+    for (path, leaf), ax in zip(out_leaves, out_axes, strict=True):
+        rows.append((f"result{jax.tree_util.keystr(path)}", tuple(leaf.shape), ax, ()))
+    for p in workload.probes:
+        rows.append((f"probe {p.name}", p.shape, p.logical_axes, p.paddable))
+    return rows
+
+
+def check_candidate(workload: Workload, candidate: Candidate) -> tuple[str, ...]:
+    """Every reason ``candidate`` is illegal for ``workload`` (empty = legal)."""
+    sizes = candidate.mesh_sizes
+    names = candidate.mesh_axis_names
+    reasons: list[str] = []
+    if candidate.attention not in workload.attention_kinds:
+        reasons.append(
+            f"attention {candidate.attention!r} is not implemented by {workload.name}; "
+            f"use one of {list(workload.attention_kinds)}"
+        )
+    used: set[str] = set()
+    seen: set[tuple[str | None, int, int]] = set()
+    for label, shape, axes, paddable in _arrays(workload):
+        try:
+            spec = logical_to_pspec(axes, candidate.rules, names, sizes)
+        except WorkloadError as exc:
+            reasons.append(str(exc))
+            break
+        for dim, (size, logical, entry) in enumerate(zip(shape, axes, spec, strict=True)):
+            if entry is None:
+                continue
+            used.update((entry,) if isinstance(entry, str) else entry)
+            degree = sharding_degree(entry, sizes)
+            if size % degree and logical not in paddable and (logical, size, degree) not in seen:
+                seen.add((logical, size, degree))
+                reasons.append(
+                    f"{label} dim {dim} ({logical}, size {size}) is not divisible by its "
+                    f"sharding degree {degree} (mesh axes {entry}); choose sizes dividing {size}"
+                )
+    idle = [n for n in names if sizes[n] > 1 and n not in used]
+    for n in idle:
+        reasons.append(
+            f"mesh axis {n!r} (size {sizes[n]}) shards nothing under rules "
+            f"{candidate.rules_id!r}: every chip along it would repeat the same work"
+        )
+    if workload.check is not None:
+        reasons.extend(workload.check(sizes, candidate.rules, candidate.attention))
+    return tuple(reasons)
+
+
+def _signature(workload: Workload, candidate: Candidate) -> tuple[object, ...]:
+    specs = tuple(
+        logical_to_pspec(axes, candidate.rules, candidate.mesh_axis_names, candidate.mesh_sizes)
+        for _, _, axes, _ in _arrays(workload)
+    )
+    return (candidate.mesh_shape, candidate.attention, specs)
+
+
+def enumerate_candidates(
+    workload: Workload,
+    num_chips: int,
+    *,
+    mesh_axis_names: Sequence[str] = DEFAULT_MESH_AXIS_NAMES,
+) -> CandidateSpace:
+    """All candidates over ``num_chips``: legal ones first-found order, rejected with reasons.
+
+    Order: mesh shapes ascending (lexicographic over ``mesh_axis_names``), then the
+    workload's rule sets in order, then its attention kinds in order.
+    """
+    legal: list[Candidate] = []
+    rejected: list[Rejected] = []
+    signatures: dict[tuple[object, ...], str] = {}
+    for shape in mesh_shapes(num_chips, len(mesh_axis_names)):
+        for rules in workload.rule_sets:
+            for attention in workload.attention_kinds:
+                cand = Candidate(tuple(mesh_axis_names), shape, rules.name, rules, attention)
+                reasons = check_candidate(workload, cand)
+                if not reasons:
+                    sig = _signature(workload, cand)
+                    if sig in signatures:
+                        reasons = (f"same shardings as candidate {signatures[sig]!r}",)
+                    else:
+                        signatures[sig] = cand.id
+                if reasons:
+                    rejected.append(Rejected(cand, reasons))
+                else:
+                    legal.append(cand)
+    return CandidateSpace(workload.name, num_chips, tuple(legal), tuple(rejected))
+
+
+def baseline_candidates(workload: Workload, slice_name: str) -> tuple[Baseline, ...]:
+    """The named baselines of a Wan workload on ``slice_name`` (``()`` for other workloads).
+
+    Device orders come from ``mesh_utils.create_device_mesh`` on the slice's libtpu
+    devices (see :func:`aoizora.compile.default_device_order`).
+    """
+    from aoizora.compile import default_device_order, slice_num_chips
+
+    if workload.info.get("kind") != "wan":
+        return ()
+    n = slice_num_chips(slice_name)
+    out: list[Baseline] = []
+    shapes = {
+        "existing deployment": (1, 1, n, 1),
+        "maxdiffusion recipe": (2, 1, n // 2, 1),
+    }
+    for name in BASELINE_NAMES:
+        shape = shapes[name]
+        if math.prod(shape) != n:
+            continue  # one chip: no recipe with data = 2
+        cand = make_candidate(workload, shape, "maxdiffusion", "gather_kv")
+        reasons = check_candidate(workload, cand)
+        if reasons:
+            raise CandidateError(f"baseline {name!r} ({cand.id}) is illegal: {'; '.join(reasons)}")
+        order, note = default_device_order(shape, slice_name)
+        out.append(Baseline(name=name, candidate=cand, device_order=order, note=note))
+    return tuple(out)
+
+
+def candidate_to_json(candidate: Candidate) -> dict[str, Any]:
+    """A JSON-ready value for a plan file (rules included)."""
+    return {
+        "id": candidate.id,
+        "mesh_axis_names": list(candidate.mesh_axis_names),
+        "mesh_shape": list(candidate.mesh_shape),
+        "rules": rules_to_json(candidate.rules),
+        "attention": candidate.attention,
+    }
+
+
+def candidate_from_json(value: Mapping[str, Any]) -> Candidate:
+    """Inverse of :func:`candidate_to_json`."""
+    try:
+        rules = rules_from_json(value["rules"])
+        cand = Candidate(
+            mesh_axis_names=tuple(str(a) for a in value["mesh_axis_names"]),
+            mesh_shape=tuple(int(s) for s in value["mesh_shape"]),
+            rules_id=rules.name,
+            rules=rules,
+            attention=str(value["attention"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CandidateError(
+            f"candidate JSON {dict(value)!r} lacks or mistypes a field ({exc}); expected keys "
+            f"id, mesh_axis_names, mesh_shape, rules, attention"
+        ) from exc
+    if "id" in value and value["id"] != cand.id:
+        raise CandidateError(
+            f"candidate JSON id {value['id']!r} does not match its fields ({cand.id!r})"
+        )
+    return cand

@@ -1,0 +1,249 @@
+"""What the planner plans: a JAX function, its abstract arguments and logical axis names.
+
+A :class:`Workload` is a value: a ``build`` callable that, given a
+:class:`BuildContext` (the mesh, the sharding rules and the attention kind of
+one candidate), returns the function to ``jax.jit``; the abstract arguments
+(pytrees of :class:`jax.ShapeDtypeStruct`); and a logical axis name for every
+dimension of every argument and result. Shardings come only from rules applied
+to those names, so the model code never changes between candidates.
+
+Two ways to get one:
+
+* :func:`wan_workload` -- the Wan 2.1 DiT denoising step (see
+  :mod:`aoizora.workloads.wan`);
+* :func:`user_workload` -- any JAX function of yours, without touching its code:
+
+    >>> import jax, jax.numpy as jnp
+    >>> from aoizora.rules import Rules
+    >>> def mlp(w1, w2, x):
+    ...     return jax.nn.gelu(x @ w1) @ w2
+    >>> wl = user_workload(
+    ...     "mlp", mlp,
+    ...     (jax.ShapeDtypeStruct((512, 2048), jnp.bfloat16),
+    ...      jax.ShapeDtypeStruct((2048, 512), jnp.bfloat16),
+    ...      jax.ShapeDtypeStruct((8, 1024, 512), jnp.bfloat16)),
+    ...     (("embed", "mlp"), ("mlp", "embed"), ("batch", "length", "embed")),
+    ...     out_logical_axes=("batch", "length", "embed"),
+    ...     rule_sets=(Rules.of("dp_tp", [("batch", "data"), ("mlp", "tensor")]),))
+    >>> wl.name, wl.attention_kinds
+    ('mlp', ('none',))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import jax
+
+from aoizora.errors import WorkloadError
+from aoizora.rules import LogicalAxes, Rules, is_logical_axes
+
+if TYPE_CHECKING:
+    from aoizora.workloads.wan import Clip
+
+__all__ = [
+    "Backend",
+    "BuildContext",
+    "Probe",
+    "Workload",
+    "user_workload",
+    "wan_workload",
+    "check_logical_tree",
+]
+
+Backend = Literal["tpu", "cpu"]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything a workload builder may depend on for one candidate.
+
+    ``mesh`` is the :class:`jax.sharding.Mesh` the step will be compiled for (its
+    axis names are the candidate's); ``attention`` the candidate's attention kind
+    (``"none"`` for workloads without attention); ``backend`` the compile target:
+    ``"tpu"`` uses Pallas kernels, ``"cpu"`` plain XLA ops.
+    """
+
+    mesh: jax.sharding.Mesh
+    rules: Rules
+    attention: str
+    backend: Backend
+
+    @property
+    def mesh_sizes(self) -> dict[str, int]:
+        return {str(k): int(v) for k, v in self.mesh.shape.items()}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """An intermediate array whose sharding legality the candidate checker verifies.
+
+    ``paddable`` lists logical axis names the workload pads itself (e.g. the token
+    sequence): a non-divisible degree there costs padding instead of being illegal.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    logical_axes: LogicalAxes
+    paddable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A plannable step: builder, abstract args and logical axes (see module docstring).
+
+    Fields:
+      name: stable id (goes into candidate ids and reports).
+      build: ``BuildContext -> function``; the function takes ``*abstract_args``.
+      abstract_args: tuple of pytrees of :class:`jax.ShapeDtypeStruct`.
+      arg_logical_axes: same structure, a :data:`~aoizora.rules.LogicalAxes` per leaf.
+      out_logical_axes: logical axes of the result pytree.
+      abstract_out: the result pytree of :class:`jax.ShapeDtypeStruct`.
+      rule_sets: the candidate rule sets to enumerate (first = the default).
+      attention_kinds: attention kinds the builder implements (``("none",)`` if none).
+      probes: intermediates for legality checks (see :class:`Probe`).
+      check: extra workload-specific legality check, ``(mesh sizes, rules, attention)
+        -> reasons`` (empty = legal).
+      info: free-form facts for reports (model, tokens, ...), JSON-ready values.
+    """
+
+    name: str
+    build: Callable[[BuildContext], Callable[..., Any]]
+    abstract_args: tuple[Any, ...]
+    arg_logical_axes: tuple[Any, ...]
+    out_logical_axes: Any
+    abstract_out: Any
+    rule_sets: tuple[Rules, ...]
+    attention_kinds: tuple[str, ...] = ("none",)
+    probes: tuple[Probe, ...] = ()
+    check: Callable[[Mapping[str, int], Rules, str], tuple[str, ...]] | None = None
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.abstract_args) != len(self.arg_logical_axes):
+            raise WorkloadError(
+                f"workload {self.name!r}: {len(self.abstract_args)} abstract args but "
+                f"{len(self.arg_logical_axes)} logical-axes entries; give one per argument"
+            )
+        for i, (arg, axes) in enumerate(
+            zip(self.abstract_args, self.arg_logical_axes, strict=True)
+        ):
+            check_logical_tree(arg, axes, where=f"workload {self.name!r} argument {i}")
+        check_logical_tree(
+            self.abstract_out, self.out_logical_axes, where=f"workload {self.name!r} result"
+        )
+        if not self.rule_sets:
+            raise WorkloadError(
+                f"workload {self.name!r} has no rule sets; give at least one, e.g. "
+                f"(Rules.of('dp', [('batch', 'data')]),)"
+            )
+        names = [r.name for r in self.rule_sets]
+        if len(set(names)) != len(names):
+            raise WorkloadError(f"workload {self.name!r}: rule set names repeat: {names}")
+
+    @property
+    def arg_bytes(self) -> int:
+        """Total bytes of all arguments (unsharded)."""
+        leaves = jax.tree.leaves(self.abstract_args)
+        return sum(math.prod(x.shape) * x.dtype.itemsize for x in leaves)
+
+    def rules(self, rules_id: str) -> Rules:
+        """The rule set named ``rules_id``."""
+        for r in self.rule_sets:
+            if r.name == rules_id:
+                return r
+        raise WorkloadError(
+            f"workload {self.name!r} has no rule set {rules_id!r}; "
+            f"choose one of {[r.name for r in self.rule_sets]}"
+        )
+
+
+def check_logical_tree(abstract: Any, logical: Any, *, where: str) -> None:
+    """Raise :class:`WorkloadError` unless ``logical`` names every dimension of ``abstract``."""
+    arg_leaves, arg_tree = jax.tree.flatten(abstract)
+    ax_leaves, ax_tree = jax.tree.flatten(logical, is_leaf=is_logical_axes)
+    if str(arg_tree) != str(ax_tree):
+        raise WorkloadError(
+            f"{where}: logical axes structure {ax_tree} does not match the argument "
+            f"structure {arg_tree}; give a tuple of names per array, e.g. ('batch', 'embed')"
+        )
+    for leaf, axes in zip(arg_leaves, ax_leaves, strict=True):
+        shape = getattr(leaf, "shape", None)
+        if shape is None or not hasattr(leaf, "dtype"):
+            raise WorkloadError(
+                f"{where}: {leaf!r} is not an abstract array; use "
+                f"jax.ShapeDtypeStruct(shape, dtype)"
+            )
+        if not is_logical_axes(axes) or len(axes) != len(shape):
+            raise WorkloadError(
+                f"{where}: logical axes {axes!r} do not name the {len(shape)} dimensions of "
+                f"shape {tuple(shape)}; give one name (or None) per dimension"
+            )
+
+
+def user_workload(
+    name: str,
+    fn: Callable[..., Any],
+    abstract_args: Sequence[Any],
+    arg_logical_axes: Sequence[Any],
+    *,
+    out_logical_axes: Any,
+    rule_sets: Sequence[Rules],
+    probes: Sequence[Probe] = (),
+) -> Workload:
+    """Wrap your own JAX function for planning, without changing its code.
+
+    ``fn(*abstract_args)`` is jitted with in/out shardings from ``rule_sets``
+    applied to your logical names; XLA's propagation shards the inside. See the
+    module docstring for an example.
+    """
+    if not callable(fn):
+        raise WorkloadError(f"user workload {name!r}: fn {fn!r} is not callable")
+    args = tuple(abstract_args)
+    axes = tuple(arg_logical_axes)
+    out_struct = jax.eval_shape(fn, *args)
+
+    def build(ctx: BuildContext) -> Callable[..., Any]:
+        del ctx
+        return fn
+
+    return Workload(
+        name=name,
+        build=build,
+        abstract_args=args,
+        arg_logical_axes=axes,
+        out_logical_axes=out_logical_axes,
+        abstract_out=out_struct,
+        rule_sets=tuple(rule_sets),
+        attention_kinds=("none",),
+        probes=tuple(probes),
+        info={"kind": "user"},
+    )
+
+
+def wan_workload(
+    model: str,
+    clip: Clip,
+    *,
+    kernel: Literal["auto", "splash", "xla"] = "auto",
+    scan_layers: bool = True,
+) -> Workload:
+    """The Wan 2.1 denoising step for ``model`` (a key of ``WAN_CONFIGS``) and ``clip``.
+
+    ``kernel="auto"`` runs Pallas splash attention for TPU compiles and XLA
+    attention for CPU compiles; ``"xla"`` forces XLA attention everywhere (used
+    to cross-check FLOPs, since ``cost_analysis`` does not cost Pallas calls).
+    ``scan_layers=False`` unrolls the layer loop (``cost_analysis`` counts a
+    ``scan`` body once).
+
+        >>> from aoizora.workloads.wan import parse_resolution
+        >>> wl = wan_workload("wan2.1-1.3b", parse_resolution("480p"))
+        >>> wl.name, wl.info["tokens"]
+        ('wan2.1-1.3b@832x480x81', 32760)
+    """
+    from aoizora.workloads.wan import make_wan_workload
+
+    return make_wan_workload(model, clip, kernel=kernel, scan_layers=scan_layers)

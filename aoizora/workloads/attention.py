@@ -1,0 +1,287 @@
+"""Sequence-parallel attention for the DiT workloads: three ways to split attention over chips.
+
+Every kind runs a per-chip attention kernel inside :func:`jax.shard_map`, so the
+compiled HLO shows an opaque kernel at a manual-sharding boundary -- exactly what
+Stage 1 must predict. The per-chip kernel is Pallas splash attention
+(``jax.experimental.pallas.ops.tpu.splash_attention``) for TPU compiles and a
+plain XLA softmax attention for CPU compiles (or when FLOPs must be visible to
+``cost_analysis``, which does not cost Pallas custom calls).
+
+Kinds (q, k, v are ``(batch, heads, seq, head_dim)``):
+
+* ``"gather_kv"`` -- maxdiffusion's ``flash`` attention with uniform sharding
+  (``attention_flax._tpu_flash_attention``): q stays sharded on the sequence,
+  K and V enter ``shard_map`` with the sequence replicated, so the partitioner
+  all-gathers them over the sequence axes every layer.
+* ``"ulysses"`` -- DeepSpeed-Ulysses: an ``all_to_all`` turns sequence shards
+  into head shards, full-sequence attention per head group, ``all_to_all`` back.
+  Needs heads divisible by the sequence degree times the head degree.
+* ``"ring"`` -- ring attention: K/V chunks travel around the sequence axes by
+  ``ppermute``; partial results are merged with their log-sum-exp (the online
+  softmax of Milakov & Gimelshein 2018 / Liu et al. 2023, "Ring Attention").
+
+Padding: positions ``>= kv_valid_len`` of K/V are masked (the workload pads the
+token sequence to a multiple of its sharding degree), and the splash kernel's
+block padding is masked with segment ids.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from aoizora.errors import WorkloadError
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "AttentionKind",
+    "Kernel",
+    "sharded_attention",
+    "local_attention",
+    "spec_axes",
+]
+
+AttentionKind = Literal["gather_kv", "ulysses", "ring"]
+Kernel = Literal["splash", "xla"]
+ATTENTION_KINDS: tuple[str, ...] = ("gather_kv", "ulysses", "ring")
+
+# Splash tile sizes: maxdiffusion's base_wan_14b.yml uses 512 for every block on v5e.
+_MAX_BLOCK = 512
+_MIN_BLOCK = 128  # the kernel's lane width; shorter sequences are padded up to it
+# Finite "minus infinity": keeps fully masked rows NaN-free (splash uses the same idea,
+# DEFAULT_MASK_VALUE = -0.7 * float32 max).
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def spec_axes(entry: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """Mesh axis names of one PartitionSpec entry.
+
+    >>> spec_axes(None), spec_axes("context"), spec_axes(("data", "fsdp"))
+    ((), ('context',), ('data', 'fsdp'))
+    """
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    return tuple(entry)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _block(n: int) -> int:
+    return min(_MAX_BLOCK, _round_up(n, _MIN_BLOCK))
+
+
+def local_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_valid: jax.Array | None,
+    *,
+    kernel: Kernel,
+    with_lse: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Softmax attention on one chip: ``(b, h, sq, d) x (b, h, skv, d) -> (b, h, sq, d)``.
+
+    ``kv_valid`` is a boolean ``(skv,)`` mask of real key positions (``None``: all
+    real). Returns the output (f32 when ``with_lse``, else q's dtype) and, with
+    ``with_lse``, the log-sum-exp ``(b, h, sq)`` in f32 for merging partial results.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    if kernel == "xla":
+        return _xla_attention(q, k, v, kv_valid, scale=scale, with_lse=with_lse)
+    if kernel == "splash":
+        return _splash_attention(q, k, v, kv_valid, scale=scale, with_lse=with_lse)
+    raise WorkloadError(f"attention kernel {kernel!r} is unknown; use 'splash' or 'xla'")
+
+
+def _xla_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_valid: jax.Array | None,
+    *,
+    scale: float,
+    with_lse: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+    s = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    if kv_valid is not None:
+        s = jnp.where(kv_valid[None, None, None, :], s, _MASK_VALUE)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.exp(s - m)
+    denom = jnp.sum(p, axis=-1, keepdims=True)
+    out = jnp.einsum("bhqk,bhkd->bhqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    out = out / denom
+    if with_lse:
+        return out, (m + jnp.log(denom))[..., 0]
+    return out.astype(q.dtype), None
+
+
+def _splash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_valid: jax.Array | None,
+    *,
+    scale: float,
+    with_lse: bool,
+) -> tuple[jax.Array, jax.Array | None]:
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as sk,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as sm,
+    )
+
+    _, heads, sq, _ = q.shape
+    skv = k.shape[2]
+    bq, bkv = _block(sq), _block(skv)
+    sq_p, skv_p = _round_up(sq, bq), _round_up(skv, bkv)
+    q = q * jnp.asarray(scale, q.dtype)  # splash does not scale the logits itself
+    needs_ids = kv_valid is not None or sq_p != sq or skv_p != skv
+    if sq_p != sq:
+        q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
+    if skv_p != skv:
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
+        v = jnp.pad(v, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
+    segment_ids = None
+    if needs_ids:
+        # Real tokens are segment 1, padding segment 0: a query attends only keys
+        # of its own segment, so real queries never see padded keys.
+        q_ids = (jnp.arange(sq_p) < sq).astype(jnp.int32)
+        valid = jnp.ones((skv,), jnp.bool_) if kv_valid is None else kv_valid
+        kv_ids = jnp.pad(valid.astype(jnp.int32), (0, skv_p - skv))
+        segment_ids = sk.SegmentIds(q=q_ids, kv=kv_ids)
+    mask = sm.MultiHeadMask(tuple(sm.FullMask((sq_p, skv_p)) for _ in range(heads)))
+    splash = sk.make_splash_mha(
+        mask,
+        head_shards=1,  # already inside shard_map: the kernel sees local shapes only
+        q_seq_shards=1,
+        block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
+        save_residuals=with_lse,
+    )
+    fn: Callable[..., object] = jax.vmap(splash, in_axes=(0, 0, 0, None))
+    result = fn(q, k, v, segment_ids)
+    if with_lse:
+        assert isinstance(result, tuple)
+        out, (lse,) = result
+        return out[:, :, :sq].astype(jnp.float32), lse[:, :, :sq]
+    assert isinstance(result, jax.Array)
+    return result[:, :, :sq], None
+
+
+def _merge(
+    out_a: jax.Array, lse_a: jax.Array, out_b: jax.Array, lse_b: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Combine two normalised partial attentions over disjoint key sets (online softmax)."""
+    lse = jnp.logaddexp(lse_a, lse_b)
+    out = out_a * jnp.exp(lse_a - lse)[..., None] + out_b * jnp.exp(lse_b - lse)[..., None]
+    return out, lse
+
+
+def sharded_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    mesh: jax.sharding.Mesh,
+    q_spec: PartitionSpec,
+    kind: str,
+    kernel: Kernel,
+    kv_valid_len: int,
+) -> jax.Array:
+    """Attention of ``(B, H, S, D)`` global arrays split over ``mesh`` as ``q_spec`` says.
+
+    ``q_spec`` shards (batch, heads, seq, head_dim); its seq entry names the
+    sequence-parallel mesh axes the ``kind`` communicates over. K/V positions
+    ``>= kv_valid_len`` are masked. The result is sharded like ``q``.
+    """
+    if len(q_spec) != 4 or q_spec[3] is not None:
+        raise WorkloadError(
+            f"attention q_spec {q_spec} must shard (batch, heads, seq, head_dim) and leave "
+            f"head_dim whole, e.g. PartitionSpec('data', 'tensor', 'context', None)"
+        )
+    b_e, h_e, s_e, _ = tuple(q_spec)
+    seq_axes = spec_axes(s_e)
+    n_seq = math.prod(int(mesh.shape[a]) for a in seq_axes)
+    kv_len = k.shape[2]
+    if kind not in ATTENTION_KINDS:
+        raise WorkloadError(f"attention kind {kind!r} is unknown; use one of {ATTENTION_KINDS}")
+    needs_mask = kv_valid_len < kv_len
+
+    if kind == "gather_kv" or n_seq == 1:
+        kv_spec = PartitionSpec(b_e, h_e, None, None)
+
+        def body_gather(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+            valid = jnp.arange(kl.shape[2]) < kv_valid_len if needs_mask else None
+            out, _ = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=False)
+            return out
+
+        return jax.shard_map(
+            body_gather,
+            mesh=mesh,
+            in_specs=(q_spec, kv_spec, kv_spec),
+            out_specs=q_spec,
+            check_vma=False,
+        )(q, k, v)
+
+    seq_name: str | tuple[str, ...] = seq_axes[0] if len(seq_axes) == 1 else seq_axes
+
+    if kind == "ulysses":
+
+        def body_ulysses(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+            # Sequence shards -> head shards: split heads (dim 1), gather seq (dim 2).
+            def to_heads(x: jax.Array) -> jax.Array:
+                return jax.lax.all_to_all(x, seq_name, 1, 2, tiled=True)
+
+            qh, kh, vh = to_heads(ql), to_heads(kl), to_heads(vl)
+            valid = jnp.arange(kh.shape[2]) < kv_valid_len if needs_mask else None
+            out, _ = local_attention(qh, kh, vh, valid, kernel=kernel, with_lse=False)
+            return jax.lax.all_to_all(out, seq_name, 2, 1, tiled=True)
+
+        return jax.shard_map(
+            body_ulysses,
+            mesh=mesh,
+            in_specs=(q_spec, q_spec, q_spec),
+            out_specs=q_spec,
+            check_vma=False,
+        )(q, k, v)
+
+    def body_ring(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+        idx = jax.lax.axis_index(seq_name)
+        chunk_len = kl.shape[2]
+        perm = [(j, (j + 1) % n_seq) for j in range(n_seq)]
+        out: jax.Array | None = None
+        lse: jax.Array | None = None
+        for step in range(n_seq):
+            valid = None
+            if needs_mask:
+                # After `step` hops this chip holds the K/V chunk of ring position idx - step.
+                chunk = (idx - step) % n_seq
+                valid = chunk * chunk_len + jnp.arange(chunk_len) < kv_valid_len
+            o_s, l_s = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=True)
+            assert l_s is not None
+            if out is None or lse is None:
+                out, lse = o_s, l_s
+            else:
+                out, lse = _merge(out, lse, o_s, l_s)
+            if step + 1 < n_seq:
+                kl = jax.lax.ppermute(kl, seq_name, perm)
+                vl = jax.lax.ppermute(vl, seq_name, perm)
+        assert out is not None
+        return out.astype(ql.dtype)
+
+    return jax.shard_map(
+        body_ring,
+        mesh=mesh,
+        in_specs=(q_spec, q_spec, q_spec),
+        out_specs=q_spec,
+        check_vma=False,
+    )(q, k, v)

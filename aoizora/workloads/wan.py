@@ -1,0 +1,707 @@
+"""The Wan 2.1 DiT denoising step in JAX, with logical axis names on every dimension.
+
+Architecture from Wan-Video/Wan2.1 ``wan/modules/model.py`` and ``wan/configs``
+(also diffusers ``transformer_wan.py``), written anew here:
+
+* patch embedding: Conv3d with kernel = stride = patch (1, 2, 2), i.e. a linear map
+  of each 16x1x2x2 latent patch to ``dim``;
+* text embedding: Linear(4096 -> dim), GELU(tanh), Linear(dim -> dim) on 512 umT5 tokens;
+* time embedding: sinusoid(256) -> Linear -> SiLU -> Linear, then SiLU -> Linear(dim -> 6 dim)
+  gives the modulation shared by all blocks (each block adds its own (6, dim) bias);
+* block: LayerNorm + shift/scale -> self-attention (q, k, v, o Linear with bias, RMSNorm
+  over the full dim on q and k, 3D RoPE split (44, 42, 42) of head_dim) -> gated residual;
+  LayerNorm(affine) -> cross-attention to the text tokens -> residual; LayerNorm +
+  shift/scale -> FFN (GELU tanh) -> gated residual;
+* head: LayerNorm + (2, dim) modulation -> Linear(dim -> 16*1*2*2) -> unpatchify.
+
+The step runs both classifier-free-guidance passes as one batch of 2; layers go
+through :func:`jax.lax.scan` over stacked weights; weights and activations are
+bf16 (norms, RoPE and modulation math in f32, as Wan does under autocast); the
+timestep is f32 (bf16 cannot hold timesteps up to 1000 to one step).
+
+    >>> clip = parse_resolution("480p")
+    >>> clip, clip.token_grid, clip.num_tokens
+    (Clip(width=832, height=480, frames=81), (21, 30, 52), 32760)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from aoizora.errors import WorkloadError
+from aoizora.rules import LogicalAxes, Rules, logical_to_pspec, sharding_degree
+from aoizora.workload import BuildContext, Probe, Workload
+from aoizora.workloads.attention import ATTENTION_KINDS, Kernel, sharded_attention
+
+__all__ = [
+    "WanConfig",
+    "WAN_CONFIGS",
+    "Clip",
+    "parse_resolution",
+    "RESOLUTIONS",
+    "WAN_RULE_SETS",
+    "MESH_AXIS_NAMES",
+    "WanFlops",
+    "wan_flops",
+    "wan_abstract_args",
+    "wan_logical_axes",
+    "wan_step",
+    "padded_tokens",
+    "make_wan_workload",
+]
+
+MESH_AXIS_NAMES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
+CFG_BATCH = 2  # classifier-free guidance: conditional and unconditional pass in one batch
+
+
+@dataclass(frozen=True)
+class WanConfig:
+    """Shape of a Wan 2.1 DiT (no weights). ``dim == num_heads * head_dim``."""
+
+    name: str
+    dim: int
+    ffn_dim: int
+    num_heads: int
+    head_dim: int
+    num_layers: int
+    text_len: int = 512
+    text_dim: int = 4096
+    in_channels: int = 16
+    out_channels: int = 16
+    patch: tuple[int, int, int] = (1, 2, 2)
+    freq_dim: int = 256
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.dim != self.num_heads * self.head_dim:
+            raise WorkloadError(
+                f"WanConfig {self.name!r}: dim {self.dim} != num_heads {self.num_heads} x "
+                f"head_dim {self.head_dim}; e.g. dim=1536, num_heads=12, head_dim=128"
+            )
+        if self.head_dim % 2:
+            raise WorkloadError(f"WanConfig {self.name!r}: head_dim {self.head_dim} must be even")
+
+    @property
+    def patch_size(self) -> int:
+        return math.prod(self.patch)
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count (every weight and bias of :func:`wan_abstract_args`)."""
+        return sum(math.prod(s.shape) for s in jax.tree.leaves(_param_shapes(self, jnp.bfloat16)))
+
+
+WAN_CONFIGS: dict[str, WanConfig] = {
+    # Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py and wan_t2v_14B.py
+    "wan2.1-1.3b": WanConfig("wan2.1-1.3b", 1536, 8960, 12, 128, 30),
+    "wan2.1-14b": WanConfig("wan2.1-14b", 5120, 13824, 40, 128, 40),
+    # CI-sized: 8 heads (divisible by 1, 2, 4, 8); head_dim 128 = splash's lane width.
+    "wan-tiny": WanConfig(
+        "wan-tiny", 1024, 2048, 8, 128, 2, text_len=128, text_dim=256, freq_dim=256
+    ),
+}
+
+# VAE stride of Wan 2.1's causal video VAE (frames, height, width).
+VAE_STRIDE: tuple[int, int, int] = (4, 8, 8)
+
+RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 720)}
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A video clip in pixels: ``width x height``, ``frames`` (4k+1, as the VAE needs)."""
+
+    width: int
+    height: int
+    frames: int
+
+    def __post_init__(self) -> None:
+        if self.width <= 0 or self.height <= 0 or self.width % 16 or self.height % 16:
+            raise WorkloadError(
+                f"clip {self.width}x{self.height}: width and height must be positive multiples "
+                f"of 16 (VAE stride 8 x patch 2), e.g. 832x480"
+            )
+        if self.frames < 1 or (self.frames - 1) % VAE_STRIDE[0]:
+            raise WorkloadError(
+                f"clip frames {self.frames}: must be 4k+1 (the VAE keeps frame 0 and compresses "
+                f"4:1 after it), e.g. 81"
+            )
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int]:
+        """(frames, height, width) of the VAE latent: frames (F-1)/4+1, pixels / 8."""
+        return (
+            (self.frames - 1) // VAE_STRIDE[0] + 1,
+            self.height // VAE_STRIDE[1],
+            self.width // VAE_STRIDE[2],
+        )
+
+    @property
+    def token_grid(self) -> tuple[int, int, int]:
+        """(frames, height, width) in tokens after the (1, 2, 2) patch."""
+        f, h, w = self.latent_shape
+        return (f, h // 2, w // 2)
+
+    @property
+    def num_tokens(self) -> int:
+        return math.prod(self.token_grid)
+
+    @property
+    def label(self) -> str:
+        return f"{self.width}x{self.height}x{self.frames}"
+
+
+def parse_resolution(text: str, *, frames: int = 81) -> Clip:
+    """``"480p"``, ``"720p"`` or ``"WxH"`` (pixels) -> :class:`Clip` with ``frames`` frames.
+
+    >>> parse_resolution("720p").num_tokens
+    75600
+    >>> parse_resolution("256x256", frames=5).token_grid
+    (2, 16, 16)
+    """
+    key = text.strip().lower()
+    if key in RESOLUTIONS:
+        width, height = RESOLUTIONS[key]
+        return Clip(width, height, frames)
+    m = re.fullmatch(r"(\d+)x(\d+)", key)
+    if not m:
+        raise WorkloadError(
+            f"resolution {text!r} is not one of {sorted(RESOLUTIONS)} or WIDTHxHEIGHT; "
+            f"e.g. '480p' or '832x480'"
+        )
+    return Clip(int(m.group(1)), int(m.group(2)), frames)
+
+
+# ---------------------------------------------------------------------------------------
+# Rule sets over the mesh axes (data, fsdp, context, tensor).
+
+WAN_RULE_SETS: tuple[Rules, ...] = (
+    # maxdiffusion configs/base_wan_14b.yml logical_axis_rules (uniform attention sharding),
+    # with our activation names: batch over (data, fsdp), tokens over context, weights'
+    # embed dim over (context, fsdp) -> all-gathered every layer, heads/mlp over tensor.
+    Rules.of(
+        "maxdiffusion",
+        [
+            ("activation_batch", ("data", "fsdp")),
+            ("activation_length", "context"),
+            ("activation_heads", "tensor"),
+            ("activation_mlp", "tensor"),
+            ("mlp", "tensor"),
+            ("embed", ("context", "fsdp")),
+            ("heads", "tensor"),
+            ("norm", "tensor"),
+        ],
+    ),
+    # FSDP: weights' embed dim over fsdp only (context chips keep a copy), tokens over
+    # (context, fsdp) so FSDP chips share the work; heads/mlp over tensor.
+    Rules.of(
+        "fsdp",
+        [
+            ("activation_batch", "data"),
+            ("activation_length", ("context", "fsdp")),
+            ("activation_heads", "tensor"),
+            ("activation_mlp", "tensor"),
+            ("mlp", "tensor"),
+            ("embed", "fsdp"),
+            ("heads", "tensor"),
+            ("norm", "tensor"),
+        ],
+    ),
+    # Data + sequence + tensor (Megatron) parallelism with weights sharded only by tensor.
+    Rules.of(
+        "dp_sp_tp",
+        [
+            ("activation_batch", "data"),
+            ("activation_length", ("context", "fsdp")),
+            ("activation_heads", "tensor"),
+            ("activation_mlp", "tensor"),
+            ("mlp", "tensor"),
+            ("heads", "tensor"),
+            ("norm", "tensor"),
+        ],
+    ),
+)
+
+# Logical axes of activations inside the step.
+_HIDDEN: LogicalAxes = ("activation_batch", "activation_length", "activation_embed")
+_FFN: LogicalAxes = ("activation_batch", "activation_length", "activation_mlp")
+_QKV: LogicalAxes = ("activation_batch", "activation_heads", "activation_length", "activation_kv")
+_TEXT: LogicalAxes = ("activation_batch", "activation_text_length", "activation_embed")
+_TEXT_KV: LogicalAxes = (
+    "activation_batch",
+    "activation_heads",
+    "activation_text_length",
+    "activation_kv",
+)
+_LATENT: LogicalAxes = (
+    "activation_batch",
+    "latent_channels",
+    "latent_frames",
+    "latent_height",
+    "latent_width",
+)
+
+
+def _param_shapes(cfg: WanConfig, dtype: Any) -> dict[str, Any]:
+    """Abstract weights, keyed by name; ``blocks`` are stacked over layers for the scan."""
+    d, f, n = cfg.dim, cfg.ffn_dim, cfg.num_layers
+    p_in = cfg.in_channels * cfg.patch_size
+    p_out = cfg.out_channels * cfg.patch_size
+
+    def s(*shape: int) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+    blocks: dict[str, jax.ShapeDtypeStruct] = {"modulation": s(n, 6, d)}
+    for pre in ("sa", "ca"):
+        for m in ("q", "k", "v", "o"):
+            blocks[f"{pre}_{m}_w"] = s(n, d, d)
+            blocks[f"{pre}_{m}_b"] = s(n, d)
+        blocks[f"{pre}_norm_q"] = s(n, d)
+        blocks[f"{pre}_norm_k"] = s(n, d)
+    blocks.update(
+        norm3_w=s(n, d), norm3_b=s(n, d),
+        ffn_w1=s(n, d, f), ffn_b1=s(n, f), ffn_w2=s(n, f, d), ffn_b2=s(n, d),
+    )  # fmt: skip
+    return {
+        "patch_w": s(p_in, d), "patch_b": s(d),
+        "text_w1": s(cfg.text_dim, d), "text_b1": s(d), "text_w2": s(d, d), "text_b2": s(d),
+        "time_w1": s(cfg.freq_dim, d), "time_b1": s(d), "time_w2": s(d, d), "time_b2": s(d),
+        "time_proj_w": s(d, 6 * d), "time_proj_b": s(6 * d),
+        "head_modulation": s(2, d), "head_w": s(d, p_out), "head_b": s(p_out),
+        "blocks": blocks,
+    }  # fmt: skip
+
+
+def _param_axes(cfg: WanConfig) -> dict[str, Any]:
+    """Logical axes of every weight (same keys as :func:`_param_shapes`)."""
+    blocks: dict[str, LogicalAxes] = {"modulation": ("layers", "modulation", "embed")}
+    for pre in ("sa", "ca"):
+        for m in ("q", "k", "v"):
+            blocks[f"{pre}_{m}_w"] = ("layers", "embed", "heads")
+            blocks[f"{pre}_{m}_b"] = ("layers", "heads")
+        blocks[f"{pre}_o_w"] = ("layers", "heads", "embed")
+        blocks[f"{pre}_o_b"] = ("layers", "embed")
+        blocks[f"{pre}_norm_q"] = ("layers", "norm")
+        blocks[f"{pre}_norm_k"] = ("layers", "norm")
+    blocks.update(
+        norm3_w=("layers", "norm"), norm3_b=("layers", "norm"),
+        ffn_w1=("layers", "embed", "mlp"), ffn_b1=("layers", "mlp"),
+        ffn_w2=("layers", "mlp", "embed"), ffn_b2=("layers", "embed"),
+    )  # fmt: skip
+    return {
+        "patch_w": ("patch_in", "embed"), "patch_b": ("embed",),
+        "text_w1": ("text_in", "embed"), "text_b1": ("embed",),
+        "text_w2": ("embed_in", "embed"), "text_b2": ("embed",),
+        "time_w1": ("freq", "embed"), "time_b1": ("embed",),
+        "time_w2": ("embed_in", "embed"), "time_b2": ("embed",),
+        "time_proj_w": ("embed_in", "modulation_out"), "time_proj_b": ("modulation_out",),
+        "head_modulation": ("modulation", "embed"),
+        "head_w": ("embed", "patch_out"), "head_b": ("patch_out",),
+        "blocks": blocks,
+    }  # fmt: skip
+
+
+def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, Any, Any, Any]:
+    """``(params, latents, timestep, text)`` as :class:`jax.ShapeDtypeStruct` pytrees.
+
+    latents ``(2, 16, F', H/8, W/8)`` bf16, timestep ``(2,)`` f32, text
+    ``(2, text_len, text_dim)`` bf16 (umT5 output, both CFG prompts).
+    """
+    f, h, w = clip.latent_shape
+    if h % cfg.patch[1] or w % cfg.patch[2] or f % cfg.patch[0]:
+        raise WorkloadError(f"latent {clip.latent_shape} is not divisible by patch {cfg.patch}")
+    params = _param_shapes(cfg, jnp.bfloat16)
+    latents = jax.ShapeDtypeStruct((CFG_BATCH, cfg.in_channels, f, h, w), jnp.bfloat16)
+    timestep = jax.ShapeDtypeStruct((CFG_BATCH,), jnp.float32)
+    text = jax.ShapeDtypeStruct((CFG_BATCH, cfg.text_len, cfg.text_dim), jnp.bfloat16)
+    return params, latents, timestep, text
+
+
+def wan_logical_axes(cfg: WanConfig) -> tuple[tuple[Any, Any, Any, Any], LogicalAxes]:
+    """Logical axes of ``(params, latents, timestep, text)`` and of the result."""
+    args = (
+        _param_axes(cfg),
+        _LATENT,
+        ("activation_batch",),
+        ("activation_batch", "activation_text_length", "activation_text_embed"),
+    )
+    return args, _LATENT
+
+
+# ---------------------------------------------------------------------------------------
+# The step.
+
+
+def padded_tokens(num_tokens: int, seq_degree: int) -> int:
+    """Tokens after padding the sequence to a multiple of its sharding degree.
+
+    >>> padded_tokens(32760, 16)
+    32768
+    """
+    return -(-num_tokens // seq_degree) * seq_degree
+
+
+def _layer_norm(x: jax.Array, eps: float) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    mean = jnp.mean(x32, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
+    return (x32 - mean) * jax.lax.rsqrt(var + eps)
+
+
+def _rms_norm(x: jax.Array, weight: jax.Array, eps: float) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + eps)
+    return (y * weight.astype(jnp.float32)).astype(x.dtype)
+
+
+def _rope_angles(cfg: WanConfig, grid: tuple[int, int, int], seq_len: int) -> jax.Array:
+    """3D RoPE angles ``(seq_len, head_dim/2)``: frequencies split (22, 21, 21) for 128.
+
+    Wan ``rope_params``: theta 10000, per axis ``pos / 10000**(2i/d_axis)``; head_dim
+    split as ``d - 4(d//6), 2(d//6), 2(d//6)`` = (44, 42, 42) channels. Built from
+    iotas so no large constant lands in the HLO.
+    """
+    half = cfg.head_dim // 2
+    parts = (half - 2 * (half // 3), half // 3, half // 3)
+    _, gh, gw = grid
+    t = jnp.arange(seq_len, dtype=jnp.int32)
+    pos = ((t // (gh * gw)), (t // gw) % gh, t % gw)
+    angles = []
+    for p, n in zip(pos, parts, strict=True):
+        d_axis = 2 * n
+        inv = 1.0 / (10000.0 ** (jnp.arange(0, d_axis, 2, dtype=jnp.float32) / d_axis))
+        angles.append(p.astype(jnp.float32)[:, None] * inv[None, :])
+    return jnp.concatenate(angles, axis=-1)
+
+
+def _apply_rope(x: jax.Array, angles: jax.Array) -> jax.Array:
+    """Rotate adjacent channel pairs of ``(B, S, H, D)`` by ``angles (S, D/2)``."""
+    b, s, h, d = x.shape
+    xr = x.astype(jnp.float32).reshape(b, s, h, d // 2, 2)
+    cos = jnp.cos(angles)[None, :, None, :]
+    sin = jnp.sin(angles)[None, :, None, :]
+    re_, im = xr[..., 0], xr[..., 1]
+    out = jnp.stack([re_ * cos - im * sin, re_ * sin + im * cos], axis=-1)
+    return out.reshape(b, s, h, d).astype(x.dtype)
+
+
+def _sinusoid(t: jax.Array, dim: int) -> jax.Array:
+    """Wan ``sinusoidal_embedding_1d``: [cos, sin] of t * 10000**(-i/half)."""
+    half = dim // 2
+    freqs = jnp.power(10000.0, -jnp.arange(half, dtype=jnp.float32) / half)
+    arg = t.astype(jnp.float32)[:, None] * freqs[None, :]
+    return jnp.concatenate([jnp.cos(arg), jnp.sin(arg)], axis=-1)
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """Sharding-constraint helper bound to one BuildContext."""
+
+    ctx: BuildContext
+    names: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.ctx.mesh.axis_names))
+
+    def spec(self, axes: LogicalAxes) -> PartitionSpec:
+        return logical_to_pspec(axes, self.ctx.rules, self.names, self.ctx.mesh_sizes)
+
+    def __call__(self, x: jax.Array, axes: LogicalAxes) -> jax.Array:
+        return jax.lax.with_sharding_constraint(x, NamedSharding(self.ctx.mesh, self.spec(axes)))
+
+
+def wan_step(
+    cfg: WanConfig,
+    clip: Clip,
+    ctx: BuildContext,
+    *,
+    kernel: Kernel,
+    scan_layers: bool = True,
+) -> Callable[[Any, jax.Array, jax.Array, jax.Array], jax.Array]:
+    """The denoising step ``(params, latents, timestep, text) -> velocity`` for one candidate.
+
+    The token sequence is padded to a multiple of its sharding degree under
+    ``ctx.rules`` (padded keys are masked in self-attention; padded tokens are
+    dropped before unpatchify). ``kernel`` picks splash (TPU) or XLA attention.
+    """
+    if ctx.attention not in ATTENTION_KINDS:
+        raise WorkloadError(
+            f"Wan step: attention {ctx.attention!r} unknown; use one of {ATTENTION_KINDS}"
+        )
+    shard = _Shard(ctx)
+    grid = clip.token_grid
+    n_tok = clip.num_tokens
+    seq_deg = sharding_degree(shard.spec(_HIDDEN)[1], ctx.mesh_sizes)
+    s_pad = padded_tokens(n_tok, seq_deg)
+    q_spec = shard.spec(_QKV)
+    text_q_spec = q_spec  # cross-attention: q like self-attention, text K/V gathered
+    heads, hd, eps = cfg.num_heads, cfg.head_dim, cfg.eps
+
+    def heads_split(x: jax.Array) -> jax.Array:  # (B, S, dim) -> (B, H, S, hd)
+        b, s, _ = x.shape
+        return x.reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
+
+    def heads_merge(x: jax.Array) -> jax.Array:  # (B, H, S, hd) -> (B, S, dim)
+        b, _, s, _ = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(b, s, heads * hd)
+
+    def linear(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.einsum("...i,io->...o", x, w) + b
+
+    def block(x: jax.Array, p: Mapping[str, jax.Array], e0: jax.Array, text: jax.Array,
+              angles: jax.Array) -> jax.Array:  # fmt: skip
+        e = p["modulation"].astype(jnp.float32)[None] + e0  # (B, 6, dim)
+        e = shard(e, ("activation_batch", "modulation", "activation_embed"))
+        shift1, scale1, gate1, shift2, scale2, gate2 = (e[:, i : i + 1] for i in range(6))
+        dt = x.dtype
+
+        # Self-attention.
+        y = (_layer_norm(x, eps) * (1 + scale1) + shift1).astype(dt)
+        q = _rms_norm(linear(y, p["sa_q_w"], p["sa_q_b"]), p["sa_norm_q"], eps)
+        k = _rms_norm(linear(y, p["sa_k_w"], p["sa_k_b"]), p["sa_norm_k"], eps)
+        v = linear(y, p["sa_v_w"], p["sa_v_b"])
+        b_, s_, _ = q.shape
+        q = _apply_rope(q.reshape(b_, s_, heads, hd), angles).reshape(b_, s_, -1)
+        k = _apply_rope(k.reshape(b_, s_, heads, hd), angles).reshape(b_, s_, -1)
+        q, k, v = (shard(heads_split(t), _QKV) for t in (q, k, v))
+        a = sharded_attention(
+            q, k, v, mesh=ctx.mesh, q_spec=q_spec, kind=ctx.attention, kernel=kernel,
+            kv_valid_len=n_tok,
+        )  # fmt: skip
+        a = shard(heads_merge(a), _HIDDEN)
+        y = linear(a, p["sa_o_w"], p["sa_o_b"])
+        x = shard((x.astype(jnp.float32) + y.astype(jnp.float32) * gate1).astype(dt), _HIDDEN)
+
+        # Cross-attention to the text tokens (no modulation; LayerNorm with affine).
+        y = (_layer_norm(x, eps) * p["norm3_w"].astype(jnp.float32)
+             + p["norm3_b"].astype(jnp.float32)).astype(dt)  # fmt: skip
+        q = _rms_norm(linear(y, p["ca_q_w"], p["ca_q_b"]), p["ca_norm_q"], eps)
+        k = _rms_norm(linear(text, p["ca_k_w"], p["ca_k_b"]), p["ca_norm_k"], eps)
+        v = linear(text, p["ca_v_w"], p["ca_v_b"])
+        q = shard(heads_split(q), _QKV)
+        k, v = shard(heads_split(k), _TEXT_KV), shard(heads_split(v), _TEXT_KV)
+        a = sharded_attention(
+            q, k, v, mesh=ctx.mesh, q_spec=text_q_spec, kind="gather_kv", kernel=kernel,
+            kv_valid_len=text.shape[1],
+        )  # fmt: skip
+        a = shard(heads_merge(a), _HIDDEN)
+        x = shard(x + linear(a, p["ca_o_w"], p["ca_o_b"]), _HIDDEN)
+
+        # Feed-forward.
+        y = (_layer_norm(x, eps) * (1 + scale2) + shift2).astype(dt)
+        hmid = shard(jax.nn.gelu(linear(y, p["ffn_w1"], p["ffn_b1"]), approximate=True), _FFN)
+        y = linear(hmid, p["ffn_w2"], p["ffn_b2"])
+        return shard((x.astype(jnp.float32) + y.astype(jnp.float32) * gate2).astype(dt), _HIDDEN)
+
+    def step(params: Any, latents: jax.Array, timestep: jax.Array, text: jax.Array) -> jax.Array:
+        bsz, ch, f, h, w = latents.shape
+        pf, ph, pw = cfg.patch
+        gf, gh, gw = f // pf, h // ph, w // pw
+        # Patchify: (B, C, F, H, W) -> (B, tokens, C*pf*ph*pw), tokens ordered (f, h, w)
+        # like Conv3d(stride=patch).flatten(2).transpose(1, 2).
+        x = latents.reshape(bsz, ch, gf, pf, gh, ph, gw, pw)
+        x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(bsz, gf * gh * gw, ch * pf * ph * pw)
+        x = linear(x, params["patch_w"], params["patch_b"])
+        if s_pad != n_tok:
+            x = jnp.pad(x, ((0, 0), (0, s_pad - n_tok), (0, 0)))
+        x = shard(x, _HIDDEN)
+
+        # Time embedding and the shared modulation (f32, as Wan's autocast(float32) block).
+        e = _sinusoid(timestep, cfg.freq_dim).astype(x.dtype)
+        e = linear(e, params["time_w1"], params["time_b1"])
+        e = linear(jax.nn.silu(e), params["time_w2"], params["time_b2"])
+        e0 = linear(jax.nn.silu(e), params["time_proj_w"], params["time_proj_b"])
+        e0 = e0.astype(jnp.float32).reshape(bsz, 6, cfg.dim)
+
+        txt = linear(text, params["text_w1"], params["text_b1"])
+        txt = linear(jax.nn.gelu(txt, approximate=True), params["text_w2"], params["text_b2"])
+        txt = shard(txt, _TEXT)
+        angles = _rope_angles(cfg, grid, s_pad)
+
+        blocks = params["blocks"]
+        if scan_layers:
+
+            def body(carry: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
+                return block(carry, p, e0, txt, angles), None
+
+            x, _ = jax.lax.scan(body, x, blocks)
+        else:
+            for i in range(cfg.num_layers):
+                x = block(x, {k: v[i] for k, v in blocks.items()}, e0, txt, angles)
+
+        # Head: LayerNorm + (2, dim) modulation, Linear, unpatchify.
+        eh = params["head_modulation"].astype(jnp.float32)[None] + e.astype(jnp.float32)[:, None]
+        y = (_layer_norm(x, eps) * (1 + eh[:, 1:2]) + eh[:, 0:1]).astype(x.dtype)
+        y = linear(y, params["head_w"], params["head_b"])[:, :n_tok]
+        co = cfg.out_channels
+        y = y.reshape(bsz, gf, gh, gw, pf, ph, pw, co)
+        y = y.transpose(0, 7, 1, 4, 2, 5, 3, 6).reshape(bsz, co, f, h, w)
+        return shard(y, _LATENT)
+
+    return step
+
+
+# ---------------------------------------------------------------------------------------
+# Analytic FLOPs.
+
+
+@dataclass(frozen=True)
+class WanFlops:
+    """Matmul FLOPs of one step (2 per multiply-add), split by where they come from.
+
+    ``linear``: every Linear (patch, text, time, per-block q/k/v/o, FFN, head);
+    ``self_attention`` and ``cross_attention``: the QK^T and PV products.
+    Elementwise work (norms, softmax, RoPE, GELU) is left out; it is < 1 % for Wan.
+    """
+
+    linear: int
+    self_attention: int
+    cross_attention: int
+
+    @property
+    def total(self) -> int:
+        return self.linear + self.self_attention + self.cross_attention
+
+
+def wan_flops(cfg: WanConfig, clip: Clip, *, batch: int = CFG_BATCH, tokens: int | None = None
+              ) -> WanFlops:  # fmt: skip
+    """Analytic FLOPs of one denoising step (both CFG passes), no padding by default.
+
+    Per token of S and layer (d = dim, f = ffn_dim, T = text_len): self q/k/v/o 4*2d^2,
+    cross q/o 2*2d^2, FFN 2*2df; per text token cross k/v 2*2d^2; attention scores and
+    values 2*2*S*d (self) and 2*2*T*d (cross). Source: the module structure above.
+
+        >>> f = wan_flops(WAN_CONFIGS["wan2.1-14b"], parse_resolution("720p"))
+        >>> round(f.total / 2 / 1e15, 2), round(f.self_attention / f.total, 2)
+        (6.52, 0.72)
+    """
+    s = clip.num_tokens if tokens is None else tokens
+    d, f, t, n = cfg.dim, cfg.ffn_dim, cfg.text_len, cfg.num_layers
+    p_in = cfg.in_channels * cfg.patch_size
+    p_out = cfg.out_channels * cfg.patch_size
+    per_layer_linear = s * (2 * 4 * d * d + 2 * 2 * d * d + 2 * 2 * d * f) + t * 2 * 2 * d * d
+    outer_linear = (
+        s * 2 * p_in * d  # patch embedding
+        + t * (2 * cfg.text_dim * d + 2 * d * d)  # text embedding
+        + (2 * cfg.freq_dim * d + 2 * d * d + 2 * d * 6 * d)  # time embedding + projection
+        + s * 2 * d * p_out  # head
+    )
+    linear = batch * (n * per_layer_linear + outer_linear)
+    self_attn = batch * n * 2 * 2 * s * s * d
+    cross_attn = batch * n * 2 * 2 * s * t * d
+    return WanFlops(linear=linear, self_attention=self_attn, cross_attention=cross_attn)
+
+
+# ---------------------------------------------------------------------------------------
+# The workload value.
+
+# A candidate whose sequence padding exceeds this fraction of the tokens is rejected:
+# padded tokens are paid for in every matmul and attention.
+MAX_PAD_FRACTION = 0.01
+
+
+def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules, str],
+                                                        tuple[str, ...]]:  # fmt: skip
+    def check(sizes: Mapping[str, int], rules: Rules, attention: str) -> tuple[str, ...]:
+        names = tuple(sizes)
+        reasons: list[str] = []
+        if sizes.get("data", 1) > CFG_BATCH:
+            reasons.append(
+                f"data={sizes['data']} exceeds the CFG batch of {CFG_BATCH} "
+                f"(two passes per step); use data <= {CFG_BATCH}"
+            )
+        qkv = logical_to_pspec(_QKV, rules, names, sizes)
+        seq_deg = sharding_degree(qkv[2], sizes)
+        head_deg = sharding_degree(qkv[1], sizes)
+        if attention == "ulysses" and cfg.num_heads % (seq_deg * head_deg):
+            reasons.append(
+                f"ulysses attention needs heads ({cfg.num_heads}) divisible by sequence degree "
+                f"{seq_deg} x head degree {head_deg} = {seq_deg * head_deg}"
+            )
+        if attention in ("ulysses", "ring") and seq_deg == 1:
+            reasons.append(
+                f"{attention} attention needs a sharded sequence (activation_length degree 1 "
+                f"here); it would equal gather_kv"
+            )
+        pad = padded_tokens(clip.num_tokens, seq_deg) - clip.num_tokens
+        if pad > MAX_PAD_FRACTION * clip.num_tokens:
+            reasons.append(
+                f"sequence of {clip.num_tokens} tokens over degree {seq_deg} needs {pad} padding "
+                f"tokens (> {MAX_PAD_FRACTION:.0%}); choose a degree dividing {clip.num_tokens}"
+            )
+        return tuple(reasons)
+
+    return check
+
+
+def make_wan_workload(
+    model: str,
+    clip: Clip,
+    *,
+    kernel: Literal["auto", "splash", "xla"] = "auto",
+    scan_layers: bool = True,
+    config: WanConfig | None = None,
+) -> Workload:
+    """Build the :class:`~aoizora.workload.Workload` (see :func:`aoizora.workload.wan_workload`).
+
+    ``config`` overrides the named model (for custom test shapes).
+    """
+    if config is None:
+        if model not in WAN_CONFIGS:
+            raise WorkloadError(
+                f"unknown Wan model {model!r}; choose one of {sorted(WAN_CONFIGS)}, "
+                f"e.g. 'wan2.1-1.3b'"
+            )
+        config = WAN_CONFIGS[model]
+    cfg = config
+    if kernel not in ("auto", "splash", "xla"):
+        raise WorkloadError(f"kernel {kernel!r} unknown; use 'auto', 'splash' or 'xla'")
+    args = wan_abstract_args(cfg, clip)
+    arg_axes, out_axes = wan_logical_axes(cfg)
+
+    def build(ctx: BuildContext) -> Callable[..., Any]:
+        k: Kernel
+        if kernel == "auto":
+            k = "splash" if ctx.backend == "tpu" else "xla"
+        else:
+            k = kernel
+        return wan_step(cfg, clip, ctx, kernel=k, scan_layers=scan_layers)
+
+    b, s, d, t = CFG_BATCH, clip.num_tokens, cfg.dim, cfg.text_len
+    probes = (
+        Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
+        Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),
+        Probe("ffn", (b, s, cfg.ffn_dim), _FFN, paddable=("activation_length",)),
+        Probe("text_kv", (b, cfg.num_heads, t, cfg.head_dim), _TEXT_KV),
+    )
+    suffix = "" if (kernel == "auto" and scan_layers) else f"[{kernel},scan={scan_layers}]"
+    return Workload(
+        name=f"{cfg.name}@{clip.label}{suffix}",
+        build=build,
+        abstract_args=args,
+        arg_logical_axes=arg_axes,
+        out_logical_axes=out_axes,
+        abstract_out=args[1],  # the velocity has the latents' shape and dtype
+        rule_sets=WAN_RULE_SETS,
+        attention_kinds=ATTENTION_KINDS,
+        probes=probes,
+        check=_wan_check(cfg, clip),
+        info={
+            "kind": "wan",
+            "model": cfg.name,
+            "clip": clip.label,
+            "tokens": clip.num_tokens,
+            "num_heads": cfg.num_heads,
+            "num_layers": cfg.num_layers,
+            "num_params": cfg.num_params,
+            "analytic_flops": wan_flops(cfg, clip).total,
+        },
+    )
