@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from aoizora.errors import AoizoraError
+from aoizora.plan import load_plan
 
-__all__ = ["AoizoraError"]
+__all__ = ["AoizoraError", "load_plan"]

@@ -1,0 +1,645 @@
+"""The plan file: what the planner chose, in a form that builds the mesh on real TPUs.
+
+A plan is a versioned JSON document (schema ``"aoizora.plan/1"``) holding the
+model and clip it was made for, the slice, the logical mesh (axis names and
+sizes), the logical axis rules, the attention kind, the chosen candidate and
+placement, the device order (chip coordinates *and* libtpu physical ids, in
+mesh-flat order, i.e. the order of ``mesh.devices.flat``), the predicted step
+latencies of the winner and the baselines (labelled ``"simulated"``: they come
+from the simulator, not from a TPU) and the versions it was made with.
+
+On the TPU host::
+
+    plan = aoizora.load_plan("plan.json")
+    mesh = plan.mesh(jax.devices())          # devices placed by chip coordinates
+    spec = logical_to_pspec(("batch", "length", None), plan.rules, plan.mesh_axis_names)
+
+:meth:`Plan.to_json` is canonical: sorted keys, two-space indent, floats in
+Python's shortest round-trip form, a trailing newline; the same plan always
+gives the same bytes. :func:`load_plan` checks every field and raises
+:class:`~aoizora.errors.PlanError` naming the field, the value and what is
+allowed.
+
+Example:
+    >>> from sim.topology import load_slice
+    >>> from aoizora.device_order import DeviceOrder
+    >>> from aoizora.rules import Rules
+    >>> order = DeviceOrder.from_physical_ids((0, 1, 3, 2), mesh_shape=(2, 2),
+    ...                                       slice_=load_slice("v5e:2x2"))
+    >>> plan = Plan.create(model="wan2.1-1.3b", clip=Clip(832, 480, 81),
+    ...                    mesh_axis_names=("data", "context"), order=order,
+    ...                    rules=Rules.of("seq", [("length", "context")]),
+    ...                    attention="gather_kv", candidate_id="data2.context2/seq/gather_kv",
+    ...                    placement_id="flat<-y*x(ring)",
+    ...                    predicted=PredictedLatencies(
+    ...                        winner_s=0.5, baselines_s=(("existing deployment", 0.6),)),
+    ...                    provenance=Provenance("0.1.0", "0.10.2", "0.10.2", None))
+    >>> plan.coords
+    ((0, 0), (1, 0), (1, 1), (0, 1))
+    >>> Plan.from_json(plan.to_json()) == plan
+    True
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from aoizora.device_order import Coord, DeviceOrder
+from aoizora.errors import PlanError
+from aoizora.rules import Rules
+from aoizora.workloads.attention import ATTENTION_KINDS
+from sim.errors import TopologyError
+from sim.topology import Slice, load_slice
+
+__all__ = [
+    "PLAN_SCHEMA",
+    "ALLOWED_ATTENTION",
+    "Clip",
+    "Plan",
+    "PredictedLatencies",
+    "Provenance",
+    "load_plan",
+]
+
+PLAN_SCHEMA = "aoizora.plan/1"
+# "none" is what workloads without attention report (aoizora.workload.Workload).
+ALLOWED_ATTENTION: tuple[str, ...] = (*ATTENTION_KINDS, "none")
+_PREDICTION_SOURCE = "simulated"
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOP_KEYS = (
+    "attention",
+    "candidate",
+    "clip",
+    "device_order",
+    "mesh",
+    "model",
+    "placement",
+    "predicted_latency_s",
+    "provenance",
+    "rules",
+    "rules_name",
+    "schema",
+    "slice",
+)
+
+
+@dataclass(frozen=True)
+class Clip:
+    """The video clip a plan is for: pixel ``width`` x ``height``, ``frames`` frames."""
+
+    width: int
+    height: int
+    frames: int
+
+    def __post_init__(self) -> None:
+        for name in ("width", "height", "frames"):
+            _check_positive_int(getattr(self, name), f"clip.{name}", "e.g. 832, 480 or 81")
+
+
+@dataclass(frozen=True)
+class PredictedLatencies:
+    """Predicted step latency of the winner and of each baseline, by name.
+
+    ``source`` says where the numbers come from; plans carry only simulated ones.
+    ``baselines_s`` is kept sorted by name.
+    """
+
+    winner_s: float
+    baselines_s: tuple[tuple[str, float], ...] = ()
+    source: str = _PREDICTION_SOURCE
+
+    def __post_init__(self) -> None:
+        if self.source != _PREDICTION_SOURCE:
+            raise PlanError(
+                f"predicted_latency_s.source is {self.source!r}; allowed: "
+                f"{_PREDICTION_SOURCE!r} (plans carry simulated predictions only)"
+            )
+        object.__setattr__(
+            self, "winner_s", _check_latency(self.winner_s, "predicted_latency_s.winner")
+        )
+        pairs: list[tuple[str, float]] = []
+        for pair in self.baselines_s:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise PlanError(
+                    f"predicted_latency_s.baselines entry {pair!r} must be a (name, seconds) "
+                    "pair, e.g. ('existing deployment', 0.61)"
+                )
+            name, value = pair
+            _check_text(name, "predicted_latency_s.baselines name", "e.g. 'existing deployment'")
+            pairs.append((name, _check_latency(value, f"predicted_latency_s.baselines[{name!r}]")))
+        names = [n for n, _ in pairs]
+        if len(set(names)) != len(names):
+            raise PlanError(
+                f"predicted_latency_s.baselines names repeat: {names}; give each baseline once"
+            )
+        object.__setattr__(self, "baselines_s", tuple(sorted(pairs)))
+
+    @property
+    def speedups(self) -> dict[str, float]:
+        """Baseline latency / winner latency, per baseline (simulated)."""
+        return {name: value / self.winner_s for name, value in self.baselines_s}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Versions the plan was made with (``None`` when a package is not installed)."""
+
+    aoizora: str | None
+    jax: str | None
+    jaxlib: str | None
+    libtpu: str | None
+
+    def __post_init__(self) -> None:
+        for name in ("aoizora", "jax", "jaxlib", "libtpu"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_text(
+                    value, f"provenance.{name}", "a version string such as '0.10.2' or null"
+                )
+
+    @classmethod
+    def current(cls) -> Provenance:
+        """The installed versions, read with :mod:`importlib.metadata`."""
+        return cls(
+            aoizora=_version("aoizora"),
+            jax=_version("jax"),
+            jaxlib=_version("jaxlib"),
+            libtpu=_version("libtpu"),
+        )
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A chosen (sharding, placement) for one model, clip and slice.
+
+    ``coords[i]`` / ``physical_ids[i]`` host mesh-flat position ``i``
+    (``mesh.devices.flat[i]``). Construction validates every field against the
+    slice; see the module docstring for the file format.
+    """
+
+    model: str
+    clip: Clip
+    slice_name: str
+    mesh_axis_names: tuple[str, ...]
+    mesh_shape: tuple[int, ...]
+    rules_name: str
+    logical_rules: tuple[tuple[str, tuple[str, ...]], ...]
+    attention: str
+    candidate_id: str
+    placement_id: str
+    coords: tuple[Coord, ...]
+    physical_ids: tuple[int, ...]
+    predicted: PredictedLatencies
+    provenance: Provenance
+
+    def __post_init__(self) -> None:
+        _check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
+        _check_text(self.candidate_id, "candidate", "e.g. 'data2.context4/seq/gather_kv'")
+        _check_text(self.placement_id, "placement", "e.g. 'data<-x, context<-y'")
+        _check_text(self.rules_name, "rules_name", "e.g. 'maxdiffusion'")
+        if not isinstance(self.clip, Clip):
+            raise PlanError(f"clip must be a Clip, got {self.clip!r}")
+        if not isinstance(self.predicted, PredictedLatencies):
+            raise PlanError(
+                f"predicted_latency_s must be PredictedLatencies, got {self.predicted!r}"
+            )
+        if not isinstance(self.provenance, Provenance):
+            raise PlanError(f"provenance must be a Provenance, got {self.provenance!r}")
+        if self.attention not in ALLOWED_ATTENTION:
+            raise PlanError(
+                f"attention {self.attention!r} is not a known attention kind; allowed: "
+                f"{list(ALLOWED_ATTENTION)}"
+            )
+        slice_ = self.slice
+        self._check_mesh(slice_)
+        self._check_rules()
+        self._check_order(slice_)
+
+    # --- validation -------------------------------------------------------
+
+    def _check_mesh(self, slice_: Slice) -> None:
+        names = self.mesh_axis_names
+        if (
+            not isinstance(names, tuple)
+            or not names
+            or not all(isinstance(n, str) and _NAME_RE.match(n) for n in names)
+            or len(set(names)) != len(names)
+        ):
+            raise PlanError(
+                f"mesh.axis_names {names!r} must be distinct identifiers, e.g. "
+                "['data', 'fsdp', 'context', 'tensor']"
+            )
+        shape = self.mesh_shape
+        if not isinstance(shape, tuple) or len(shape) != len(names):
+            raise PlanError(
+                f"mesh.shape {shape!r} must give one size per axis name {list(names)}, "
+                f"e.g. {[1] * (len(names) - 1) + [slice_.num_chips]}"
+            )
+        for i, size in enumerate(shape):
+            _check_positive_int(size, f"mesh.shape[{i}]", "e.g. 2")
+        if math.prod(shape) != slice_.num_chips:
+            raise PlanError(
+                f"mesh.shape {list(shape)} has {math.prod(shape)} devices but slice "
+                f"{self.slice_name} has {slice_.num_chips} chips; the sizes must multiply to "
+                f"{slice_.num_chips}, e.g. {list(slice_.shape)}"
+            )
+
+    def _check_rules(self) -> None:
+        if not isinstance(self.logical_rules, tuple):
+            raise PlanError(f"rules {self.logical_rules!r} must be a list of pairs")
+        for i, pair in enumerate(self.logical_rules):
+            where = f"rules[{i}]"
+            if not (
+                isinstance(pair, tuple)
+                and len(pair) == 2
+                and isinstance(pair[0], str)
+                and pair[0]
+                and isinstance(pair[1], tuple)
+            ):
+                raise PlanError(
+                    f"{where} is {pair!r}; each rule is [logical name, [mesh axes...]], "
+                    "e.g. ['activation_length', ['context']]"
+                )
+            logical, axes = pair
+            for axis in axes:
+                if axis not in self.mesh_axis_names:
+                    raise PlanError(
+                        f"{where} ({logical!r}) names mesh axis {axis!r}, which is not in "
+                        f"mesh.axis_names {list(self.mesh_axis_names)}; use one of those"
+                    )
+            if len(set(axes)) != len(axes):
+                raise PlanError(
+                    f"{where} ({logical!r}) names a mesh axis twice: {list(axes)}; "
+                    "e.g. ['embed', ['context', 'fsdp']]"
+                )
+
+    def _check_order(self, slice_: Slice) -> None:
+        n = slice_.num_chips
+        if not isinstance(self.coords, tuple) or len(self.coords) != n:
+            raise PlanError(
+                f"device_order.coords has {_length(self.coords)} entries; slice "
+                f"{self.slice_name} needs exactly {n} (one per chip, mesh-flat order)"
+            )
+        if not isinstance(self.physical_ids, tuple) or len(self.physical_ids) != n:
+            raise PlanError(
+                f"device_order.physical_ids has {_length(self.physical_ids)} entries; slice "
+                f"{self.slice_name} needs exactly {n}"
+            )
+        seen: dict[Coord, int] = {}
+        for i, (coord, pid) in enumerate(zip(self.coords, self.physical_ids, strict=True)):
+            where = f"device_order.coords[{i}]"
+            if not (
+                isinstance(coord, tuple)
+                and all(isinstance(c, int) and not isinstance(c, bool) for c in coord)
+                and slice_.contains(coord)
+            ):
+                raise PlanError(
+                    f"{where} is {coord!r}; it must be {slice_.num_dims} integer coordinates on "
+                    f"{self.slice_name} (shape {list(slice_.shape)}), e.g. "
+                    f"{list(slice_.coords[-1])}"
+                )
+            if coord in seen:
+                raise PlanError(
+                    f"{where} {list(coord)} repeats device_order.coords[{seen[coord]}]; every "
+                    f"chip of {self.slice_name} must appear exactly once"
+                )
+            seen[coord] = i
+            expected = slice_.physical_id(coord)
+            if isinstance(pid, bool) or not isinstance(pid, int) or pid != expected:
+                raise PlanError(
+                    f"device_order.physical_ids[{i}] is {pid!r} but chip {list(coord)} of "
+                    f"{self.slice_name} has physical id {expected} (x fastest: id = x + X*y)"
+                )
+
+    # --- views --------------------------------------------------------------
+
+    @property
+    def slice(self) -> Slice:
+        """The slice, resolved by name (raises :class:`PlanError` for a bad name)."""
+        if not isinstance(self.slice_name, str):
+            raise PlanError(f"slice must be a string such as 'v5e:2x4', got {self.slice_name!r}")
+        try:
+            return load_slice(self.slice_name)
+        except TopologyError as exc:
+            raise PlanError(f"slice {self.slice_name!r} is not a valid slice: {exc}") from None
+
+    @property
+    def rules(self) -> Rules:
+        """The logical axis rules to apply (see :func:`aoizora.rules.logical_to_pspec`)."""
+        return Rules(name=self.rules_name, pairs=self.logical_rules)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.coords)
+
+    def device_order(self) -> DeviceOrder:
+        """The plan's placement as a :class:`DeviceOrder`."""
+        return DeviceOrder.from_physical_ids(
+            self.physical_ids, mesh_shape=self.mesh_shape, slice_=self.slice
+        )
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        model: str,
+        clip: Clip,
+        mesh_axis_names: Sequence[str],
+        order: DeviceOrder,
+        rules: Rules,
+        attention: str,
+        candidate_id: str,
+        placement_id: str,
+        predicted: PredictedLatencies,
+        provenance: Provenance | None = None,
+    ) -> Plan:
+        """A plan from planner values; ``provenance`` defaults to the installed versions."""
+        return cls(
+            model=model,
+            clip=clip,
+            slice_name=order.slice_name,
+            mesh_axis_names=tuple(mesh_axis_names),
+            mesh_shape=tuple(order.mesh_shape),
+            rules_name=rules.name,
+            logical_rules=tuple((name, tuple(axes)) for name, axes in rules.pairs),
+            attention=attention,
+            candidate_id=candidate_id,
+            placement_id=placement_id,
+            coords=tuple(tuple(c) for c in order.coords),
+            physical_ids=tuple(order.physical_ids),
+            predicted=predicted,
+            provenance=Provenance.current() if provenance is None else provenance,
+        )
+
+    # --- the mesh -------------------------------------------------------------
+
+    def mesh(self, devices: Sequence[Any]) -> jax.sharding.Mesh:
+        """A :class:`jax.sharding.Mesh` with every device on its planned chip.
+
+        Each device is matched by its chip coordinates (``device.coords``; the
+        first ``num_dims`` entries, any further entries must be 0 -- libtpu v5e
+        devices report ``(x, y, 0)``). Raises :class:`PlanError` when the
+        devices do not form exactly this slice: wrong count, missing,
+        out-of-range or duplicated coordinates.
+        """
+        slice_ = self.slice
+        devices = list(devices)
+        if len(devices) != slice_.num_chips:
+            raise PlanError(
+                f"the plan is for {self.slice_name} ({slice_.num_chips} chips) but "
+                f"{len(devices)} devices were given; pass all devices of a {self.slice_name} "
+                "slice, e.g. jax.devices()"
+            )
+        by_coord: dict[Coord, Any] = {}
+        for device in devices:
+            coord = _device_coord(device, slice_, self.slice_name)
+            if coord in by_coord:
+                raise PlanError(
+                    f"devices {_device_name(by_coord[coord])} and {_device_name(device)} both "
+                    f"report chip coordinates {list(coord)}; the plan needs one device per chip "
+                    f"of {self.slice_name} (for multi-core chips pass one core per chip)"
+                )
+            by_coord[coord] = device
+        grid = np.empty(len(self.coords), dtype=object)
+        for i, coord in enumerate(self.coords):
+            grid[i] = by_coord[coord]  # count and uniqueness above make this total
+        return jax.sharding.Mesh(grid.reshape(self.mesh_shape), self.mesh_axis_names)
+
+    # --- JSON -----------------------------------------------------------------------
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "schema": PLAN_SCHEMA,
+            "model": self.model,
+            "clip": {
+                "width": self.clip.width,
+                "height": self.clip.height,
+                "frames": self.clip.frames,
+            },
+            "slice": self.slice_name,
+            "mesh": {"axis_names": list(self.mesh_axis_names), "shape": list(self.mesh_shape)},
+            "rules_name": self.rules_name,
+            "rules": [[name, list(axes)] for name, axes in self.logical_rules],
+            "attention": self.attention,
+            "candidate": self.candidate_id,
+            "placement": self.placement_id,
+            "device_order": {
+                "coords": [list(c) for c in self.coords],
+                "physical_ids": list(self.physical_ids),
+            },
+            "predicted_latency_s": {
+                "source": self.predicted.source,
+                "winner": self.predicted.winner_s,
+                "baselines": dict(self.predicted.baselines_s),
+            },
+            "provenance": {
+                "aoizora": self.provenance.aoizora,
+                "jax": self.provenance.jax,
+                "jaxlib": self.provenance.jaxlib,
+                "libtpu": self.provenance.libtpu,
+            },
+        }
+
+    def to_json(self) -> str:
+        """Canonical JSON text: sorted keys, 2-space indent, trailing newline."""
+        # json writes floats with repr(): the shortest text that round-trips,
+        # identical on every platform, so equal plans give equal bytes.
+        return json.dumps(self.to_json_dict(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`to_json` to ``path`` (UTF-8)."""
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """Parse and validate plan JSON text (see :func:`load_plan`)."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PlanError(
+                f"plan is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
+        return cls.from_json_dict(data)
+
+    @classmethod
+    def from_json_dict(cls, data: Any) -> Plan:
+        """Validate a decoded plan document field by field and build the :class:`Plan`."""
+        if not isinstance(data, dict):
+            raise PlanError(f"a plan must be a JSON object, got {type(data).__name__}")
+        schema = data.get("schema")
+        if schema != PLAN_SCHEMA:
+            raise PlanError(
+                f"schema {schema!r} is not supported; allowed: {PLAN_SCHEMA!r} (re-run "
+                "`aoizora plan` with this version to write a plan it can read)"
+            )
+        _check_keys(data, _TOP_KEYS, "plan")
+        clip = _object(data["clip"], "clip", ("frames", "height", "width"))
+        mesh = _object(data["mesh"], "mesh", ("axis_names", "shape"))
+        order = _object(data["device_order"], "device_order", ("coords", "physical_ids"))
+        predicted = _object(
+            data["predicted_latency_s"], "predicted_latency_s", ("baselines", "source", "winner")
+        )
+        provenance = _object(
+            data["provenance"], "provenance", ("aoizora", "jax", "jaxlib", "libtpu")
+        )
+        baselines = _object(predicted["baselines"], "predicted_latency_s.baselines", None)
+        return cls(
+            model=_text(data["model"], "model"),
+            clip=Clip(width=clip["width"], height=clip["height"], frames=clip["frames"]),
+            slice_name=_text(data["slice"], "slice"),
+            mesh_axis_names=tuple(_list(mesh["axis_names"], "mesh.axis_names")),
+            mesh_shape=tuple(_list(mesh["shape"], "mesh.shape")),
+            rules_name=_text(data["rules_name"], "rules_name"),
+            logical_rules=_rules(data["rules"]),
+            attention=_text(data["attention"], "attention"),
+            candidate_id=_text(data["candidate"], "candidate"),
+            placement_id=_text(data["placement"], "placement"),
+            coords=tuple(
+                tuple(_list(c, f"device_order.coords[{i}]"))
+                for i, c in enumerate(_list(order["coords"], "device_order.coords"))
+            ),
+            physical_ids=tuple(_list(order["physical_ids"], "device_order.physical_ids")),
+            predicted=PredictedLatencies(
+                winner_s=predicted["winner"],
+                baselines_s=tuple(baselines.items()),
+                source=predicted["source"],
+            ),
+            provenance=Provenance(**provenance),
+        )
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file written by :meth:`Plan.save`.
+
+    Raises :class:`PlanError` for a missing or unreadable file, invalid JSON, an
+    unknown schema version, a missing/unknown/ill-typed field, or values that do
+    not fit the slice (naming the field, the value and what is allowed).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"cannot read plan file {str(path)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PlanError(f"plan file {str(path)!r} is not UTF-8 text") from None
+    return Plan.from_json(text)
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def _length(value: object) -> object:
+    return len(value) if isinstance(value, tuple | list) else repr(value)
+
+
+def _check_text(value: object, field: str, example: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise PlanError(f"{field} is {value!r}; it must be a non-empty string, {example}")
+
+
+def _check_positive_int(value: object, field: str, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlanError(f"{field} is {value!r}; it must be a positive integer, {example}")
+
+
+def _check_latency(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{field} is {value!r}; it must be a number of seconds, e.g. 0.42")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise PlanError(f"{field} is {value!r}; it must be a positive finite number of seconds")
+    return seconds
+
+
+def _check_keys(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    missing = sorted(set(allowed) - set(data))
+    unknown = sorted(set(data) - set(allowed))
+    if missing:
+        raise PlanError(f"{where} lacks field(s) {missing}; a plan has {sorted(allowed)}")
+    if unknown:
+        raise PlanError(f"{where} has unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def _object(value: Any, field: str, keys: Sequence[str] | None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PlanError(f"{field} is {value!r}; it must be a JSON object")
+    if keys is not None:
+        _check_keys(value, keys, field)
+    return value
+
+
+def _list(value: Any, field: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise PlanError(f"{field} is {value!r}; it must be a JSON list")
+    return value
+
+
+def _text(value: Any, field: str) -> str:
+    _check_text(value, field, "see the plan schema")
+    return str(value)
+
+
+def _rules(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for i, pair in enumerate(_list(value, "rules")):
+        ok = (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], list)
+            and all(isinstance(a, str) for a in pair[1])
+        )
+        if not ok:
+            raise PlanError(
+                f"rules[{i}] is {pair!r}; each rule is [logical name, [mesh axes...]], e.g. "
+                "['activation_length', ['context']]"
+            )
+        out.append((pair[0], tuple(pair[1])))
+    return tuple(out)
+
+
+def _device_name(device: Any) -> str:
+    return f"id {getattr(device, 'id', '?')}"
+
+
+def _device_coord(device: Any, slice_: Slice, slice_name: str) -> Coord:
+    raw = getattr(device, "coords", None)
+    if raw is None:
+        raise PlanError(
+            f"device {_device_name(device)} ({device!r}) has no chip coordinates (.coords); "
+            "pass TPU devices (jax.devices() on a TPU host, or "
+            "jax.experimental.topologies.get_topology_desc(...).devices)"
+        )
+    try:
+        values = tuple(operator.index(c) for c in raw)
+    except TypeError:
+        raise PlanError(
+            f"device {_device_name(device)} reports non-integer chip coordinates {raw!r}; "
+            "TPU devices report integers such as [1, 2, 0]"
+        ) from None
+    head, tail = values[: slice_.num_dims], values[slice_.num_dims :]
+    if len(head) != slice_.num_dims or any(tail) or not slice_.contains(head):
+        raise PlanError(
+            f"device {_device_name(device)} reports chip coordinates {list(values)}, which are "
+            f"not on {slice_name} (shape {list(slice_.shape)}, coordinates like "
+            f"{list(slice_.coords[-1]) + [0] * len(tail)}); pass the devices of a {slice_name} "
+            "slice"
+        )
+    return head
