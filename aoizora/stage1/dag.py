@@ -1,0 +1,820 @@
+"""The Stage-1 prediction DAG: explicit and implicit communication plus compute, per chip.
+
+Input is a propagated :class:`~aoizora.stage1.shardy.ShardyModule`; output a
+:class:`PredictionDag` whose :class:`Node` values are
+
+* ``compute`` -- a ``dot_general``, ``convolution`` or opaque kernel
+  (``custom_call``) with its FLOPs and HBM bytes per chip;
+* ``explicit`` -- a collective the user wrote (``shard_map`` bodies:
+  ``all_gather``, ``psum`` -> ``all_reduce``, ``ppermute`` ->
+  ``collective_permute``, ``all_to_all``; Shardy's ``sdy.all_gather`` etc.);
+* ``implicit`` -- a collective the SPMD partitioner will have to insert:
+
+  - a *reshard* where a value's sharding differs from what its user needs
+    (the user's sharding rule projected from the user's own sharding, a
+    ``with_sharding_constraint``, a ``shard_map`` ``in_specs``, a loop carry, a
+    function boundary, the jit's ``out_shardings``);
+  - a *reduction* over a sharded contracting (reduction) factor, e.g. a
+    ``dot_general`` whose contracting dimension is split over a mesh axis:
+    an all-reduce of the partial result over that axis;
+  - the boundary of an opaque kernel (``custom_call`` without a Shardy rule
+    outside ``shard_map``): its operands must arrive replicated.
+
+How the partitioner's choice is predicted (Shardy's factor model, the same
+idea as ``sdy-insert-explicit-reshards``): every op has a sharding rule that
+names *factors* of its dimensions. The op runs in its *own* (propagated) result
+sharding, which fixes the axes of every factor that appears in a result. A
+factor only in operands (a contracting factor) keeps the axes of the largest
+operand that has it sharded, minus axes already used -- moving the big operand
+is what the partitioner avoids. Each operand is then resharded to the target
+projected on its dimensions:
+
+* axes the operand has but the target does not -> all-gather over them;
+* axes that change dimension -> all-to-all over them;
+* axes only the target has -> a local slice (free, no node).
+
+Per-node bytes follow the compiled-HLO convention, so they can be compared with
+``compiled.as_text()``: all-gather = its *output* per device, reduce-scatter =
+its *input*, all-reduce / all-to-all / collective-permute = the buffer.
+Everything inside a ``stablehlo.while`` (``jax.lax.scan``) is multiplied by the
+trip count derived from the loop (``count``).
+
+>>> import jax, jax.numpy as jnp
+>>> from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
+>>> from aoizora.stage1.shardy import read_lowered
+>>> mesh = AbstractMesh((2,), ("m",), axis_types=(AxisType.Auto,))
+>>> a = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+>>> low = jax.jit(lambda x, y: x @ y.T, in_shardings=NamedSharding(mesh, P(None, "m")),
+...               out_shardings=NamedSharding(mesh, P())).trace(a, a).lower(
+...     lowering_platforms=("tpu",))
+>>> dag = build_dag(read_lowered(low))
+>>> [(n.kind, n.collective, n.axes, n.bytes_per_device) for n in dag.nodes]
+[('compute', '', (), 0), ('implicit', 'all-reduce', ('m',), 64)]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aoizora.stage1.shardy import (
+    AxisRef,
+    Block,
+    Function,
+    Op,
+    Sharding,
+    ShardingRule,
+    ShardyModule,
+    Stage1Error,
+    TensorType,
+)
+
+__all__ = [
+    "COLLECTIVES",
+    "Node",
+    "PredictionDag",
+    "build_dag",
+    "reshard_collectives",
+]
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+_EXPLICIT_HLO = {
+    "stablehlo.all_gather": "all-gather",
+    "stablehlo.all_reduce": "all-reduce",
+    "stablehlo.reduce_scatter": "reduce-scatter",
+    "stablehlo.all_to_all": "all-to-all",
+    "stablehlo.collective_permute": "collective-permute",
+    "stablehlo.collective_broadcast": "collective-permute",
+}
+_SDY_RESHARD_COLLECTIVES = (
+    "sdy.all_gather",
+    "sdy.all_slice",
+    "sdy.all_to_all",
+    "sdy.collective_permute",
+)
+_RETURNS = ("func.return", "stablehlo.return", "sdy.return")
+# Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
+_ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
+# Dependency lists are truncated to the latest producers: enough for ordering,
+# and it keeps the DAG linear in the program size.
+_MAX_DEPS = 16
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of the prediction DAG (one execution costs this; it runs ``count`` times).
+
+    ``axes`` are mesh axis names in mesh order, ``axis_sizes`` the extent of one
+    replica group along each (a sub-axis gives less than the axis size),
+    ``group_size`` their product; ``bytes_per_device`` is the payload of one
+    execution on one chip (HLO convention, see the module docstring).
+    """
+
+    node_id: int
+    kind: str  # "compute" | "explicit" | "implicit"
+    collective: str  # one of COLLECTIVES, "" for compute
+    axes: tuple[str, ...]
+    axis_sizes: tuple[int, ...]  # chips of one group along each of ``axes``
+    group_size: int
+    bytes_per_device: int
+    flops_per_chip: float
+    hbm_bytes_per_chip: float
+    count: int
+    deps: tuple[int, ...]
+    op: str
+    reason: str
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "kind": self.kind,
+            "collective": self.collective,
+            "axes": list(self.axes),
+            "axis_sizes": list(self.axis_sizes),
+            "group_size": self.group_size,
+            "bytes_per_device": self.bytes_per_device,
+            "flops_per_chip": self.flops_per_chip,
+            "hbm_bytes_per_chip": self.hbm_bytes_per_chip,
+            "count": self.count,
+            "deps": list(self.deps),
+            "op": self.op,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class PredictionDag:
+    """The DAG plus the per-chip memory estimate of the same program.
+
+    ``memory_bytes_per_chip = argument_bytes_per_chip + peak_temp_bytes_per_chip``:
+    arguments (sharded parameters and inputs) stay live for the whole step; the
+    temporary peak is a liveness scan of the entry function in program order
+    (a value lives from its definition to its last use; a loop, ``shard_map`` or
+    call adds its body's own peak at that point, counted once, not per trip;
+    each op adds the resharded copies of its operands, e.g. all-gathered
+    weights). XLA's scheduler may do better or worse; this is an estimate.
+    """
+
+    nodes: tuple[Node, ...]
+    mesh_axes: tuple[tuple[str, int], ...]
+    argument_bytes_per_chip: int
+    peak_temp_bytes_per_chip: int
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def memory_bytes_per_chip(self) -> int:
+        return self.argument_bytes_per_chip + self.peak_temp_bytes_per_chip
+
+    @property
+    def comm_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.kind != "compute")
+
+    @property
+    def flops_per_chip(self) -> float:
+        return sum(n.flops_per_chip * n.count for n in self.nodes)
+
+
+# --------------------------------------------------------------------------- resharding
+
+
+def _positions(s: Sharding) -> dict[AxisRef, tuple[int, int]]:
+    return {a: (d, i) for d, axes in enumerate(s.dims) for i, a in enumerate(axes)}
+
+
+def reshard_collectives(
+    src: Sharding, dst: Sharding, tensor: TensorType
+) -> list[tuple[str, tuple[AxisRef, ...], int]]:
+    """The collectives that turn a ``src``-sharded tensor into ``dst``: (kind, axes, bytes).
+
+    Added axes are sliced first (free), moved axes go through one all-to-all on
+    the sliced buffer, dropped axes are all-gathered last (output = ``dst``
+    shard). The same decomposition as Shardy's ``sdy-reshard-to-collectives``.
+
+    >>> x, y = AxisRef("x", 2), AxisRef("y", 4)
+    >>> t = TensorType((8, 16), 2)
+    >>> reshard_collectives(Sharding(((x,), ())), Sharding(((), ())), t)
+    [('all-gather', (AxisRef(name='x', size=2, pre_size=1, is_sub_axis=False),), 256)]
+    >>> [(k, b) for k, _, b in reshard_collectives(Sharding(((y,), ())), Sharding(((), (y,))), t)]
+    [('all-to-all', 64)]
+    >>> reshard_collectives(Sharding(((), ())), Sharding(((x,), (y,))), t)
+    []
+    """
+    if len(src.dims) != len(dst.dims) or src == dst:
+        return []
+    sp, dp = _positions(src), _positions(dst)
+    removed = [a for a in sp if a not in dp]
+    moved = [a for a in sp if a in dp and sp[a][0] != dp[a][0]]
+    # Same dimension but a different major-to-minor order is a permutation: all-to-all.
+    for d in range(len(src.dims)):
+        kept_src = [a for a in src.dims[d] if a in dp and dp[a][0] == d]
+        kept_dst = [a for a in dst.dims[d] if a in sp and sp[a][0] == d]
+        if kept_src != kept_dst:
+            moved.extend(a for a in kept_src if a not in moved)
+    added = [a for a in dp if a not in sp]
+    out: list[tuple[str, tuple[AxisRef, ...], int]] = []
+    if moved:
+        inter = [list(axes) for axes in src.dims]
+        for a in added:
+            inter[dp[a][0]].append(a)
+        nbytes = tensor.shard_bytes(Sharding(tuple(tuple(d) for d in inter)))
+        out.append(("all-to-all", tuple(moved), nbytes))
+    if removed:
+        out.append(("all-gather", tuple(removed), tensor.shard_bytes(dst)))
+    return out
+
+
+def _factor_axes(
+    sharding: Sharding, mapping: Sequence[Sequence[int]], factor_sizes: Sequence[int]
+) -> dict[int, tuple[AxisRef, ...]]:
+    """Split each dimension's axes among its factors, major factor first (Shardy's rule)."""
+    out: dict[int, tuple[AxisRef, ...]] = {}
+    for d, factors in enumerate(mapping):
+        if not factors or d >= len(sharding.dims):
+            continue
+        remaining = [factor_sizes[f] for f in factors]
+        fi = 0
+        for a in sharding.dims[d]:
+            while fi < len(factors) - 1 and (remaining[fi] <= 1 or remaining[fi] % a.size):
+                fi += 1
+            f = factors[fi]
+            out[f] = out.get(f, ()) + (a,)
+            remaining[fi] = max(1, remaining[fi] // a.size)
+    return out
+
+
+def _project(target: dict[int, tuple[AxisRef, ...]], mapping: Sequence[Sequence[int]]) -> Sharding:
+    return Sharding(
+        tuple(tuple(a for f in factors for a in target.get(f, ())) for factors in mapping)
+    )
+
+
+# --------------------------------------------------------------------------- builder
+
+
+@dataclass
+class _Ctx:
+    count: int
+    manual: frozenset[str]
+    depth: int = 0
+
+
+class _Builder:
+    def __init__(self, module: ShardyModule) -> None:
+        self.m = module
+        self.axis_sizes = dict(module.mesh_axes)
+        self.axis_order = {name: i for i, (name, _) in enumerate(module.mesh_axes)}
+        self.nodes: list[Node] = []
+        self.frontier: dict[int, tuple[int, ...]] = {}
+        self.defs: dict[int, Op] = {}
+        self.const_int: dict[int, int] = {}
+        self.warnings: list[str] = []
+        self.transient: dict[int, int] = {}  # id(op) -> resharded operand bytes at that op
+        for fn in module.functions.values():
+            self._index(fn.body)
+
+    # ---- helpers
+    def _index(self, block: Block) -> None:
+        for op in block.ops:
+            for r in op.results:
+                self.defs[r] = op
+            if op.int_value is not None and op.results:
+                self.const_int[op.results[0]] = op.int_value
+            for region in op.regions:
+                self._index(region)
+
+    def _type(self, v: int) -> TensorType:
+        return self.m.value_types[v]
+
+    def _sharding(self, v: int) -> Sharding:
+        s = self.m.value_shardings[v]
+        rank = len(self._type(v).shape)
+        if s is None or len(s.dims) != rank:
+            return Sharding.replicated(rank)
+        return s
+
+    def _bytes(self, v: int) -> int:
+        return self._type(v).shard_bytes(self._sharding(v))
+
+    def _axis_names(self, axes: Sequence[AxisRef] | Sequence[str]) -> tuple[str, ...]:
+        names = {a.name if isinstance(a, AxisRef) else a for a in axes}
+        return tuple(sorted(names, key=lambda n: (self.axis_order.get(n, 1 << 30), n)))
+
+    def _extents(self, axes: Sequence[AxisRef]) -> list[tuple[str, int]]:
+        sizes: dict[str, int] = {}
+        for a in axes:
+            sizes[a.name] = sizes.get(a.name, 1) * a.size
+        return [(n, sizes[n]) for n in self._axis_names(list(sizes))]
+
+    def _deps(self, values: Sequence[int]) -> tuple[int, ...]:
+        ids: set[int] = set()
+        for v in values:
+            ids.update(self.frontier.get(v, ()))
+        return tuple(sorted(ids)[-_MAX_DEPS:])
+
+    def _add(
+        self,
+        *,
+        kind: str,
+        collective: str,
+        axes: Sequence[tuple[str, int]],
+        nbytes: int,
+        ctx: _Ctx,
+        deps: tuple[int, ...],
+        op: Op,
+        reason: str,
+        flops: float = 0.0,
+        hbm_bytes: float = 0.0,
+    ) -> int:
+        nid = len(self.nodes)
+        self.nodes.append(
+            Node(
+                node_id=nid,
+                kind=kind,
+                collective=collective,
+                axes=tuple(n for n, _ in axes),
+                axis_sizes=tuple(e for _, e in axes),
+                group_size=math.prod(e for _, e in axes),
+                bytes_per_device=int(nbytes),
+                flops_per_chip=float(flops),
+                hbm_bytes_per_chip=float(hbm_bytes),
+                count=ctx.count,
+                deps=deps,
+                op=op.name,
+                reason=reason,
+            )
+        )
+        return nid
+
+    def _reshard(
+        self, v: int, dst: Sharding, ctx: _Ctx, op: Op, reason: str, *, kind: str = "implicit"
+    ) -> int | None:
+        """Add the nodes moving value ``v`` to ``dst``; return the last node id, if any."""
+        src = self._sharding(v)
+        if len(dst.dims) != len(src.dims):
+            return None
+        last = None
+        deps = self._deps([v])
+        for coll, axes, nbytes in reshard_collectives(src, dst, self._type(v)):
+            last = self._add(
+                kind=kind,
+                collective=coll,
+                axes=self._extents(axes),
+                nbytes=nbytes,
+                ctx=ctx,
+                deps=deps,
+                op=op,
+                reason=f"{reason}: {src.label()} -> {dst.label()}",
+            )
+            deps = (last,)
+        if last is not None:
+            self.transient[id(op)] = self.transient.get(id(op), 0) + self._type(v).shard_bytes(dst)
+        return last
+
+    def _reshard_operands(
+        self, op: Op, wanted: Sequence[Sharding | None], ctx: _Ctx, reason: str
+    ) -> list[tuple[int, ...]]:
+        """Reshard every operand to ``wanted`` (None = leave); the operands' new frontiers."""
+        fronts = []
+        for i, v in enumerate(op.operands):
+            dst = wanted[i] if i < len(wanted) else None
+            last = None
+            if dst is not None:
+                last = self._reshard(v, dst, ctx, op, f"{reason} (operand {i})")
+            fronts.append((last,) if last is not None else self.frontier.get(v, ()))
+        return fronts
+
+    def _set_results(self, op: Op, front: tuple[int, ...]) -> None:
+        for r in op.results:
+            self.frontier[r] = front
+
+    # ---- walking
+    def build_function(self, fn: Function, ctx: _Ctx) -> None:
+        for a in fn.body.args:
+            self.frontier.setdefault(a, ())
+        self._block(fn.body, ctx)
+        ret = fn.body.ops[-1] if fn.body.ops else None
+        if ret is not None and ret.name in _RETURNS:
+            wanted = [s.without(ctx.manual) if s is not None else None for s in fn.result_shardings]
+            self._reshard_operands(ret, wanted, ctx, "result sharding of @" + fn.name)
+
+    def _block(self, block: Block, ctx: _Ctx) -> None:
+        for op in block.ops:
+            if op.name not in _RETURNS:
+                self._op(op, ctx)
+
+    def _return_front(self, block: Block) -> tuple[int, ...]:
+        if block.ops and block.ops[-1].name in _RETURNS:
+            return self._deps(block.ops[-1].operands)
+        return ()
+
+    def _op(self, op: Op, ctx: _Ctx) -> None:
+        name = op.name
+        if name == "sdy.manual_computation":
+            self._manual(op, ctx)
+        elif name == "stablehlo.while":
+            self._while(op, ctx)
+        elif name in ("func.call", "call"):
+            self._call(op, ctx)
+        elif name in _EXPLICIT_HLO:
+            self._explicit_hlo(op, ctx, _EXPLICIT_HLO[name])
+        elif name in ("sdy.reshard", "sdy.sharding_constraint") or name in _SDY_RESHARD_COLLECTIVES:
+            assert op.target_sharding is not None  # set by the reader for these ops
+            kind = "implicit" if name in ("sdy.reshard", "sdy.sharding_constraint") else "explicit"
+            last = self._reshard(op.operands[0], op.target_sharding, ctx, op, name, kind=kind)
+            self._set_results(op, (last,) if last is not None else self._deps(op.operands))
+        elif name in ("sdy.all_reduce", "sdy.reduce_scatter"):
+            self._sdy_reduce(op, ctx)
+        elif name == "stablehlo.custom_call":
+            self._custom_call(op, ctx)
+        elif op.rule is not None:
+            self._ruled(op, ctx)
+        else:
+            for region in op.regions:  # case/if branches, reduce bodies...
+                self._block(region, ctx)
+            self._set_results(op, self._deps(op.operands))
+
+    def _manual(self, op: Op, ctx: _Ctx) -> None:
+        wanted = [s.without(ctx.manual) for s in op.in_shardings]
+        fronts = self._reshard_operands(op, wanted, ctx, "shard_map in_specs")
+        body = op.regions[0]
+        for a, f in zip(body.args, fronts, strict=False):
+            self.frontier[a] = f
+        inner = _Ctx(ctx.count, ctx.manual | frozenset(op.manual_axes), ctx.depth)
+        self._block(body, inner)
+        self._set_results(op, self._return_front(body))
+
+    def _while(self, op: Op, ctx: _Ctx) -> None:
+        trip = self._trip_count(op)
+        loop_sh = [self._sharding(r) for r in op.results]
+        fronts = self._reshard_operands(op, loop_sh, ctx, "loop carry")
+        cond, body = op.regions[0], op.regions[1]
+        for region, count in ((cond, ctx.count * (trip + 1)), (body, ctx.count * trip)):
+            for a, f in zip(region.args, fronts, strict=False):
+                self.frontier[a] = f
+            self._block(region, _Ctx(count, ctx.manual, ctx.depth))
+        ret = body.ops[-1] if body.ops else None
+        if ret is not None and ret.name in _RETURNS and trip > 0:
+            self._reshard_operands(
+                ret, loop_sh, _Ctx(ctx.count * trip, ctx.manual), "loop carry back"
+            )
+        self._set_results(op, self._return_front(body) or self._deps(op.operands))
+
+    def _call(self, op: Op, ctx: _Ctx) -> None:
+        fn = self.m.functions.get(op.callee)
+        if fn is None or ctx.depth > 64:
+            self.warnings.append(f"call to @{op.callee} not followed (missing or too deep)")
+            self._set_results(op, self._deps(op.operands))
+            return
+        wanted = [s.without(ctx.manual) if s is not None else None for s in fn.arg_shardings]
+        fronts = self._reshard_operands(op, wanted, ctx, f"arguments of @{fn.name}")
+        for a, f in zip(fn.body.args, fronts, strict=False):
+            self.frontier[a] = f
+        self.build_function(fn, _Ctx(ctx.count, ctx.manual, ctx.depth + 1))
+        self._set_results(op, self._return_front(fn.body))
+
+    # ---- loops
+    def _trip_count(self, op: Op) -> int:
+        """Trip count of a ``stablehlo.while`` from ``compare(i, N)`` in cond, i's init and step.
+
+        jax.lax.scan lowers to ``while(i = 0, ...)`` with cond ``i < N`` and body
+        ``i + 1``; TPU-compiled HLO keeps no ``known_trip_count`` (FACTS.md), so
+        we read it from the loop itself.
+        """
+        cond, body = op.regions[0], op.regions[1]
+        try:
+            ret = cond.ops[-1]
+            cmp = self.defs[ret.operands[0]]
+            if cmp.name != "stablehlo.compare":
+                raise KeyError(cmp.name)
+            lhs, rhs = cmp.operands[0], cmp.operands[1]
+            direction = cmp.compare_direction
+            if lhs not in cond.args:
+                lhs, rhs = rhs, lhs
+                direction = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(
+                    direction, direction
+                )
+            k = cond.args.index(lhs)
+            bound = self.const_int[rhs]
+            init = self.const_int[op.operands[k]]
+            step_op = self.defs[body.ops[-1].operands[k]]
+            if step_op.name not in ("stablehlo.add", "stablehlo.subtract"):
+                raise KeyError(step_op.name)
+            other = [v for v in step_op.operands if v != body.args[k]]
+            step = self.const_int[other[0]] * (-1 if step_op.name == "stablehlo.subtract" else 1)
+        except (KeyError, IndexError, ValueError) as e:
+            self.warnings.append(
+                f"trip count of a stablehlo.while ({op.location or 'no location'}) not derivable "
+                f"({e}); counted once"
+            )
+            return 1
+        span = bound - init
+        if step == 0:
+            return 1
+        if direction in ("LT", "GT", "NE"):
+            trip = -(-span // step)
+        elif direction in ("LE", "GE"):
+            trip = span // step + 1
+        else:
+            trip = 1
+        return max(0, int(trip))
+
+    # ---- explicit collectives
+    def _coords(self, device: int) -> tuple[int, ...]:
+        ids = self.m.device_ids
+        pos = ids.index(device) if ids and device in ids else device
+        sizes = [s for _, s in self.m.mesh_axes]
+        return tuple(int(c) for c in np.unravel_index(pos, sizes)) if sizes else ()
+
+    def _varying_axes(self, groups: Sequence[Sequence[int]]) -> list[tuple[str, int]]:
+        """Mesh axes along which the members of a group differ, with the group's extent."""
+        names = [n for n, _ in self.m.mesh_axes]
+        extent: dict[str, int] = {}
+        for g in groups:
+            coords = [self._coords(d) for d in g]
+            for i, n in enumerate(names):
+                k = len({c[i] for c in coords})
+                if k > 1:
+                    extent[n] = max(extent.get(n, 1), k)
+        return [(n, extent[n]) for n in self._axis_names(list(extent))]
+
+    def _explicit_hlo(self, op: Op, ctx: _Ctx, collective: str) -> None:
+        if op.source_target_pairs:
+            # A permutation moves data between the pair's chips only: the extent
+            # along an axis is that axis' size (the shift spans it).
+            axes = [
+                (n, self.axis_sizes[n])
+                for n, _ in self._varying_axes([list(p) for p in op.source_target_pairs])
+            ]
+        else:
+            groups = op.replica_groups or (tuple(range(math.prod(self.axis_sizes.values()))),)
+            axes = self._varying_axes(groups)
+        values = op.results if collective == "all-gather" else op.operands
+        nbytes = sum(self._bytes(v) for v in values)
+        nid = self._add(
+            kind="explicit",
+            collective=collective,
+            axes=axes,
+            nbytes=nbytes,
+            ctx=ctx,
+            deps=self._deps(op.operands),
+            op=op,
+            reason=f"{op.name} in shard_map",
+        )
+        self._set_results(op, (nid,))
+
+    def _sdy_reduce(self, op: Op, ctx: _Ctx) -> None:
+        names = self._axis_names([a for a in op.reduction_axes if a in self.axis_sizes])
+        collective = "all-reduce" if op.name == "sdy.all_reduce" else "reduce-scatter"
+        v = op.results[0] if collective == "all-reduce" else op.operands[0]
+        nid = self._add(
+            kind="explicit",
+            collective=collective,
+            axes=[(n, self.axis_sizes[n]) for n in names],
+            nbytes=self._bytes(v),
+            ctx=ctx,
+            deps=self._deps(op.operands),
+            op=op,
+            reason=op.name,
+        )
+        self._set_results(op, (nid,))
+
+    # ---- ops with a sharding rule
+    def _target(self, op: Op, rule: ShardingRule) -> dict[int, tuple[AxisRef, ...]]:
+        target: dict[int, tuple[AxisRef, ...]] = {}
+        for ri, r in enumerate(op.results):
+            if ri < len(rule.result_factors):
+                fa = _factor_axes(self._sharding(r), rule.result_factors[ri], rule.factor_sizes)
+                for factors in rule.result_factors[ri]:
+                    for f in factors:
+                        target.setdefault(f, fa.get(f, ()))
+        order = sorted(
+            range(min(len(op.operands), len(rule.operand_factors))),
+            key=lambda i: (-self._type(op.operands[i]).size_bytes, i),
+        )
+        operand_fa = {
+            i: _factor_axes(
+                self._sharding(op.operands[i]), rule.operand_factors[i], rule.factor_sizes
+            )
+            for i in order
+        }
+        # Operand-driven exception (what GSPMD does for dots and reductions): an
+        # axis that shards a reduction factor in an operand but, in the result,
+        # a factor no operand shards with it, stays on the reduction factor. The
+        # op then computes partial sums, all-reduces them and slices the result
+        # locally, instead of moving both operands.
+        for f in rule.reduction:
+            for i in order:
+                for a in operand_fa[i].get(f, ()):
+                    holder = next((g for g, axes in target.items() if a in axes), None)
+                    if holder is None or holder in rule.reduction:
+                        continue
+                    if not any(a in operand_fa[j].get(holder, ()) for j in order):
+                        target[holder] = tuple(x for x in target[holder] if x != a)
+        used = {a.name for axes in target.values() for a in axes}
+        for f in range(len(rule.factor_sizes)):
+            if f in target:
+                continue
+            chosen: tuple[AxisRef, ...] = ()
+            if f not in rule.need_replication:
+                for i in order:
+                    cand = tuple(a for a in operand_fa[i].get(f, ()) if a.name not in used)
+                    if cand:
+                        chosen = cand
+                        break
+            target[f] = chosen
+            used.update(a.name for a in chosen)
+        return target
+
+    def _ruled(self, op: Op, ctx: _Ctx) -> None:
+        rule = op.rule
+        assert rule is not None
+        target = self._target(op, rule)
+        wanted = [_project(target, m) for m in rule.operand_factors]
+        fronts = self._reshard_operands(op, wanted, ctx, op.name)
+        deps = tuple(sorted({d for f in fronts for d in f})[-_MAX_DEPS:])
+        last: int | None = None
+        if op.name in ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
+            shards = math.prod(a.size for axes in target.values() for a in axes)
+            if op.name == "stablehlo.convolution":
+                flops = self._conv_flops(op)
+            else:
+                # 2 FLOPs per multiply-add over every (batch, free, contracting) index.
+                flops = 2.0 * math.prod(rule.factor_sizes)
+            hbm = sum(
+                self._type(v).shard_bytes(w) for v, w in zip(op.operands, wanted, strict=False)
+            ) + sum(self._bytes(r) for r in op.results)
+            last = self._add(
+                kind="compute",
+                collective="",
+                axes=(),
+                nbytes=0,
+                ctx=ctx,
+                deps=deps,
+                op=op,
+                reason=op.location or op.name,
+                flops=flops / shards,
+                hbm_bytes=hbm,
+            )
+            deps = (last,)
+        red_axes = [a for f in rule.reduction for a in target.get(f, ())]
+        if red_axes:
+            last = self._add(
+                kind="implicit",
+                collective="all-reduce",
+                axes=self._extents(red_axes),
+                # The partial result is reduced in the op's computing sharding
+                # (the target), before any local slicing to the result's own.
+                nbytes=sum(
+                    self._type(r).shard_bytes(_project(target, m))
+                    for r, m in zip(op.results, rule.result_factors, strict=False)
+                ),
+                ctx=ctx,
+                deps=deps,
+                op=op,
+                reason=f"{op.name} reduces over sharded factor(s) on {self._axis_names(red_axes)}",
+            )
+        for region in op.regions:
+            self._block(region, ctx)
+        self._set_results(op, (last,) if last is not None else deps)
+
+    def _conv_flops(self, op: Op) -> float:
+        """2 x output elements x (kernel elements / output features), global.
+
+        Each output element is a dot product over the kernel window and the
+        input features of its group; the kernel holds exactly that many weights
+        per output feature (StableHLO convolution semantics).
+        """
+        out = self._type(op.results[0])
+        kernel = self._type(op.operands[1])
+        d = op.kernel_output_feature_dim
+        out_features = kernel.shape[d] if 0 <= d < len(kernel.shape) else 1
+        return 2.0 * out.num_elements * kernel.num_elements / max(1, out_features)
+
+    # ---- opaque kernels
+    def _custom_call(self, op: Op, ctx: _Ctx) -> None:
+        free = [a for a in self.axis_sizes if a not in ctx.manual]
+        if op.rule is not None:
+            self._ruled(op, ctx)
+            fronts = [self.frontier.get(r, ()) for r in op.results]
+            deps = tuple(sorted({d for f in fronts for d in f}))
+        else:
+            wanted: list[Sharding | None] = (
+                [Sharding.replicated(len(self._type(v).shape)) for v in op.operands] if free else []
+            )
+            fronts = self._reshard_operands(
+                op, wanted, ctx, f"opaque custom call {op.call_target} needs replicated operands"
+            )
+            deps = tuple(sorted({d for f in fronts for d in f})[-_MAX_DEPS:])
+        flops, hbm = self._kernel_cost(op)
+        if flops is None:
+            self._set_results(op, deps)
+            if op.call_target == "tpu_custom_call":
+                self.warnings.append(
+                    f"kernel {op.kernel_name or op.call_target!r} has no CostEstimate; its FLOPs "
+                    "are not counted"
+                )
+            return
+        nid = self._add(
+            kind="compute",
+            collective="",
+            axes=(),
+            nbytes=0,
+            ctx=ctx,
+            deps=deps,
+            op=op,
+            reason=f"kernel {op.kernel_name or op.call_target}",
+            flops=flops,
+            hbm_bytes=hbm,
+        )
+        self._set_results(op, (nid,))
+
+    def _kernel_cost(self, op: Op) -> tuple[float | None, float]:
+        """(FLOPs, HBM bytes) per chip of one kernel call.
+
+        A Pallas ``CostEstimate`` wins. Otherwise an attention kernel (name
+        matches splash/flash/mha...) with (q, k, v) operands ``[..., S_q, D]``,
+        ``[..., S_kv, D]``, ``[..., S_kv, D_v]`` costs ``2*S_q*S_kv*D`` for
+        Q.K^T plus ``2*S_q*S_kv*D_v`` for P.V per leading (batch x head) index
+        -- the standard count (FlashAttention paper, Dao et al. 2022, sec. 3.1);
+        no mask sparsity is assumed (Wan's self-attention is full).
+        """
+        io = sum(self._bytes(v) for v in op.operands) + sum(self._bytes(r) for r in op.results)
+        if op.cost_estimate_flops is not None:
+            return op.cost_estimate_flops, op.cost_estimate_bytes or float(io)
+        if not _ATTENTION_KERNEL.search(op.kernel_name or op.call_target):
+            return None, float(io)
+        tensors = [self._type(v) for v in op.operands if len(self._type(v).shape) >= 3]
+        tensors = [t for t in tensors if t.element_bytes >= 2]
+        if len(tensors) < 3:
+            return None, float(io)
+        q, k, v = tensors[0], tensors[1], tensors[2]
+        lead = math.prod(q.shape[:-2])
+        s_q, d = q.shape[-2], q.shape[-1]
+        s_kv, d_v = k.shape[-2], v.shape[-1]
+        return 2.0 * lead * s_q * s_kv * (d + d_v), float(io)
+
+    # ---- memory
+    def peak_temp_bytes(self, block: Block, *, seen: tuple[str, ...] = ()) -> int:
+        """Peak of live non-argument bytes over ``block`` in program order (see PredictionDag)."""
+        last_use: dict[int, int] = {}
+        for i, op in enumerate(block.ops):
+            for v in self._uses(op):
+                last_use[v] = i
+        defined = {r for op in block.ops for r in op.results}
+        live = 0
+        peak = 0
+        for i, op in enumerate(block.ops):
+            inner = 0
+            for region in op.regions:
+                inner = max(inner, self.peak_temp_bytes(region, seen=seen))
+            if op.name in ("func.call", "call") and op.callee not in seen:
+                fn = self.m.functions.get(op.callee)
+                if fn is not None:
+                    inner = self.peak_temp_bytes(fn.body, seen=seen + (op.callee,))
+            res = sum(self._bytes(r) for r in op.results)
+            peak = max(peak, live + res + inner + self.transient.get(id(op), 0))
+            live += res
+            for v in op.results:
+                if v not in last_use:
+                    live -= self._bytes(v)  # dead on definition
+            for v in set(self._uses(op)):
+                if last_use.get(v) == i and v in defined:
+                    live -= self._bytes(v)
+        return peak
+
+    def _uses(self, op: Op) -> list[int]:
+        out = list(op.operands)
+        for region in op.regions:
+            for inner in region.ops:
+                out.extend(self._uses(inner))
+        return out
+
+
+def build_dag(module: ShardyModule) -> PredictionDag:
+    """Build the prediction DAG and memory estimate of a propagated module.
+
+    Raises :class:`~aoizora.stage1.shardy.Stage1Error` when the module has no mesh.
+    """
+    if not module.mesh_axes:
+        raise Stage1Error(
+            "the lowered program has no sdy.mesh: lower it with shardings over a "
+            "jax.sharding.Mesh, e.g. jax.jit(f, in_shardings=NamedSharding(mesh, P('data')))"
+        )
+    b = _Builder(module)
+    main = module.functions[module.main]
+    b.build_function(main, _Ctx(1, frozenset()))
+    args = sum(b._bytes(a) for a in main.body.args)
+    peak = b.peak_temp_bytes(main.body, seen=(module.main,))
+    return PredictionDag(
+        nodes=tuple(b.nodes),
+        mesh_axes=module.mesh_axes,
+        argument_bytes_per_chip=args,
+        peak_temp_bytes_per_chip=peak,
+        warnings=tuple(dict.fromkeys(b.warnings)),
+    )

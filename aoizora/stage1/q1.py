@@ -1,0 +1,349 @@
+"""Q1, the placement-oblivious step-time bound of Stage 1, and the top-K pruning.
+
+``Q1 = compute_s + comm_s`` (seconds per step, lower is better):
+
+* ``compute_s`` -- every compute node at the chip's peak, as a per-op roofline:
+  ``sum(count * max(flops / bf16_flops_per_s, hbm_bytes / hbm_bandwidth_bytes_per_s))``
+  (Williams et al., "Roofline", CACM 2009; scaling-book "roofline" chapter).
+  Only matmuls, convolutions and kernels are counted, elementwise work is
+  assumed fused into them, so this side is a lower bound.
+* ``comm_s`` -- every communication node at ideal per-axis bandwidth, no
+  overlap with compute and no contention between axes (placement-oblivious).
+  Each mesh axis is costed as a line of ``n`` chips (a sub-slice of v5e/v6e has
+  no wrap-around, FACTS.md) with full-duplex links of one-way bandwidth ``W``
+  (``chip.link_bandwidth_bytes_per_s``). See :func:`collective_time_s`.
+
+Summing compute and communication (instead of taking the max, as perfect overlap
+would) keeps Q1 an upper-side estimate that still ranks shardings by both
+terms; Stage 2 replaces it with the simulated, placement-aware latency.
+
+>>> from dataclasses import dataclass
+>>> @dataclass(frozen=True)
+... class C:
+...     bf16_flops_per_s: float = 1.97e14
+...     hbm_bytes: float = 16e9
+...     hbm_bandwidth_bytes_per_s: float = 8.1e11
+...     link_bandwidth_bytes_per_s: float = 4.5e10
+...     hop_latency_s: float = 1e-6
+>>> round(collective_time_s("all-gather", group_size=4, bytes_per_device=4.5e6, chip=C()) * 1e6)
+78
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aoizora.stage1.dag import Node, PredictionDag, build_dag
+from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
+
+__all__ = [
+    "ChipLike",
+    "Stage1Estimate",
+    "Stage1Ranking",
+    "axis_phases",
+    "collective_time_s",
+    "estimate",
+    "estimate_module",
+    "rank_stage1",
+]
+
+
+class ChipLike(Protocol):
+    """The chip numbers Stage 1 needs (``sim.topology.Chip`` satisfies it)."""
+
+    @property
+    def bf16_flops_per_s(self) -> float: ...
+    @property
+    def hbm_bytes(self) -> float: ...
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> float: ...
+    @property
+    def link_bandwidth_bytes_per_s(self) -> float: ...  # one-way, per link
+    @property
+    def hop_latency_s(self) -> float: ...
+
+
+def collective_time_s(
+    collective: str, *, group_size: int, bytes_per_device: float, chip: ChipLike
+) -> float:
+    """Ideal time of one collective over a line of ``group_size`` chips.
+
+    ``V = bytes_per_device`` (HLO convention), ``n = group_size``, ``W`` the
+    one-way link bandwidth, ``h`` the per-hop latency. Bidirectional ring
+    algorithms on a line without wrap-around (the busiest link decides):
+
+    * all-gather / reduce-scatter: ``(n-1) * (V/n) / W + (n-1) * h`` -- the
+      scaling-book's no-wrap cost (FACTS.md: "an axis of n chips:
+      ≈ (n−1)·(V/n)/W_one-way"); with wrap it would be about half.
+    * all-reduce: twice that -- a reduce-scatter then an all-gather
+      (scaling-book: all-reduce ≈ 2V/W vs all-gather ≈ V/W).
+    * all-to-all: ``floor(n/2) * ceil(n/2) * (V/n) / W + (n-1) * h`` -- every
+      chip sends ``V/n`` to every other; the middle link of the line carries
+      ``floor(n/2)*ceil(n/2)`` chunks one way. This is twice the scaling-book's
+      wrap-around ``V_total/(4 W_bidirectional)``, consistent with "without
+      wrap-around typically doubles".
+    * collective-permute: ``V / W + h`` -- placement-oblivious, a shift to a
+      neighbour (Stage 2 routes the real pairs).
+
+    >>> from types import SimpleNamespace
+    >>> c = SimpleNamespace(link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
+    >>> [collective_time_s(k, group_size=4, bytes_per_device=8.0, chip=c)
+    ...  for k in ("all-gather", "all-reduce", "all-to-all", "collective-permute")]
+    [6.0, 12.0, 8.0, 8.0]
+    """
+    n = int(group_size)
+    if n <= 1 or bytes_per_device <= 0:
+        return 0.0
+    w = float(chip.link_bandwidth_bytes_per_s)
+    h = float(chip.hop_latency_s)
+    chunk = bytes_per_device / n
+    if collective in ("all-gather", "reduce-scatter"):
+        return (n - 1) * chunk / w + (n - 1) * h
+    if collective == "all-reduce":
+        return 2 * ((n - 1) * chunk / w + (n - 1) * h)
+    if collective == "all-to-all":
+        return (n // 2) * ((n + 1) // 2) * chunk / w + (n - 1) * h
+    if collective == "collective-permute":
+        return bytes_per_device / w + h
+    raise Stage1Error(
+        f"unknown collective {collective!r}; expected one of all-gather, all-reduce, "
+        "reduce-scatter, all-to-all, collective-permute"
+    )
+
+
+def axis_phases(node: Node) -> list[tuple[str, int, float]]:
+    """Split a (possibly multi-axis) communication node into per-axis phases.
+
+    Returns ``(axis, chips along it, bytes per device of that phase)``. A
+    collective over axes ``a_1..a_m`` (mesh order) runs hierarchically, one axis
+    at a time: all-gather, reduce-scatter and all-reduce shrink the buffer by
+    each earlier axis' size (phase ``j`` moves ``V / prod(n_1..n_{j-1})``);
+    all-to-all and collective-permute move the whole buffer along every axis.
+
+    >>> n = Node(0, "implicit", "all-gather", ("a", "b"), (2, 4), 8, 800, 0.0, 0.0, 1, (), "", "")
+    >>> axis_phases(n)
+    [('a', 2, 800.0), ('b', 4, 400.0)]
+    """
+    phases: list[tuple[str, int, float]] = []
+    shrink = node.collective in ("all-gather", "reduce-scatter", "all-reduce")
+    done = 1
+    for axis, size in zip(node.axes, node.axis_sizes, strict=True):
+        v = node.bytes_per_device / done if shrink else float(node.bytes_per_device)
+        phases.append((axis, size, v))
+        done *= size
+    return phases
+
+
+@dataclass(frozen=True)
+class Stage1Estimate:
+    """Stage 1's prediction for one candidate (all per chip, per step)."""
+
+    candidate_id: str
+    q1_s: float
+    compute_s: float
+    comm_s: float
+    flops_per_chip: float
+    comm_bytes_per_axis: tuple[tuple[str, float], ...]
+    memory_bytes_per_chip: int
+    nodes: tuple[Node, ...]
+    comm_s_per_axis: tuple[tuple[str, float], ...] = ()
+    hbm_traffic_bytes_per_chip: float = 0.0
+    argument_bytes_per_chip: int = 0
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "candidate_id": self.candidate_id,
+            "q1_s": self.q1_s,
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+            "flops_per_chip": self.flops_per_chip,
+            "comm_bytes_per_axis": [[a, b] for a, b in self.comm_bytes_per_axis],
+            "comm_s_per_axis": [[a, t] for a, t in self.comm_s_per_axis],
+            "memory_bytes_per_chip": self.memory_bytes_per_chip,
+            "argument_bytes_per_chip": self.argument_bytes_per_chip,
+            "hbm_traffic_bytes_per_chip": self.hbm_traffic_bytes_per_chip,
+            "warnings": list(self.warnings),
+            "nodes": [n.to_json_dict() for n in self.nodes],
+        }
+
+
+def _check_axes(module: ShardyModule, mesh_axis_sizes: Mapping[str, int]) -> None:
+    have = dict(module.mesh_axes)
+    for name, size in sorted(have.items()):
+        if mesh_axis_sizes.get(name) != size:
+            raise Stage1Error(
+                f"the lowered program's mesh has axis {name!r} of size {size}, but "
+                f"mesh_axis_sizes={dict(mesh_axis_sizes)}; pass the sizes of the mesh the "
+                f"program was lowered with, e.g. {have}"
+            )
+    for name, size in sorted(mesh_axis_sizes.items()):
+        if name not in have and size != 1:
+            raise Stage1Error(
+                f"mesh_axis_sizes names axis {name!r} (size {size}) that the lowered program's "
+                f"mesh {have} does not have; lower over the same jax.sharding.Mesh"
+            )
+
+
+def estimate_module(
+    module: ShardyModule, *, mesh_axis_sizes: Mapping[str, int], chip: ChipLike, candidate_id: str
+) -> Stage1Estimate:
+    """:func:`estimate` on an already read module."""
+    _check_axes(module, mesh_axis_sizes)
+    dag: PredictionDag = build_dag(module)
+    peak = float(chip.bf16_flops_per_s)
+    hbm_bw = float(chip.hbm_bandwidth_bytes_per_s)
+    compute_s = 0.0
+    flops = 0.0
+    traffic = 0.0
+    bytes_axis: dict[str, float] = {}
+    time_axis: dict[str, float] = {}
+    for n in dag.nodes:
+        if n.kind == "compute":
+            # Per-op roofline: the op is bound by compute or by HBM traffic.
+            compute_s += n.count * max(n.flops_per_chip / peak, n.hbm_bytes_per_chip / hbm_bw)
+            flops += n.count * n.flops_per_chip
+            traffic += n.count * n.hbm_bytes_per_chip
+            continue
+        for axis, size, v in axis_phases(n):
+            t = collective_time_s(n.collective, group_size=size, bytes_per_device=v, chip=chip)
+            bytes_axis[axis] = bytes_axis.get(axis, 0.0) + n.count * v
+            time_axis[axis] = time_axis.get(axis, 0.0) + n.count * t
+    comm_s = sum(time_axis.values())
+    return Stage1Estimate(
+        candidate_id=candidate_id,
+        q1_s=compute_s + comm_s,
+        compute_s=compute_s,
+        comm_s=comm_s,
+        flops_per_chip=flops,
+        comm_bytes_per_axis=tuple(sorted(bytes_axis.items())),
+        memory_bytes_per_chip=dag.memory_bytes_per_chip,
+        nodes=dag.nodes,
+        comm_s_per_axis=tuple(sorted(time_axis.items())),
+        hbm_traffic_bytes_per_chip=traffic,
+        argument_bytes_per_chip=dag.argument_bytes_per_chip,
+        warnings=dag.warnings,
+    )
+
+
+def estimate(
+    lowered: Any, *, mesh_axis_sizes: Mapping[str, int], chip: ChipLike, candidate_id: str
+) -> Stage1Estimate:
+    """Stage-1 estimate of a ``jax.stages.Lowered`` (no XLA compile).
+
+    Runs Shardy propagation on a copy of the lowered StableHLO, builds the
+    prediction DAG and scores Q1 (see the module docstring).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from types import SimpleNamespace
+    >>> from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
+    >>> mesh = AbstractMesh((2,), ("m",), axis_types=(AxisType.Auto,))
+    >>> a = jax.ShapeDtypeStruct((4, 8), jnp.float32)
+    >>> low = jax.jit(lambda x, y: x @ y.T, in_shardings=NamedSharding(mesh, P(None, "m")),
+    ...               out_shardings=NamedSharding(mesh, P())).trace(a, a).lower(
+    ...     lowering_platforms=("tpu",))
+    >>> chip = SimpleNamespace(bf16_flops_per_s=1e12, hbm_bytes=1e9, hop_latency_s=0.0,
+    ...                        hbm_bandwidth_bytes_per_s=1e12, link_bandwidth_bytes_per_s=1e9)
+    >>> e = estimate(low, mesh_axis_sizes={"m": 2}, chip=chip, candidate_id="row")
+    >>> e.flops_per_chip, e.comm_bytes_per_axis
+    (128.0, (('m', 64.0),))
+    """
+    return estimate_module(
+        read_lowered(lowered),
+        mesh_axis_sizes=mesh_axis_sizes,
+        chip=chip,
+        candidate_id=candidate_id,
+    )
+
+
+@dataclass(frozen=True)
+class Stage1Ranking:
+    """The outcome of Stage-1 pruning.
+
+    ``kept`` is the top-K by Q1 (ties by candidate id), best first; ``dropped_weak``
+    the other feasible candidates in the same order; ``dropped_infeasible`` the
+    ``(candidate_id, reason)`` of those over the HBM budget, by candidate id.
+    """
+
+    kept: tuple[Stage1Estimate, ...]
+    dropped_weak: tuple[Stage1Estimate, ...]
+    dropped_infeasible: tuple[tuple[str, str], ...]
+    k: int
+    hbm_bytes: float
+
+    @property
+    def kept_ids(self) -> tuple[str, ...]:
+        return tuple(e.candidate_id for e in self.kept)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        def row(e: Stage1Estimate) -> dict[str, Any]:
+            return {
+                "candidate_id": e.candidate_id,
+                "q1_s": e.q1_s,
+                "compute_s": e.compute_s,
+                "comm_s": e.comm_s,
+                "memory_bytes_per_chip": e.memory_bytes_per_chip,
+            }
+
+        return {
+            "k": self.k,
+            "hbm_bytes": self.hbm_bytes,
+            "kept": [row(e) for e in self.kept],
+            "dropped_weak": [row(e) for e in self.dropped_weak],
+            "dropped_infeasible": [
+                {"candidate_id": c, "reason": r} for c, r in self.dropped_infeasible
+            ],
+        }
+
+
+def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float) -> Stage1Ranking:
+    """Drop memory-infeasible candidates, keep the top-``k`` by Q1.
+
+    A candidate is infeasible when ``memory_bytes_per_chip > hbm_bytes``. Order
+    is ``(q1_s, candidate_id)`` so equal scores are broken deterministically.
+
+    >>> def est(cid, q1, mem):
+    ...     return Stage1Estimate(cid, q1, q1, 0.0, 0.0, (), mem, ())
+    >>> ests = [est("b", 1.0, 10), est("a", 1.0, 10), est("c", 0.5, 99)]
+    >>> r = rank_stage1(ests, k=1, hbm_bytes=50)
+    >>> r.kept_ids, [e.candidate_id for e in r.dropped_weak], r.dropped_infeasible
+    (('a',), ['b'], (('c', 'needs 99 B per chip (99.0 B), over the 50 B HBM budget (50.0 B)'),))
+    """
+    if not isinstance(k, int) or k < 1:
+        raise Stage1Error(f"k={k!r} must be a positive integer, e.g. k=3 (option --top-k)")
+    if not hbm_bytes > 0:
+        raise Stage1Error(f"hbm_bytes={hbm_bytes!r} must be positive, e.g. 16e9 for a v5e chip")
+    items: Sequence[Stage1Estimate] = list(estimates)
+    ids = [e.candidate_id for e in items]
+    dup = sorted({c for c in ids if ids.count(c) > 1})
+    if dup:
+        raise Stage1Error(f"candidate ids must be unique; repeated: {dup}")
+    feasible = []
+    infeasible = []
+    for e in items:
+        if e.memory_bytes_per_chip > hbm_bytes:
+            need = e.memory_bytes_per_chip
+            reason = (
+                f"needs {need} B per chip ({_human(need)}), over the {hbm_bytes:.0f} B HBM "
+                f"budget ({_human(hbm_bytes)})"
+            )
+            infeasible.append((e.candidate_id, reason))
+        else:
+            feasible.append(e)
+    feasible.sort(key=lambda e: (e.q1_s, e.candidate_id))
+    return Stage1Ranking(
+        kept=tuple(feasible[:k]),
+        dropped_weak=tuple(feasible[k:]),
+        dropped_infeasible=tuple(sorted(infeasible)),
+        k=k,
+        hbm_bytes=float(hbm_bytes),
+    )
+
+
+def _human(nbytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{float(nbytes):.1f} B"
