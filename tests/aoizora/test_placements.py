@@ -247,6 +247,29 @@ def test_snake_and_ring_keep_neighbours_adjacent() -> None:
         assert (closing == 1) == (layout.traversal == "ring"), p.id
 
 
+@pytest.mark.parametrize(
+    ("shape", "mesh_shape"), [((3, 2), (6,)), ((3, 4), (12,)), ((3, 4), (3, 4)), ((2, 2, 2), (8,))]
+)
+def test_odd_and_3d_shapes_match_reference_and_ring_closes(
+    shape: tuple[int, ...], mesh_shape: tuple[int, ...]
+) -> None:
+    s = make_slice(list(shape), link_bandwidth_bytes_per_s=1e9, hop_latency_s=0.0)
+    raws = raw_placements(mesh_shape, s, directions=True)
+    rings = 0
+    for p in raws:
+        assert list(p.order.coords) == _reference_coords(p, s), p.id
+        layout = p.layouts[-1]
+        whole = all(sub.size == sub.dim_size for sub in layout.sub_axes)
+        if len(mesh_shape) == 1 and layout.traversal == "ring" and whole:
+            rings += 1
+            cycle = [*p.order.coords, p.order.coords[0]]
+            assert all(
+                sum(abs(a - b) for a, b in zip(u, v, strict=True)) == 1
+                for u, v in itertools.pairwise(cycle)
+            ), p.id
+    assert rings > 0 or len(mesh_shape) > 1
+
+
 def _mesh_utils_ids(slice_name: str, mesh_shape: tuple[int, ...]) -> tuple[int, ...]:
     from jax.experimental import mesh_utils, topologies
 
