@@ -387,10 +387,10 @@ class _Run:
 
     def _on_wakeup(self, event: simpy.Event) -> None:
         if event.value == self.version:
-            self._recompute()
+            self._recompute(wakeup=True)
             self._drain_worklist()
 
-    def _recompute(self) -> None:
+    def _recompute(self, *, wakeup: bool = False) -> None:
         self.dirty = False
         now = self.env.now
         dt = now - self.last_s
@@ -402,6 +402,10 @@ class _Run:
         # Departures: flows whose predicted finish is now.
         if self.act_nodes.size:
             done = self.act_finish <= now * (1.0 + _FINISH_REL_TOL)
+            if wakeup:
+                # The wake-up was set for the earliest finish: it finishes now
+                # even if float rounding says otherwise, so time always advances.
+                done[int(np.argmin(self.act_finish))] = True
             if done.any():
                 self._remove(done)
         # Arrivals batched since the last recomputation.

@@ -1,0 +1,75 @@
+"""``python -m sim``: replay a JSON flow file, or run the contention demo.
+
+    python -m sim flows FILE.json [--out RESULT.json]
+    python -m sim demo
+
+Bad input exits with status 2 and one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from sim.demo import demo_report
+from sim.errors import SimError
+from sim.flowfile import read_flow_file, replay
+
+__all__ = ["main"]
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(prog="python -m sim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
+    flows = sub.add_parser(
+        "flows",
+        help="replay flows from a JSON file (format: sim/flowfile.py, docs/simulator.md)",
+    )
+    flows.add_argument("file", help="the flow file (JSON)")
+    flows.add_argument("--out", help="write the result JSON here instead of printing it")
+    sub.add_parser("demo", help="one all-gather on two placements of v5e:2x4")
+    return parser
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write("python -m sim: error: " + " ".join(message.split()) + "\n")
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        print(demo_report())
+        return 0
+    try:
+        output = replay(read_flow_file(args.file))
+    except SimError as exc:
+        return _fail(str(exc))
+    except RecursionError:
+        return _fail(f"{args.file!r} is nested too deeply to be a flow file")
+    text = json.dumps(output, indent=2) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        return _fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,220 @@
+"""The JSON flow-replay format read by ``python -m sim flows FILE.json``.
+
+Input (``start`` and ``after`` optional; ``wraparound`` one bool or one per
+dimension; ``routing`` a permutation of ``xy``/``xyz``, default x first)::
+
+    {"topology": {"shape": [4, 4], "wraparound": false, "link_bandwidth": 4.5e10,
+                  "hop_latency": 1e-6, "routing": "xy"},
+     "flows": [{"id": "f0", "src": [0, 0], "dst": [3, 2], "bytes": 1e6,
+                "start": 0.0, "after": ["f1"]}]}
+
+``"topology": {"slice": "v5e:4x4"}`` names a real slice instead (it may add
+``wraparound``, ``routing``, ``link_bandwidth`` or ``hop_latency`` to
+override). Output: ``{"flows": {"f0": {"start": s, "finish": f}, ...},
+"makespan": m}`` where ``start`` is the release time. Units: bytes, bytes per
+second (one-way per link), seconds.
+
+Every problem raises :class:`FlowFileError` (a :class:`~sim.errors.SimError`)
+with a one-line message naming the offending field.
+
+>>> doc = {"topology": {"shape": [2], "link_bandwidth": 1e9, "hop_latency": 0.0},
+...        "flows": [{"id": "a", "src": [0], "dst": [1], "bytes": 1e6}]}
+>>> replay(doc)
+{'flows': {'a': {'start': 0.0, 'finish': 0.001}}, 'makespan': 0.001}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sim.engine import Compute, Flow, simulate
+from sim.errors import SimError
+from sim.topology import Slice, load_slice, make_slice
+
+__all__ = ["FlowFileError", "parse_flow_document", "read_flow_file", "replay"]
+
+_AXES = "xyz"
+_TOPOLOGY_KEYS = ("shape", "slice", "wraparound", "link_bandwidth", "hop_latency", "routing")
+_FLOW_KEYS = ("id", "src", "dst", "bytes", "start", "after")
+_EXAMPLE = (
+    '{"topology": {"shape": [4, 4], "wraparound": false, "link_bandwidth": 4.5e10, '
+    '"hop_latency": 1e-6}, "flows": [{"id": "f0", "src": [0, 0], "dst": [3, 2], "bytes": 1e6}]}'
+)
+
+
+class FlowFileError(SimError):
+    """The flow file is unreadable or does not follow the format."""
+
+
+def _number(value: Any, where: str, *, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FlowFileError(f"{where} must be a number, got {json.dumps(value)}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        rule = "> 0" if positive else ">= 0"
+        raise FlowFileError(f"{where} must be finite and {rule}, got {json.dumps(value)}")
+    return number
+
+
+def _coord(value: Any, where: str, slice_: Slice) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(c, int) and not isinstance(c, bool) for c in value
+    ):
+        raise FlowFileError(f"{where} must be a list of ints, e.g. [0, 1]; got {json.dumps(value)}")
+    coord = tuple(value)
+    if not slice_.contains(coord):
+        raise FlowFileError(
+            f"{where} {json.dumps(value)} is outside the mesh of shape {list(slice_.shape)} "
+            f"(each entry 0 <= c < n), e.g. {list(slice_.coords[-1])}"
+        )
+    return coord
+
+
+def _object(value: Any, where: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise FlowFileError(f"{where} must be a JSON object, got {json.dumps(value)[:60]}")
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise FlowFileError(
+            f"{where} has unknown field {unknown[0]!r}; valid fields: {', '.join(keys)}"
+        )
+    return value
+
+
+def _routing(value: Any, num_dims: int) -> tuple[int, ...]:
+    axes = _AXES[:num_dims]
+    if not isinstance(value, str) or sorted(value) != sorted(axes):
+        raise FlowFileError(
+            f"topology.routing must order the axes {axes!r}, e.g. {axes!r} or "
+            f"{axes[::-1]!r}; got {json.dumps(value)}"
+        )
+    return tuple(axes.index(c) for c in value)
+
+
+def _topology(data: Any) -> tuple[Slice, tuple[int, ...]]:
+    topo = _object(data, "topology", _TOPOLOGY_KEYS)
+    wrap = topo.get("wraparound")
+    if wrap is not None and not (
+        isinstance(wrap, bool)
+        or (isinstance(wrap, list) and all(isinstance(w, bool) for w in wrap))
+    ):
+        raise FlowFileError(
+            f"topology.wraparound must be true/false or a list of them, got {json.dumps(wrap)}"
+        )
+    bandwidth = topo.get("link_bandwidth")
+    latency = topo.get("hop_latency")
+    if bandwidth is not None:
+        bandwidth = _number(bandwidth, "topology.link_bandwidth", positive=True)
+    if latency is not None:
+        latency = _number(latency, "topology.hop_latency")
+    try:
+        if "slice" in topo:
+            if "shape" in topo:
+                raise FlowFileError("topology takes either 'slice' or 'shape', not both")
+            named = load_slice(str(topo["slice"]), wraparound=wrap)
+            slice_ = (
+                named
+                if bandwidth is None and latency is None
+                else make_slice(
+                    named.shape,
+                    wraparound=list(named.wraparound),
+                    link_bandwidth_bytes_per_s=bandwidth,
+                    hop_latency_s=latency,
+                    chip=named.chip,
+                    name=named.name,
+                )
+            )
+        else:
+            if "shape" not in topo:
+                raise FlowFileError(
+                    "topology needs 'shape' (e.g. [4, 4]) or 'slice' (e.g. \"v5e:4x4\")"
+                )
+            for key, value in (("link_bandwidth", bandwidth), ("hop_latency", latency)):
+                if value is None:
+                    raise FlowFileError(f"topology.{key} is missing; e.g. {_EXAMPLE}")
+            shape = topo["shape"]
+            if not isinstance(shape, list):
+                raise FlowFileError(
+                    f"topology.shape must be a list of 1-3 positive ints, got {json.dumps(shape)}"
+                )
+            slice_ = make_slice(
+                shape,
+                wraparound=False if wrap is None else wrap,
+                link_bandwidth_bytes_per_s=bandwidth,
+                hop_latency_s=latency,
+            )
+    except FlowFileError:
+        raise
+    except SimError as exc:
+        raise FlowFileError(f"topology: {exc}") from None
+    order = _routing(topo.get("routing", _AXES[: slice_.num_dims]), slice_.num_dims)
+    return slice_, order
+
+
+def parse_flow_document(doc: Any) -> tuple[Slice, list[Flow], tuple[int, ...]]:
+    """Check a decoded flow document; return the slice, flows and routing order."""
+    top = _object(doc, "the file", ("topology", "flows"))
+    for key in ("topology", "flows"):
+        if key not in top:
+            raise FlowFileError(f"missing top-level field {key!r}; e.g. {_EXAMPLE}")
+    slice_, order = _topology(top["topology"])
+    if not isinstance(top["flows"], list):
+        raise FlowFileError(f"'flows' must be a list of flow objects; e.g. {_EXAMPLE}")
+    flows: list[Flow] = []
+    for k, item in enumerate(top["flows"]):
+        where = f"flows[{k}]"
+        obj = _object(item, where, _FLOW_KEYS)
+        for key in ("id", "src", "dst", "bytes"):
+            if key not in obj:
+                raise FlowFileError(f"{where} is missing field {key!r}; e.g. {_EXAMPLE}")
+        flow_id = obj["id"]
+        if not isinstance(flow_id, str) or not flow_id:
+            raise FlowFileError(f"{where}.id must be a non-empty string, got {json.dumps(flow_id)}")
+        where = f"flow {flow_id!r}"
+        after = obj.get("after", [])
+        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+            raise FlowFileError(f"{where}: 'after' must be a list of ids, got {json.dumps(after)}")
+        flows.append(
+            Flow(
+                id=flow_id,
+                src=_coord(obj["src"], f"{where}: src", slice_),
+                dst=_coord(obj["dst"], f"{where}: dst", slice_),
+                size_bytes=_number(obj["bytes"], f"{where}: bytes"),
+                start_s=_number(obj.get("start", 0.0), f"{where}: start"),
+                after=tuple(after),
+            )
+        )
+    return slice_, flows, order
+
+
+def replay(doc: Any) -> dict[str, Any]:
+    """Simulate a decoded flow document and build the output document."""
+    slice_, flows, order = parse_flow_document(doc)
+    nodes: list[Flow | Compute] = list(flows)
+    result = simulate(slice_, nodes, routing_order=order)
+    return {
+        "flows": {rec.id: {"start": rec.release_s, "finish": rec.finish_s} for rec in result.flows},
+        "makespan": result.makespan_s,
+    }
+
+
+def read_flow_file(path: str | Path) -> Any:
+    """Read and decode ``path`` as JSON (FlowFileError on any failure)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FlowFileError(f"flow file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise FlowFileError(f"flow file {str(path)!r} is a directory, not a JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FlowFileError(f"cannot read flow file {str(path)!r}: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FlowFileError(
+            f"{str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
