@@ -64,6 +64,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -217,9 +218,11 @@ def slice_automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
     >>> slice_automorphisms(load_slice("v5e:2x2"))
     ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1), (3, 2, 1, 0))
     """
-    cached = slice_._cache.get(("aoizora.automorphisms",))
-    if cached is not None:
-        return tuple(cached)
+    return _automorphisms(slice_)
+
+
+@functools.cache  # a Slice is a hashable value (name, chip, shape, wraparound)
+def _automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
     per_dim = [_dim_maps(n, bool(w)) for n, w in zip(slice_.shape, slice_.wraparound, strict=True)]
     perms: set[tuple[int, ...]] = set()
     for maps in itertools.product(*per_dim):
@@ -229,9 +232,7 @@ def slice_automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
         )
         perms.add(perm)
     identity = tuple(range(slice_.num_chips))
-    result = (identity, *sorted(perms - {identity}))
-    slice_._cache[("aoizora.automorphisms",)] = result
-    return result
+    return (identity, *sorted(perms - {identity}))
 
 
 def _canonical_rows(ids: np.ndarray, perms: np.ndarray) -> np.ndarray:
