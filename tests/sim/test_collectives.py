@@ -239,3 +239,18 @@ def test_plans_compose_into_one_dag() -> None:
     start_b = min(r.release_s for r in result.flows if r.id.startswith("b/"))
     assert start_b == pytest.approx(result.finish_s(first.done_id))
     assert isinstance(first.nodes[0], Flow)
+
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_pairwise_all_to_all_on_an_even_ring(n: int) -> None:
+    # Positive-way distances 1..n/2 (the tie goes positive) load every link
+    # with (n/2)(n/2+1)/2 chunks of B/n: (1 + 2/n) x the scaling-book V/(4 W).
+    s = make_slice([n], wraparound=True, link_bandwidth_bytes_per_s=BW, hop_latency_s=0.0)
+    buffer_bytes = 8e6
+    plan = collective_flows(
+        "all-to-all", [[(i,) for i in range(n)]], buffer_bytes=buffer_bytes, id_prefix="a"
+    )
+    want = (n // 2) * (n // 2 + 1) / 2 * buffer_bytes / (n * BW)
+    assert simulate(s, plan.nodes).makespan_s == pytest.approx(want, rel=1e-9)
+    scaling_book = n * buffer_bytes / (4 * 2 * BW)
+    assert want == pytest.approx((1 + 2 / n) * scaling_book)
