@@ -65,6 +65,7 @@ __all__ = [
     "enumerate_candidates",
     "baseline_candidates",
     "candidate_to_json",
+    "argument_bytes_per_chip",
     "candidate_from_json",
 ]
 
@@ -368,3 +369,31 @@ def candidate_from_json(value: Mapping[str, Any]) -> Candidate:
             f"candidate JSON id {value['id']!r} does not match its fields ({cand.id!r})"
         )
     return cand
+
+
+def argument_bytes_per_chip(workload: Workload, candidate: Candidate) -> int:
+    """Analytic bytes of all arguments one chip holds under ``candidate``'s shardings.
+
+    Each dimension is cut into ``ceil(size / degree)`` (XLA pads uneven shards);
+    TPU tile padding of small dimensions is not modelled, so compiled
+    ``memory_analysis`` argument bytes can be slightly larger.
+
+        >>> from aoizora.workload import wan_workload
+        >>> from aoizora.workloads.wan import parse_resolution
+        >>> wl = wan_workload("wan2.1-14b", parse_resolution("480p"))
+        >>> c = make_candidate(wl, (1, 1, 1, 1), "maxdiffusion", "gather_kv")
+        >>> round(argument_bytes_per_chip(wl, c) / 1e9, 1)   # > one v5e's 16 GB
+        28.6
+    """
+    sizes = candidate.mesh_sizes
+    total = 0
+    for arg, axes in zip(workload.abstract_args, workload.arg_logical_axes, strict=True):
+        leaves = jax.tree.leaves(arg)
+        ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
+        for leaf, ax in zip(leaves, ax_leaves, strict=True):
+            spec = logical_to_pspec(ax, candidate.rules, candidate.mesh_axis_names, sizes)
+            n = 1
+            for size, entry in zip(leaf.shape, spec, strict=True):
+                n *= -(-size // sharding_degree(entry, sizes))
+            total += n * leaf.dtype.itemsize
+    return total

@@ -21,7 +21,9 @@ real TPU device descriptions without a TPU; ``jax.jit(...).trace(*abstract).lowe
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import os
 import re
 import time
 import warnings
@@ -91,31 +93,38 @@ def _cpu_fallback_message(slice_name: str, exc: BaseException) -> str:
 
 @functools.cache
 def _devices(slice_name: str) -> tuple[tuple[Any, ...], Backend, str]:
-    chip, _ = _parse_slice(slice_name)
+    _parse_slice(slice_name)
     n = slice_num_chips(slice_name)
-    try:
-        from jax.experimental import topologies
-
-        topo = topologies.get_topology_desc(topology_name=slice_name, platform="tpu")
-        devs = tuple(topo.devices)
-        if len(devs) != n:
-            raise CompileError(
-                f"libtpu gave {len(devs)} devices for {slice_name}, expected {n} chips "
-                f"(chips with several cores, like v4, are not supported yet)"
-            )
-        return devs, "tpu", ""
-    except CompileError:
-        raise
-    except Exception as exc:  # libtpu missing or unable: fall back, loudly
-        message = _cpu_fallback_message(slice_name, exc)
+    if importlib.util.find_spec("libtpu") is None:
+        message = _cpu_fallback_message(slice_name, ModuleNotFoundError("no module 'libtpu'"))
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         cpus = jax.devices("cpu")
         if len(cpus) < n:
             raise CompileError(
                 f"{message} But only {len(cpus)} CPU devices exist; set "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={n} before importing jax"
-            ) from exc
+            )
         return tuple(cpus[:n]), "cpu", message
+    # We only compile ahead of time and never run on a TPU, so several planner processes
+    # (or test workers) may load libtpu at once; without this libtpu's process lockfile
+    # makes every process but the first fail.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    from jax.experimental import topologies
+
+    try:
+        topo = topologies.get_topology_desc(topology_name=slice_name, platform="tpu")
+    except Exception as exc:
+        raise CompileError(
+            f"libtpu could not describe slice {slice_name!r}: {type(exc).__name__}: {exc}; "
+            f"use a slice libtpu knows, e.g. 'v5e:2x4' or 'v6e:4x4'"
+        ) from exc
+    devs = tuple(topo.devices)
+    if len(devs) != n:
+        raise CompileError(
+            f"libtpu gave {len(devs)} devices for {slice_name}, expected {n} chips "
+            f"(chips with several cores, like v4, are not supported yet)"
+        )
+    return devs, "tpu", ""
 
 
 def topology_devices(slice_name: str) -> list[Any]:
@@ -406,10 +415,17 @@ def compile_candidate(
         flops, bytes_accessed = _cost(compiled)
         memory = _memory(compiled)
     except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        # The TPU compiler refuses a program that cannot fit HBM: that is a verdict on
+        # memory (infeasible, with the compiler's numbers), not an unknown.
+        oom = "RESOURCE_EXHAUSTED" in error or "HbmOom" in error
+        reason = "compile failed"
+        if oom:
+            reason = f"does not fit: the compiler ran out of HBM ({error.splitlines()[0]})"
         return CompileResult(
             candidate_id=candidate.id, slice_name=slice_name, backend=backend, ok=False,
-            error=f"{type(exc).__name__}: {exc}", hlo_text="", flops=0.0, bytes_accessed=0.0,
-            memory=None, hbm_bytes=hbm, feasible=None, feasibility_reason="compile failed",
+            error=error, hlo_text="", flops=0.0, bytes_accessed=0.0,
+            memory=None, hbm_bytes=hbm, feasible=False if oom else None, feasibility_reason=reason,
             lower_s=lower_s, compile_s=time.perf_counter() - t0, device_order=used_order,
             warnings=notes,
         )  # fmt: skip

@@ -1,0 +1,1 @@
+"""Tests of the Wan workload, rules, candidates and AOT compilation."""

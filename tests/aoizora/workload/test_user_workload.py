@@ -1,0 +1,76 @@
+"""The generic entry point: plan any JAX function from abstract args and logical names."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from aoizora.candidates import enumerate_candidates
+from aoizora.compile import compile_candidate, slice_backend
+from aoizora.errors import WorkloadError
+from aoizora.rules import Rules
+from aoizora.workload import user_workload
+
+
+def mlp(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+    """A plain two-layer MLP: no sharding code, no knowledge of AoiZora."""
+    return jax.nn.gelu(x @ params["w1"]) @ params["w2"]
+
+
+ARGS = (
+    {
+        "w1": jax.ShapeDtypeStruct((256, 1024), jnp.bfloat16),
+        "w2": jax.ShapeDtypeStruct((1024, 256), jnp.bfloat16),
+    },
+    jax.ShapeDtypeStruct((8, 128, 256), jnp.bfloat16),
+)
+AXES = ({"w1": ("embed", "mlp"), "w2": ("mlp", "embed")}, ("batch", "length", "embed"))
+RULES = (
+    Rules.of("dp_tp", [("batch", "data"), ("mlp", "tensor")]),
+    Rules.of("fsdp", [("batch", ("data", "fsdp")), ("embed", "fsdp"), ("mlp", "tensor")]),
+)
+
+
+def _workload():  # type: ignore[no-untyped-def]
+    return user_workload(
+        "mlp", mlp, ARGS, AXES, out_logical_axes=("batch", "length", "embed"), rule_sets=RULES
+    )
+
+
+def test_user_workload_candidates() -> None:
+    wl = _workload()
+    assert wl.abstract_out.shape == (8, 128, 256)
+    space = enumerate_candidates(wl, 4)
+    ids = [c.id for c in space.legal]
+    assert "data2.fsdp1.context1.tensor2/dp_sp_tp/none" not in ids
+    assert "data2.fsdp1.context1.tensor2/dp_tp/none" in ids
+    assert "data1.fsdp4.context1.tensor1/fsdp/none" in ids
+    # 'context' is used by no rule: any candidate with context > 1 is rejected.
+    assert all(c.mesh_sizes["context"] == 1 for c in space.legal)
+    ctx = [r for r in space.rejected if r.candidate.mesh_sizes["context"] > 1]
+    assert ctx and all("'context'" in r.reason for r in ctx)
+
+
+@pytest.mark.skipif(slice_backend("v5e:2x2") != "tpu", reason="libtpu unavailable")
+def test_user_workload_compiles_with_its_shardings() -> None:
+    wl = _workload()
+    space = enumerate_candidates(wl, 4)
+    cand = space.by_id("data2.fsdp1.context1.tensor2/dp_tp/none")
+    res = compile_candidate(wl, cand, "v5e:2x2")
+    assert res.ok, res.error
+    # w2's contracting dim is sharded over tensor: the partitioner must reduce.
+    assert "all-reduce" in res.hlo_text or "reduce-scatter" in res.hlo_text
+    assert res.flops > 0
+
+
+def test_user_workload_errors() -> None:
+    with pytest.raises(WorkloadError, match="do not name the 3 dimensions"):
+        user_workload("bad", mlp, ARGS, (AXES[0], ("batch", "embed")),
+                      out_logical_axes=("batch", "length", "embed"), rule_sets=RULES)  # fmt: skip
+    with pytest.raises(WorkloadError, match="structure"):
+        user_workload("bad", mlp, ARGS, (("embed", "mlp"), AXES[1]),
+                      out_logical_axes=("batch", "length", "embed"), rule_sets=RULES)  # fmt: skip
+    with pytest.raises(WorkloadError, match="no rule sets"):
+        user_workload("bad", mlp, ARGS, AXES, out_logical_axes=("batch", "length", "embed"),
+                      rule_sets=())  # fmt: skip
