@@ -1,0 +1,138 @@
+"""``aoizora validate FILE``: hold the simulator's predictions against TPU measurements.
+
+Predicts every row of a measurement file (format: docs/validation.md), reports
+per group of rows sharing a workload and a slice Spearman's rho, top-1
+agreement and MAPE, and exits 1 when any is outside the thresholds given on the
+command line -- a regression gate. Exit 0: within thresholds; exit 2: the file
+is malformed or a row cannot be predicted.
+
+    aoizora validate validation/measurements.csv --min-spearman 0.9 --min-top1 1 --max-mape 35
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from aoizora.validation import (
+    GroupReport,
+    Thresholds,
+    ValidationReport,
+    default_predictors,
+    gate,
+    read_measurements,
+    validate,
+)
+
+__all__ = ["register", "run", "format_report"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``validate`` subcommand (see :mod:`aoizora.cli`)."""
+    p = subparsers.add_parser(
+        "validate",
+        help="predict a measurement file and gate on rank correlation, top-1 and error",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="measurement CSV (docs/validation.md)")
+    p.add_argument(
+        "--min-spearman",
+        type=float,
+        default=None,
+        metavar="X",
+        help="fail when a group's Spearman rho is below X (groups where rho is undefined pass)",
+    )
+    p.add_argument(
+        "--min-top1",
+        type=float,
+        default=None,
+        metavar="X",
+        help="fail when a group's top-1 agreement (1 or 0) is below X; 1 demands every group",
+    )
+    p.add_argument(
+        "--max-mape",
+        type=float,
+        default=None,
+        metavar="X",
+        help="fail when a group's mean absolute percentage error exceeds X percent",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+
+
+def _fmt_rho(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _group_line(g: GroupReport, failed: bool) -> str:
+    return (
+        f"{g.workload:<36} {g.slice_label:<12} {g.n:>3} {_fmt_rho(g.spearman):>7} "
+        f"{'yes' if g.top1 else 'no':>5} {g.mape_percent:>8.2f}  {'FAIL' if failed else 'ok'}"
+    )
+
+
+def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
+    """The human-readable report: one line per group, then every row, then the verdict."""
+    failed_groups = {(f.workload, f.slice_label) for f in failures}
+    lines = [
+        f"{'workload':<36} {'slice':<12} {'n':>3} {'rho':>7} {'top1':>5} {'MAPE%':>8}  gate",
+    ]
+    for g in report.groups:
+        lines.append(_group_line(g, (g.workload, g.slice_label) in failed_groups))
+    lines.append("")
+    lines.append(f"{'row':<28} {'predicted_s':>12} {'measured_s':>12} {'error%':>8}  in spread")
+    for g in report.groups:
+        for r in g.rows:
+            within = {None: "-", True: "yes", False: "no"}[r.within_spread]
+            lines.append(
+                f"{r.row_id:<28} {r.predicted_s:>12.4g} {r.measured_s:>12.4g} "
+                f"{r.error_percent:>+8.1f}  {within}"
+            )
+    lines.append("")
+    lines.append(
+        f"{report.num_rows} rows in {len(report.groups)} groups; overall MAPE "
+        f"{report.overall_mape_percent:.2f}%, top-1 in {report.top1_rate:.0%} of groups"
+    )
+    if failures:
+        lines.append(f"GATE FAILED ({len(failures)}):")
+        lines.extend(f"  {f}" for f in failures)
+    else:
+        lines.append("gate passed")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Predict, report, and return 1 when the gate fails."""
+    rows = read_measurements(args.file)
+    report = validate(rows, predictors=default_predictors())
+    thresholds = Thresholds(
+        min_spearman=args.min_spearman,
+        min_top1=args.min_top1,
+        max_mape_percent=args.max_mape,
+    )
+    failures = gate(report, thresholds)
+    if args.json:
+        out = report.to_json_dict()
+        out["thresholds"] = {
+            "min_spearman": thresholds.min_spearman,
+            "min_top1": thresholds.min_top1,
+            "max_mape_percent": thresholds.max_mape_percent,
+        }
+        out["failures"] = [
+            {
+                "workload": f.workload,
+                "slice": f.slice_label,
+                "metric": f.metric,
+                "value": f.value,
+                "limit": f.limit,
+            }
+            for f in failures
+        ]
+        out["passed"] = not failures
+        sys.stdout.write(json.dumps(out, indent=2, sort_keys=False) + "\n")
+    else:
+        sys.stdout.write(format_report(report, failures) + "\n")
+    return 1 if failures else 0

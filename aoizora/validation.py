@@ -1,0 +1,1016 @@
+"""Measurements on real TPUs, the simulator's predictions of them, and the regression gate.
+
+A measurement file is one CSV with a header row and two kinds of row (column
+``kind``), documented in ``docs/validation.md``:
+
+``collective``
+    a collective microbenchmark: collective kind, the replica groups on the
+    slice (``groups``), the collective's full buffer ``size_bytes``, optional
+    algorithm. Predicted now by replaying the collective in :mod:`sim`.
+``step``
+    one denoising step of a model: model, clip, slice, mesh shape and axes,
+    sharding rules id, device order (libtpu ids in mesh-flat order). Predicted
+    by a pluggable callable -- the planner registers one; until then
+    :func:`validate` reports such rows as unpredictable (a clear error).
+
+Both kinds carry the measured latency ``measured_s`` with its spread, the
+hardware and software it ran on and its public ``source``. Lines starting with
+``#`` are comments.
+
+Every group of rows that shares a workload and a slice gets three numbers:
+Spearman's rank correlation (average ranks for ties, implemented here), top-1
+agreement (does the predicted fastest row have the measured lowest latency) and
+the mean absolute percentage error. :func:`gate` compares them with thresholds.
+
+Example
+-------
+>>> text = '''row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_s,spread_kind,source
+... a,collective,v5e:2x2,all-gather,dims:0,1000000,2.0e-05,,unreported,https://example.org
+... b,collective,v5e:2x2,all-gather,dims:0,4000000,5.0e-05,,unreported,https://example.org
+... '''
+>>> rows = parse_measurements(text, name="doc")
+>>> rows[0].workload, rows[0].slice_name, rows[1].collective.size_bytes
+('all-gather dims:0', 'v5e:2x2', 4000000)
+>>> report = validate(rows, predictors={"collective": lambda r: r.measured_s * 1.1})
+>>> g = report.groups[0]
+>>> g.n, g.spearman, g.top1, round(g.mape_percent, 6)
+(2, 1.0, True, 10.0)
+>>> gate(report, Thresholds(max_mape_percent=5.0))[0].metric
+'mape_percent'
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from aoizora.errors import ValidationError
+from sim.collectives import collective_flows
+from sim.engine import Compute, Flow, simulate
+from sim.errors import SimError
+from sim.topology import Slice, load_slice, make_slice
+
+__all__ = [
+    "COLLECTIVE_KINDS",
+    "COLUMNS",
+    "DIMWISE",
+    "ROW_KINDS",
+    "SPREAD_KINDS",
+    "CollectiveCase",
+    "GateFailure",
+    "GroupReport",
+    "Measurement",
+    "Predictor",
+    "RowPrediction",
+    "StepCase",
+    "Thresholds",
+    "ValidationReport",
+    "collective_nodes",
+    "default_predictors",
+    "format_measurements",
+    "gate",
+    "mape_percent",
+    "parse_group_spec",
+    "parse_measurements",
+    "predict_collective",
+    "rank_average",
+    "read_measurements",
+    "row_slice",
+    "spearman",
+    "top1_agreement",
+    "validate",
+]
+
+ROW_KINDS: tuple[str, ...] = ("collective", "step")
+# HLO spelling of the collectives (FACTS.md, "Compiled-HLO collectives").
+COLLECTIVE_KINDS: tuple[str, ...] = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+)
+# How the spread column was obtained: a standard deviation over repeats, the
+# half-width of a min..max range, the uncertainty of reading a published
+# figure, or not reported by the source (then spread_s stays empty).
+SPREAD_KINDS: tuple[str, ...] = ("std", "range", "reading", "unreported")
+
+# Column order of the file format; a file must have a header naming a subset
+# that includes the required ones (unknown columns are an error, to catch typos).
+COLUMNS: tuple[str, ...] = (
+    "row_id",
+    "kind",
+    "slice",
+    "wraparound",
+    "collective",
+    "groups",
+    "size_bytes",
+    "algorithm",
+    "model",
+    "clip",
+    "mesh_shape",
+    "mesh_axes",
+    "rules_id",
+    "device_order",
+    "measured_s",
+    "spread_s",
+    "spread_kind",
+    "hardware",
+    "software",
+    "source",
+    "notes",
+)
+_REQUIRED = ("row_id", "kind", "slice", "measured_s", "spread_kind", "source")
+_COLLECTIVE_ONLY = ("collective", "groups", "size_bytes", "algorithm")
+_STEP_ONLY = ("model", "clip", "mesh_shape", "mesh_axes", "rules_id", "device_order")
+_ROW_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
+_SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
+
+Coord = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CollectiveCase:
+    """What a ``collective`` row measured.
+
+    ``size_bytes`` is the collective's *full* per-device buffer: the output of
+    an all-gather, the input of a reduce-scatter, the (equal) input and output
+    of an all-reduce or all-to-all, the payload of a collective-permute.
+    ``groups`` is a group spec (see :func:`parse_group_spec`).
+    """
+
+    collective: str
+    groups: str
+    size_bytes: int
+    algorithm: str | None = None
+
+
+@dataclass(frozen=True)
+class StepCase:
+    """What a ``step`` row measured: one denoising step of ``model`` on ``clip``.
+
+    ``clip`` is ``FRAMESxHEIGHTxWIDTH`` (e.g. ``81x480x832``); ``device_order``
+    lists libtpu device ids in mesh-flat (row-major) order, as
+    :meth:`aoizora.device_order.DeviceOrder.from_physical_ids` takes them.
+    """
+
+    model: str
+    clip: str
+    mesh_shape: tuple[int, ...]
+    mesh_axes: tuple[str, ...]
+    rules_id: str
+    device_order: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of a measurement file."""
+
+    row_id: str
+    kind: str
+    slice_name: str
+    measured_s: float
+    spread_kind: str
+    source: str
+    spread_s: float | None = None
+    wraparound: tuple[bool, ...] | None = None
+    hardware: str = ""
+    software: str = ""
+    notes: str = ""
+    collective: CollectiveCase | None = None
+    step: StepCase | None = None
+    line: int = field(default=0, compare=False)
+
+    @property
+    def workload(self) -> str:
+        """What the row ran, independent of the slice (rows sharing it are ranked together)."""
+        if self.collective is not None:
+            c = self.collective
+            algo = f" [{c.algorithm}]" if c.algorithm else ""
+            return f"{c.collective} {c.groups}{algo}"
+        assert self.step is not None  # guaranteed by parsing
+        return f"{self.step.model} {self.step.clip}"
+
+    @property
+    def slice_label(self) -> str:
+        """The slice name, plus the wrap-around override when the row gives one."""
+        if self.wraparound is None:
+            return self.slice_name
+        flags = "".join("T" if w else "F" for w in self.wraparound)
+        return f"{self.slice_name}[wrap={flags}]"
+
+    @property
+    def group_key(self) -> tuple[str, str, str]:
+        """(kind, workload, slice label): rows with equal keys form one report group."""
+        return (self.kind, self.workload, self.slice_label)
+
+
+# A predictor takes one row and returns the predicted latency in seconds.
+Predictor = Callable[[Measurement], float]
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _err(name: str, line: int, message: str) -> ValidationError:
+    return ValidationError(f"{name}:{line}: {message}")
+
+
+def _float(text: str, *, column: str, name: str, line: int, positive: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise _err(
+            name, line, f"{column}={text!r} is not a number; write seconds, e.g. 6.8e-04"
+        ) from None
+    if not math.isfinite(value) or (value <= 0 if positive else value < 0):
+        rule = "a positive" if positive else "a non-negative"
+        raise _err(name, line, f"{column}={text!r} must be {rule} finite number, e.g. 6.8e-04")
+    return value
+
+
+def _ints(text: str, *, column: str, name: str, line: int) -> tuple[int, ...]:
+    try:
+        return tuple(int(t) for t in text.split())
+    except ValueError:
+        raise _err(
+            name,
+            line,
+            f"{column}={text!r} must be integers separated by spaces, e.g. '0 1 3 2'",
+        ) from None
+
+
+def _wrap(text: str, *, name: str, line: int) -> tuple[bool, ...] | None:
+    if not text:
+        return None
+    flags: list[bool] = []
+    for token in text.split():
+        low = token.lower()
+        if low in ("1", "true", "t", "yes"):
+            flags.append(True)
+        elif low in ("0", "false", "f", "no"):
+            flags.append(False)
+        else:
+            raise _err(
+                name,
+                line,
+                f"wraparound={text!r}: write one true/false per slice dimension separated by "
+                "spaces, e.g. 'false true', or leave it empty for the generation's default",
+            )
+    return tuple(flags)
+
+
+def parse_group_spec(spec: str, *, shape: Sequence[int]) -> tuple[tuple[Coord, ...], ...]:
+    """Replica groups, as chip coordinates, from a group spec on a slice of ``shape``.
+
+    Three forms:
+
+    ``all``
+        one group of every chip, in physical-id order (x fastest);
+    ``dims:D[+D...]``
+        one group per fixed value of the other dimensions, made of the chips
+        varying along dimensions ``D`` (0 = x, 1 = y, 2 = z), x fastest;
+    ``ids:a b c;d e f``
+        explicit groups of libtpu physical ids (``id = x + X*y (+ X*Y*z)``),
+        each group in the order written (the ring order for ring algorithms).
+
+    >>> parse_group_spec("dims:0", shape=(2, 2))
+    (((0, 0), (1, 0)), ((0, 1), (1, 1)))
+    >>> parse_group_spec("dims:1", shape=(2, 2))
+    (((0, 0), (0, 1)), ((1, 0), (1, 1)))
+    >>> parse_group_spec("ids:0 1 3 2", shape=(2, 2))
+    (((0, 0), (1, 0), (1, 1), (0, 1)),)
+    >>> len(parse_group_spec("all", shape=(4, 4))[0])
+    16
+    """
+    shp = tuple(int(n) for n in shape)
+    total = math.prod(shp)
+
+    def coord(pid: int) -> Coord:
+        out = []
+        rest = pid
+        for n in shp:
+            out.append(rest % n)
+            rest //= n
+        return tuple(out)
+
+    text = spec.strip()
+    example = "e.g. 'all', 'dims:1', 'dims:0+1' or 'ids:0 1 2 3;4 5 6 7'"
+    if text == "all":
+        return (tuple(coord(p) for p in range(total)),)
+    if text.startswith("dims:"):
+        try:
+            dims = tuple(int(d) for d in text[5:].split("+"))
+        except ValueError:
+            raise ValidationError(
+                f"group spec {spec!r}: dims must be integers, {example}"
+            ) from None
+        if not dims or len(set(dims)) != len(dims) or any(not 0 <= d < len(shp) for d in dims):
+            raise ValidationError(
+                f"group spec {spec!r}: dims must be distinct dimensions 0..{len(shp) - 1} of a "
+                f"slice of shape {list(shp)}, {example}"
+            )
+        groups: dict[Coord, list[Coord]] = {}
+        for pid in range(total):
+            c = coord(pid)
+            fixed = tuple(v for d, v in enumerate(c) if d not in dims)
+            groups.setdefault(fixed, []).append(c)
+        return tuple(tuple(groups[k]) for k in sorted(groups))
+    if text.startswith("ids:"):
+        out: list[tuple[Coord, ...]] = []
+        seen: set[int] = set()
+        for part in text[4:].split(";"):
+            try:
+                ids = [int(t) for t in part.split()]
+            except ValueError:
+                raise ValidationError(
+                    f"group spec {spec!r}: ids must be integers, {example}"
+                ) from None
+            if len(ids) < 2:
+                raise ValidationError(
+                    f"group spec {spec!r}: every group needs at least 2 chips, {example}"
+                )
+            for i in ids:
+                if not 0 <= i < total or i in seen:
+                    raise ValidationError(
+                        f"group spec {spec!r}: id {i} is off the slice (0..{total - 1}) or "
+                        f"repeated; groups must be disjoint, {example}"
+                    )
+                seen.add(i)
+            out.append(tuple(coord(i) for i in ids))
+        return tuple(out)
+    raise ValidationError(f"group spec {spec!r} is not understood, {example}")
+
+
+def _slice_shape(slice_name: str, *, name: str, line: int) -> tuple[int, ...]:
+    # Resolve the slice with the simulator (the one authority on slice names),
+    # so a typo fails here with the row's line number.
+    try:
+        return load_slice(slice_name).shape
+    except SimError as exc:
+        raise _err(name, line, f"slice={slice_name!r}: {exc}") from None
+
+
+def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
+    cell = {k: (raw.get(k) or "").strip() for k in COLUMNS}
+    for key in _REQUIRED:
+        if not cell[key]:
+            raise _err(name, line, f"column {key!r} is empty; every row needs {list(_REQUIRED)}")
+    row_id = cell["row_id"]
+    if not _ROW_ID_RE.match(row_id):
+        raise _err(
+            name, line, f"row_id={row_id!r} must be letters, digits, '_', '.', '-', e.g. 'sb-ag-1'"
+        )
+    kind = cell["kind"]
+    if kind not in ROW_KINDS:
+        raise _err(name, line, f"kind={kind!r} must be one of {list(ROW_KINDS)}")
+    measured = _float(cell["measured_s"], column="measured_s", name=name, line=line, positive=True)
+    spread_kind = cell["spread_kind"]
+    if spread_kind not in SPREAD_KINDS:
+        raise _err(name, line, f"spread_kind={spread_kind!r} must be one of {list(SPREAD_KINDS)}")
+    spread: float | None = None
+    if spread_kind == "unreported":
+        if cell["spread_s"]:
+            raise _err(name, line, "spread_s must be empty when spread_kind is 'unreported'")
+    else:
+        if not cell["spread_s"]:
+            raise _err(
+                name,
+                line,
+                f"spread_kind={spread_kind!r} needs spread_s (seconds), or set spread_kind to "
+                "'unreported'",
+            )
+        spread = _float(cell["spread_s"], column="spread_s", name=name, line=line, positive=False)
+    shape = _slice_shape(cell["slice"], name=name, line=line)
+    wrap = _wrap(cell["wraparound"], name=name, line=line)
+    if wrap is not None and len(wrap) != len(shape):
+        raise _err(
+            name,
+            line,
+            f"wraparound={cell['wraparound']!r} has {len(wrap)} flags but slice "
+            f"{cell['slice']} has {len(shape)} dimensions",
+        )
+    other = _STEP_ONLY if kind == "collective" else _COLLECTIVE_ONLY
+    stray = [k for k in other if cell[k]]
+    if stray:
+        raise _err(name, line, f"a {kind!r} row must leave {stray} empty")
+    collective: CollectiveCase | None = None
+    step: StepCase | None = None
+    if kind == "collective":
+        for key in ("collective", "groups", "size_bytes"):
+            if not cell[key]:
+                raise _err(name, line, f"a 'collective' row needs {key!r}")
+        if cell["collective"] not in COLLECTIVE_KINDS:
+            raise _err(
+                name,
+                line,
+                f"collective={cell['collective']!r} must be one of {list(COLLECTIVE_KINDS)}",
+            )
+        try:
+            size = int(cell["size_bytes"])
+        except ValueError:
+            size = 0
+        if size <= 0:
+            raise _err(name, line, f"size_bytes={cell['size_bytes']!r} must be a positive integer")
+        try:
+            parse_group_spec(cell["groups"], shape=shape)
+        except ValidationError as exc:
+            raise _err(name, line, str(exc)) from None
+        collective = CollectiveCase(
+            collective=cell["collective"],
+            groups=cell["groups"],
+            size_bytes=size,
+            algorithm=cell["algorithm"] or None,
+        )
+    else:
+        for key in _STEP_ONLY:
+            if not cell[key]:
+                raise _err(name, line, f"a 'step' row needs {key!r}")
+        if not _CLIP_RE.match(cell["clip"]):
+            raise _err(
+                name, line, f"clip={cell['clip']!r} must be FRAMESxHEIGHTxWIDTH, e.g. 81x480x832"
+            )
+        if not _SHAPE_RE.match(cell["mesh_shape"]):
+            raise _err(name, line, f"mesh_shape={cell['mesh_shape']!r} must look like '2x4'")
+        mesh_shape = tuple(int(n) for n in cell["mesh_shape"].split("x"))
+        axes = tuple(cell["mesh_axes"].split())
+        if len(axes) != len(mesh_shape) or len(set(axes)) != len(axes):
+            raise _err(
+                name,
+                line,
+                f"mesh_axes={cell['mesh_axes']!r} must name each of the {len(mesh_shape)} "
+                "mesh dimensions once, separated by spaces, e.g. 'data context'",
+            )
+        order = _ints(cell["device_order"], column="device_order", name=name, line=line)
+        chips = math.prod(shape)
+        if sorted(order) != list(range(chips)) or math.prod(mesh_shape) != chips:
+            raise _err(
+                name,
+                line,
+                f"device_order={cell['device_order']!r} must be a permutation of the "
+                f"{chips} chip ids of {cell['slice']} and mesh_shape must multiply to {chips}, "
+                f"e.g. {' '.join(str(i) for i in range(chips))!r}",
+            )
+        step = StepCase(
+            model=cell["model"],
+            clip=cell["clip"],
+            mesh_shape=mesh_shape,
+            mesh_axes=axes,
+            rules_id=cell["rules_id"],
+            device_order=order,
+        )
+    return Measurement(
+        row_id=row_id,
+        kind=kind,
+        slice_name=cell["slice"],
+        measured_s=measured,
+        spread_kind=spread_kind,
+        source=cell["source"],
+        spread_s=spread,
+        wraparound=wrap,
+        hardware=cell["hardware"],
+        software=cell["software"],
+        notes=cell["notes"],
+        collective=collective,
+        step=step,
+        line=line,
+    )
+
+
+def parse_measurements(text: str, *, name: str = "<text>") -> tuple[Measurement, ...]:
+    """Parse measurement-file text; raises :class:`ValidationError` naming the line."""
+    # Drop comment lines but keep line numbers right for error messages.
+    lines = text.splitlines()
+    kept = [
+        (i + 1, ln) for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    if not kept:
+        raise ValidationError(f"{name}: no header row; the first line must name the columns")
+    header_line, header = kept[0]
+    columns = next(csv.reader([header]))
+    columns = [c.strip() for c in columns]
+    unknown = [c for c in columns if c not in COLUMNS]
+    missing = [c for c in _REQUIRED if c not in columns]
+    if unknown or missing or len(set(columns)) != len(columns):
+        raise ValidationError(
+            f"{name}:{header_line}: bad header (unknown {unknown}, missing {missing}, or a "
+            f"repeated column); valid columns are {list(COLUMNS)}"
+        )
+    rows: list[Measurement] = []
+    seen: dict[str, int] = {}
+    for number, ln in kept[1:]:
+        values = next(csv.reader([ln]))
+        if len(values) != len(columns):
+            raise _err(
+                name,
+                number,
+                f"{len(values)} cells but the header has {len(columns)} columns (quote cells "
+                "that contain commas)",
+            )
+        row = _parse_row(dict(zip(columns, values, strict=True)), name=name, line=number)
+        if row.row_id in seen:
+            raise _err(name, number, f"row_id {row.row_id!r} repeats line {seen[row.row_id]}")
+        seen[row.row_id] = number
+        rows.append(row)
+    if not rows:
+        raise ValidationError(f"{name}: the file has a header but no measurement rows")
+    return tuple(rows)
+
+
+def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
+    """Read a measurement file (see :func:`parse_measurements`)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"cannot read measurement file {str(p)!r}: {exc.strerror}") from None
+    return parse_measurements(text, name=str(p))
+
+
+def _fmt_float(value: float) -> str:
+    return repr(float(value))
+
+
+def format_measurements(rows: Iterable[Measurement]) -> str:
+    """CSV text (all columns) that :func:`parse_measurements` reads back to equal rows."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for r in rows:
+        c, s = r.collective, r.step
+        cells = {
+            "row_id": r.row_id,
+            "kind": r.kind,
+            "slice": r.slice_name,
+            "wraparound": " ".join("true" if w else "false" for w in r.wraparound)
+            if r.wraparound is not None
+            else "",
+            "collective": c.collective if c else "",
+            "groups": c.groups if c else "",
+            "size_bytes": str(c.size_bytes) if c else "",
+            "algorithm": (c.algorithm or "") if c else "",
+            "model": s.model if s else "",
+            "clip": s.clip if s else "",
+            "mesh_shape": "x".join(str(n) for n in s.mesh_shape) if s else "",
+            "mesh_axes": " ".join(s.mesh_axes) if s else "",
+            "rules_id": s.rules_id if s else "",
+            "device_order": " ".join(str(i) for i in s.device_order) if s else "",
+            "measured_s": _fmt_float(r.measured_s),
+            "spread_s": "" if r.spread_s is None else _fmt_float(r.spread_s),
+            "spread_kind": r.spread_kind,
+            "hardware": r.hardware,
+            "software": r.software,
+            "source": r.source,
+            "notes": r.notes,
+        }
+        writer.writerow([cells[k] for k in COLUMNS])
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- predicting
+
+# The one extra algorithm name this module understands on top of sim's: a
+# multi-dimensional collective done one slice dimension at a time.
+DIMWISE = "dimwise"
+
+
+def row_slice(
+    row: Measurement,
+    *,
+    link_bandwidth_bytes_per_s: float | None = None,
+    hop_latency_s: float | None = None,
+) -> Slice:
+    """The simulator's slice for ``row``, optionally with other link numbers (calibration).
+
+    >>> r = parse_measurements(
+    ...     "row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source\\n"
+    ...     "a,collective,v5e:2x4,all-gather,dims:1,8,1e-6,unreported,x\\n")[0]
+    >>> s = row_slice(r, link_bandwidth_bytes_per_s=1e9)
+    >>> s.name, s.link_bandwidth_bytes_per_s, s.hop_latency_s
+    ('v5e:2x4', 1000000000.0, 1e-06)
+    """
+    base = load_slice(row.slice_name, wraparound=row.wraparound)
+    if link_bandwidth_bytes_per_s is None and hop_latency_s is None:
+        return base
+    return make_slice(
+        base.shape,
+        wraparound=list(base.wraparound),
+        link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s,
+        hop_latency_s=hop_latency_s,
+        chip=base.chip,
+        name=base.name,
+    )
+
+
+def _spec_dims(spec: str, num_dims: int) -> tuple[int, ...] | None:
+    if spec == "all":
+        return tuple(range(num_dims))
+    if spec.startswith("dims:"):
+        return tuple(int(d) for d in spec[5:].split("+"))
+    return None
+
+
+def collective_nodes(
+    row: Measurement, slice_: Slice, *, id_prefix: str | None = None
+) -> tuple[tuple[Flow | Compute, ...], str]:
+    """The simulator nodes of a ``collective`` row and the id of the node that ends it.
+
+    ``algorithm`` empty: sim's default for the kind. ``dimwise`` (all-gather,
+    reduce-scatter, all-reduce over ``dims:``/``all`` groups): one phase per
+    slice dimension, each phase waiting for the previous one --
+    reduce-scatter over the first dimension on the whole buffer, then over the
+    next on the already-scattered ``1/n`` of it, and so on; all-gather runs the
+    same phases in reverse; all-reduce is the reduce-scatter phases followed by
+    the all-gather phases. A ``collective-permute`` row sends the whole buffer
+    from every group member to the next one (a cyclic shift per group).
+    """
+    case = row.collective
+    if case is None:
+        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
+    prefix = id_prefix if id_prefix is not None else row.row_id
+    groups = parse_group_spec(case.groups, shape=slice_.shape)
+    kind = case.collective
+    size = float(case.size_bytes)
+    if kind == "collective-permute":
+        if case.algorithm not in (None, "direct"):
+            raise ValidationError(
+                f"row {row.row_id!r}: collective-permute only has algorithm 'direct' (or empty)"
+            )
+        pairs = [(g[i], g[(i + 1) % len(g)]) for g in groups for i in range(len(g))]
+        plan = collective_flows(kind, (), pairs=pairs, buffer_bytes=size, id_prefix=prefix)
+        return plan.nodes, plan.done_id
+    if case.algorithm != DIMWISE:
+        plan = collective_flows(
+            kind, groups, buffer_bytes=size, algorithm=case.algorithm, id_prefix=prefix
+        )
+        return plan.nodes, plan.done_id
+    dims = _spec_dims(case.groups, slice_.num_dims)
+    if dims is None or kind not in ("all-gather", "reduce-scatter", "all-reduce"):
+        raise ValidationError(
+            f"row {row.row_id!r}: algorithm 'dimwise' needs an all-gather, reduce-scatter or "
+            f"all-reduce over 'all' or 'dims:' groups, got {kind} over {case.groups!r}; "
+            "leave algorithm empty for the simulator's default"
+        )
+    # Phase list: (kind, dim, buffer bytes). Reduce-scatter phases shrink the
+    # buffer by each dimension's length; all-gather phases grow it back.
+    phases: list[tuple[str, int, float]] = []
+    held = size
+    if kind in ("reduce-scatter", "all-reduce"):
+        for d in dims:
+            phases.append(("reduce-scatter", d, held))
+            held /= slice_.shape[d]
+    if kind in ("all-gather", "all-reduce"):
+        gathered: list[tuple[str, int, float]] = []
+        out = size
+        for d in dims:
+            gathered.append(("all-gather", d, out))
+            out /= slice_.shape[d]
+        phases.extend(reversed(gathered))
+    nodes: list[Flow | Compute] = []
+    after: tuple[str, ...] = ()
+    done = ""
+    for k, (phase_kind, d, buffer_bytes) in enumerate(phases):
+        plan = collective_flows(
+            phase_kind,
+            parse_group_spec(f"dims:{d}", shape=slice_.shape),
+            buffer_bytes=buffer_bytes,
+            id_prefix=f"{prefix}/ph{k}",
+            after=after,
+        )
+        nodes.extend(plan.nodes)
+        after = (plan.done_id,)
+        done = plan.done_id
+    return tuple(nodes), done
+
+
+def predict_collective(
+    row: Measurement,
+    *,
+    link_bandwidth_bytes_per_s: float | None = None,
+    hop_latency_s: float | None = None,
+) -> float:
+    """Simulated latency of a ``collective`` row: the finish of its last node.
+
+    The two keywords replace the generation's link numbers (calibration).
+    """
+    slice_ = row_slice(
+        row, link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s, hop_latency_s=hop_latency_s
+    )
+    nodes, done = collective_nodes(row, slice_)
+    return simulate(slice_, nodes).finish_s(done)
+
+
+def default_predictors() -> dict[str, Predictor]:
+    """The predictors available without the planner: ``collective`` rows only."""
+    return {"collective": predict_collective}
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def rank_average(values: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n, ties sharing the average of the ranks they span.
+
+    >>> rank_average([10.0, 30.0, 20.0, 20.0]).tolist()
+    [1.0, 4.0, 2.5, 2.5]
+    """
+    x = np.asarray(values, dtype=float)
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), dtype=float)
+    i = 0
+    n = len(x)
+    while i < n:
+        j = i
+        while j + 1 < n and x[order[j + 1]] == x[order[i]]:
+            j += 1
+        # Positions i..j (0-based) hold equal values: ranks i+1..j+1, average.
+        ranks[order[i : j + 1]] = (i + j + 2) / 2.0
+        i = j + 1
+    return ranks
+
+
+def spearman(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
+    """Spearman's rho: Pearson correlation of the average ranks.
+
+    ``None`` when it is undefined: fewer than two rows, or all values on one
+    side equal (zero rank variance).
+
+    >>> spearman([1.0, 2.0, 3.0], [10.0, 20.0, 30.0])
+    1.0
+    >>> spearman([1.0, 2.0, 3.0], [30.0, 20.0, 10.0])
+    -1.0
+    >>> spearman([1.0], [2.0]) is None
+    True
+    """
+    if len(predicted) != len(measured):
+        raise ValueError(f"{len(predicted)} predictions for {len(measured)} measurements")
+    if len(predicted) < 2:
+        return None
+    a = rank_average(predicted)
+    b = rank_average(measured)
+    a = a - a.mean()
+    b = b - b.mean()
+    denom = math.sqrt(float(np.dot(a, a)) * float(np.dot(b, b)))
+    if denom == 0.0:
+        return None
+    rho = float(np.dot(a, b)) / denom
+    return max(-1.0, min(1.0, rho))
+
+
+def top1_agreement(
+    predicted: Sequence[float],
+    measured: Sequence[float],
+    spread: Sequence[float | None] | None = None,
+) -> bool:
+    """True when the row predicted fastest is measured fastest, within the measurements' spread.
+
+    The predicted-fastest row (ties: the first such row) agrees when its
+    measured interval ``[m - s, m + s]`` reaches down to the fastest row's
+    interval, i.e. the measurement cannot tell the two apart; a missing
+    spread counts as 0, so without spreads this is strict "is it the measured
+    minimum".
+
+    >>> top1_agreement([3.0, 1.0, 2.0], [30.0, 10.0, 20.0])
+    True
+    >>> top1_agreement([1.0, 3.0], [30.0, 10.0])
+    False
+    >>> top1_agreement([1.0, 3.0], [30.0, 10.0], spread=[15.0, 6.0])  # 15 <= 16: a tie
+    True
+    """
+    if not predicted or len(predicted) != len(measured):
+        raise ValueError("top-1 agreement needs equally many (>= 1) predictions and measurements")
+    s = [0.0] * len(measured) if spread is None else [0.0 if v is None else v for v in spread]
+    if len(s) != len(measured):
+        raise ValueError(f"{len(s)} spreads for {len(measured)} measurements")
+    best_pred = int(np.argmin(np.asarray(predicted, dtype=float)))
+    fastest_upper = min(m + e for m, e in zip(measured, s, strict=True))
+    return bool(measured[best_pred] - s[best_pred] <= fastest_upper)
+
+
+def mape_percent(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    """Mean absolute percentage error, ``100 * mean(|p - m| / m)``.
+
+    >>> round(mape_percent([1.1, 1.8], [1.0, 2.0]), 9)
+    10.0
+    """
+    p = np.asarray(predicted, dtype=float)
+    m = np.asarray(measured, dtype=float)
+    if len(p) == 0 or p.shape != m.shape or np.any(m <= 0):
+        raise ValueError("MAPE needs equally many predictions and positive measurements")
+    return float(100.0 * np.mean(np.abs(p - m) / m))
+
+
+# --------------------------------------------------------------------------- reports
+
+
+@dataclass(frozen=True)
+class RowPrediction:
+    """One row's prediction next to its measurement."""
+
+    row_id: str
+    predicted_s: float
+    measured_s: float
+    spread_s: float | None
+
+    @property
+    def error_percent(self) -> float:
+        """Signed error, ``100 * (predicted - measured) / measured``."""
+        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s
+
+    @property
+    def within_spread(self) -> bool | None:
+        """Whether the prediction lies within measured +- spread (None without a spread)."""
+        if self.spread_s is None:
+            return None
+        return abs(self.predicted_s - self.measured_s) <= self.spread_s
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """Metrics of one group of rows (same kind, workload and slice)."""
+
+    kind: str
+    workload: str
+    slice_label: str
+    rows: tuple[RowPrediction, ...]
+    spearman: float | None
+    top1: bool
+    mape_percent: float
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "workload": self.workload,
+            "slice": self.slice_label,
+            "n": self.n,
+            "spearman": self.spearman,
+            "top1": self.top1,
+            "mape_percent": self.mape_percent,
+            "rows": [
+                {
+                    "row_id": r.row_id,
+                    "predicted_s": r.predicted_s,
+                    "measured_s": r.measured_s,
+                    "spread_s": r.spread_s,
+                    "error_percent": r.error_percent,
+                    "within_spread": r.within_spread,
+                }
+                for r in self.rows
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Every group's metrics, in first-appearance order of the groups in the file."""
+
+    groups: tuple[GroupReport, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(g.n for g in self.groups)
+
+    @property
+    def overall_mape_percent(self) -> float:
+        """MAPE over every row of every group."""
+        rows = [r for g in self.groups for r in g.rows]
+        return mape_percent([r.predicted_s for r in rows], [r.measured_s for r in rows])
+
+    @property
+    def top1_rate(self) -> float:
+        """Fraction of groups whose predicted fastest row is measured fastest."""
+        return sum(g.top1 for g in self.groups) / len(self.groups)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {
+            "num_rows": self.num_rows,
+            "overall_mape_percent": self.overall_mape_percent,
+            "top1_rate": self.top1_rate,
+            "groups": [g.to_json_dict() for g in self.groups],
+        }
+
+
+def validate(
+    rows: Sequence[Measurement], *, predictors: Mapping[str, Predictor]
+) -> ValidationReport:
+    """Predict every row with ``predictors[row.kind]`` and compute each group's metrics.
+
+    Raises :class:`ValidationError` when a row's kind has no predictor (the
+    message names the row) or a predictor returns a non-positive latency.
+    """
+    if not rows:
+        raise ValidationError("no measurement rows to validate")
+    order: list[tuple[str, str, str]] = []
+    grouped: dict[tuple[str, str, str], list[RowPrediction]] = {}
+    for row in rows:
+        predictor = predictors.get(row.kind)
+        if predictor is None:
+            raise ValidationError(
+                f"row {row.row_id!r} (line {row.line}) is a {row.kind!r} row but no {row.kind!r} "
+                f"predictor is registered (have: {sorted(predictors)}); step rows need the "
+                "planner's predictor, or drop them from the file"
+            )
+        predicted = float(predictor(row))
+        if not (math.isfinite(predicted) and predicted > 0):
+            raise ValidationError(
+                f"the {row.kind!r} predictor returned {predicted!r} for row {row.row_id!r}; "
+                "a predicted latency must be a positive number of seconds"
+            )
+        key = row.group_key
+        if key not in grouped:
+            grouped[key] = []
+            order.append(key)
+        grouped[key].append(
+            RowPrediction(
+                row_id=row.row_id,
+                predicted_s=predicted,
+                measured_s=row.measured_s,
+                spread_s=row.spread_s,
+            )
+        )
+    groups: list[GroupReport] = []
+    for key in order:
+        preds = grouped[key]
+        p = [r.predicted_s for r in preds]
+        m = [r.measured_s for r in preds]
+        groups.append(
+            GroupReport(
+                kind=key[0],
+                workload=key[1],
+                slice_label=key[2],
+                rows=tuple(preds),
+                spearman=spearman(p, m),
+                top1=top1_agreement(p, m, [r.spread_s for r in preds]),
+                mape_percent=mape_percent(p, m),
+            )
+        )
+    return ValidationReport(groups=tuple(groups))
+
+
+# --------------------------------------------------------------------------- the gate
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Gate limits; ``None`` switches a check off.
+
+    ``min_top1`` applies to each group's top-1 agreement as 1.0 (agree) or
+    0.0 (disagree), so ``min_top1=1`` demands agreement in every group.
+    Groups whose Spearman rho is undefined (fewer than two rows, or constant
+    values) are not held to ``min_spearman``.
+    """
+
+    min_spearman: float | None = None
+    min_top1: float | None = None
+    max_mape_percent: float | None = None
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One metric of one group outside its threshold."""
+
+    workload: str
+    slice_label: str
+    metric: str
+    value: float
+    limit: float
+
+    def __str__(self) -> str:
+        side = ">=" if self.metric != "mape_percent" else "<="
+        return (
+            f"{self.workload} on {self.slice_label}: {self.metric} = {self.value:.4g} "
+            f"(needs {side} {self.limit:g})"
+        )
+
+
+def gate(report: ValidationReport, thresholds: Thresholds) -> tuple[GateFailure, ...]:
+    """Every (group, metric) outside ``thresholds``; empty means the gate passes."""
+    failures: list[GateFailure] = []
+    t = thresholds
+    for g in report.groups:
+        if t.min_spearman is not None and g.spearman is not None and g.spearman < t.min_spearman:
+            failures.append(
+                GateFailure(g.workload, g.slice_label, "spearman", g.spearman, t.min_spearman)
+            )
+        top1 = 1.0 if g.top1 else 0.0
+        if t.min_top1 is not None and top1 < t.min_top1:
+            failures.append(GateFailure(g.workload, g.slice_label, "top1", top1, t.min_top1))
+        if t.max_mape_percent is not None and g.mape_percent > t.max_mape_percent:
+            failures.append(
+                GateFailure(
+                    g.workload, g.slice_label, "mape_percent", g.mape_percent, t.max_mape_percent
+                )
+            )
+    return tuple(failures)
