@@ -12,7 +12,9 @@ real TPU device descriptions without a TPU; ``jax.jit(...).trace(*abstract).lowe
   mesh-flat order; default: :func:`default_device_order`).
 * :func:`lower` -- cheap (no XLA compile); Stage 1 reads its StableHLO.
 * :func:`compile_candidate` -- never raises for a failing candidate: the result carries
-  the error.
+  the error. With ``cache_dir`` it keeps a persistent cache of compile *results* keyed by
+  the StableHLO, target, device order and versions (:func:`compile_cache_key` says why
+  jax's own ``jax_compilation_cache_dir`` cannot serve AOT topology compiles).
 
     >>> slice_num_chips("v5e:2x4"), slice_chip("v5e:2x4")
     (8, 'v5e')
@@ -20,8 +22,13 @@ real TPU device descriptions without a TPU; ``jax.jit(...).trace(*abstract).lowe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import gzip
+import hashlib
+import importlib.metadata
 import importlib.util
+import json
 import math
 import os
 import re
@@ -29,6 +36,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -52,7 +60,7 @@ __all__ = [
     "make_mesh",
     "lower",
     "compile_candidate",
-    "enable_compilation_cache",
+    "compile_cache_key",
     "chip_hbm_bytes",
 ]
 
@@ -288,6 +296,8 @@ class CompileResult:
     FACTS.md). ``feasible`` compares ``memory.total_bytes`` with the chip's HBM
     (``None`` when the HBM size is unknown); ``feasibility_reason`` gives the numbers.
     ``backend`` is ``"cpu"`` on the libtpu-missing fallback, and ``warnings`` says so.
+    ``cache_hit``: the result came from the compile cache; ``compile_s`` is then the
+    seconds spent reading it (the cold compile time is not repeated).
     """
 
     candidate_id: str
@@ -306,23 +316,87 @@ class CompileResult:
     compile_s: float
     device_order: tuple[int, ...]
     warnings: tuple[str, ...]
+    cache_hit: bool = False
 
 
-def enable_compilation_cache(cache_dir: str) -> None:
-    """Turn on jax's persistent compilation cache in ``cache_dir`` for this process.
+def _versions() -> str:
+    parts = [f"jax={jax.__version__}"]
+    for dist in ("jaxlib", "libtpu"):
+        try:
+            parts.append(f"{dist}={importlib.metadata.version(dist)}")
+        except importlib.metadata.PackageNotFoundError:
+            parts.append(f"{dist}=none")
+    return ",".join(parts)
 
-    Also lowers jax's thresholds to zero so that every compile is cached (the defaults
-    skip compiles under 1 s).
+
+def compile_cache_key(
+    lowered_text: str, slice_name: str, backend: Backend, order: Sequence[int]
+) -> str:
+    """Key of one compile: the StableHLO, the target, the device order and the versions.
+
+    jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve libtpu AOT
+    compiles: reading an entry back fails with "PjRtCompiler must be constructed with a
+    Client to call DeserializeLoadedExecutable" (checked with jax 0.10.2 + libtpu
+    0.0.52). The planner only needs the compile's products (HLO text, costs, memory),
+    so :func:`compile_candidate` caches those under this key instead.
     """
-    current = getattr(jax.config, "jax_compilation_cache_dir", None)
-    jax.config.update("jax_compilation_cache_dir", str(cache_dir))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    if current != str(cache_dir):
-        from jax._src import compilation_cache
+    h = hashlib.sha256()
+    for part in (_CACHE_FORMAT, _versions(), slice_name, backend, ",".join(map(str, order))):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(lowered_text.encode())
+    return h.hexdigest()
 
-        # The cache object is created once per process; point it at the new directory.
-        compilation_cache.reset_cache()
+
+_CACHE_FORMAT = "aoizora.compile-cache/1"
+
+
+def _cache_path(cache_dir: str, key: str) -> Path:
+    return Path(cache_dir) / f"{key}.json.gz"
+
+
+def _cache_load(cache_dir: str, key: str) -> dict[str, Any] | None:
+    path = _cache_path(cache_dir, key)
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            data: dict[str, Any] = json.load(f)
+    except (OSError, ValueError, EOFError):
+        return None  # absent or unreadable: compile again
+    return data if data.get("format") == _CACHE_FORMAT else None
+
+
+def _cache_store(cache_dir: str, key: str, result: CompileResult) -> None:
+    path = _cache_path(cache_dir, key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = dataclasses.asdict(result)
+    data["format"] = _CACHE_FORMAT
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+    tmp.replace(path)  # atomic: concurrent planners never read half a file
+
+
+def _from_cache(data: dict[str, Any], *, read_s: float, lower_s: float) -> CompileResult:
+    mem = data["memory"]
+    return CompileResult(
+        candidate_id=data["candidate_id"],
+        slice_name=data["slice_name"],
+        backend=data["backend"],
+        ok=data["ok"],
+        error=data["error"],
+        hlo_text=data["hlo_text"],
+        flops=data["flops"],
+        bytes_accessed=data["bytes_accessed"],
+        memory=None if mem is None else MemoryUsage(**mem),
+        hbm_bytes=data["hbm_bytes"],
+        feasible=data["feasible"],
+        feasibility_reason=data["feasibility_reason"],
+        lower_s=lower_s,
+        compile_s=read_s,
+        device_order=tuple(data["device_order"]),
+        warnings=tuple(data["warnings"]),
+        cache_hit=True,
+    )
 
 
 def chip_hbm_bytes(chip: str) -> int | None:
@@ -389,12 +463,12 @@ def compile_candidate(
 ) -> CompileResult:
     """Compile ``candidate`` for ``slice_name`` with ``order`` (physical ids, mesh-flat).
 
-    ``cache_dir`` turns on the persistent compilation cache (see
-    :func:`enable_compilation_cache`). ``hbm_bytes`` overrides the chip's HBM from
+    ``cache_dir`` turns on the persistent compile cache: results (HLO text, costs,
+    memory) are stored gzipped under :func:`compile_cache_key`, so a warm run costs
+    one lowering plus a file read. Compiles that fail for memory are cached too;
+    other failures are not. ``hbm_bytes`` overrides the chip's HBM from
     :func:`chip_hbm_bytes`. Failures come back as ``ok=False`` with the message.
     """
-    if cache_dir is not None:
-        enable_compilation_cache(cache_dir)
     backend = slice_backend(slice_name)
     note = _devices(slice_name)[2]
     notes: tuple[str, ...] = (note,) if note else ()
@@ -403,12 +477,24 @@ def compile_candidate(
     t0 = time.perf_counter()
     lower_s = 0.0
     used_order: tuple[int, ...] = ()
+    key: str | None = None
     try:
         mesh = make_mesh(candidate, devices, order)
         used_order = tuple(int(d.id) for d in mesh.devices.flat)
         lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
         lower_s = time.perf_counter() - t0
         t1 = time.perf_counter()
+        if cache_dir is not None:
+            key = compile_cache_key(lowered.as_text(), slice_name, backend, used_order)
+            data = _cache_load(cache_dir, key)
+            if data is not None:
+                hit = _from_cache(data, read_s=time.perf_counter() - t1, lower_s=lower_s)
+                if hit.memory is not None:
+                    feasible, reason = _feasibility(hit.memory, hbm)
+                    hit = dataclasses.replace(
+                        hit, hbm_bytes=hbm, feasible=feasible, feasibility_reason=reason
+                    )
+                return dataclasses.replace(hit, candidate_id=candidate.id)
         compiled = lowered.compile()
         compile_s = time.perf_counter() - t1
         hlo_text = compiled.as_text()
@@ -422,17 +508,23 @@ def compile_candidate(
         reason = "compile failed"
         if oom:
             reason = f"does not fit: the compiler ran out of HBM ({error.splitlines()[0]})"
-        return CompileResult(
+        failed = CompileResult(
             candidate_id=candidate.id, slice_name=slice_name, backend=backend, ok=False,
             error=error, hlo_text="", flops=0.0, bytes_accessed=0.0,
             memory=None, hbm_bytes=hbm, feasible=False if oom else None, feasibility_reason=reason,
             lower_s=lower_s, compile_s=time.perf_counter() - t0, device_order=used_order,
             warnings=notes,
         )  # fmt: skip
+        if oom and cache_dir is not None and key is not None:
+            _cache_store(cache_dir, key, failed)
+        return failed
     feasible, reason = _feasibility(memory, hbm)
-    return CompileResult(
+    result = CompileResult(
         candidate_id=candidate.id, slice_name=slice_name, backend=backend, ok=True, error=None,
         hlo_text=hlo_text, flops=flops, bytes_accessed=bytes_accessed, memory=memory,
         hbm_bytes=hbm, feasible=feasible, feasibility_reason=reason, lower_s=lower_s,
         compile_s=compile_s, device_order=used_order, warnings=notes,
     )  # fmt: skip
+    if cache_dir is not None and key is not None:
+        _cache_store(cache_dir, key, result)
+    return result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -62,6 +64,25 @@ def test_user_workload_compiles_with_its_shardings() -> None:
     # w2's contracting dim is sharded over tensor: the partitioner must reduce.
     assert "all-reduce" in res.hlo_text or "reduce-scatter" in res.hlo_text
     assert res.flops > 0
+
+
+@pytest.mark.skipif(slice_backend("v5e:2x2") != "tpu", reason="libtpu unavailable")
+def test_compile_cache_round_trip(tmp_path: Path) -> None:
+    wl = _workload()
+    cand = enumerate_candidates(wl, 4).by_id("data1.fsdp4.context1.tensor1/fsdp/none")
+    cold = compile_candidate(wl, cand, "v5e:2x2", cache_dir=str(tmp_path))
+    warm = compile_candidate(wl, cand, "v5e:2x2", cache_dir=str(tmp_path))
+    assert cold.ok and not cold.cache_hit and warm.cache_hit
+    assert len(list(tmp_path.iterdir())) == 1
+    assert (warm.hlo_text, warm.flops, warm.memory, warm.device_order) == (
+        cold.hlo_text,
+        cold.flops,
+        cold.memory,
+        cold.device_order,
+    )
+    # Another device order is another compile (another cache entry).
+    other = compile_candidate(wl, cand, "v5e:2x2", order=(3, 2, 1, 0), cache_dir=str(tmp_path))
+    assert not other.cache_hit and len(list(tmp_path.iterdir())) == 2
 
 
 def test_user_workload_errors() -> None:
