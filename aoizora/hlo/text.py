@@ -293,6 +293,10 @@ def _header_int(header: Mapping[str, str], key: str, default: int, lineno: int, 
     return int(value)
 
 
+# An instruction starts with indentation, then ``%name =`` or ``ROOT %name =``.
+_INSTR_START_RE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=")
+
+
 def parse_module(text: str) -> HloModule:
     """Parse compiled HLO text (``compiled.as_text()``) into an :class:`HloModule`.
 
@@ -319,18 +323,29 @@ def parse_module(text: str) -> HloModule:
     current_line = 0
     instrs: list[Instruction] = []
     in_section = False
+    pending: tuple[str, int] | None = None  # an instruction whose text may continue
     for index in range(lineno + 1, len(lines)):
         line = lines[index]
         num = index + 1
         if current is not None:
-            if line.startswith("}"):
+            if line.rstrip() == "}":
+                if pending is not None:
+                    instrs.append(_parse_instruction(*pending))
+                    pending = None
                 comp = _finish_computation(current, instrs, current_line, current_entry, lines)
                 computations[current] = comp
                 current = None
                 continue
             if not line.strip():
                 continue
-            instrs.append(_parse_instruction(line, num))
+            if pending is not None and not _INSTR_START_RE.match(line):
+                # TPU custom calls print multi-line attributes (kernel_metadata JSON,
+                # '}}, metadata=...'): such a line continues the instruction before it.
+                pending = (pending[0] + "\n" + line, pending[1])
+                continue
+            if pending is not None:
+                instrs.append(_parse_instruction(*pending))
+            pending = (line, num)
             continue
         stripped = line.strip()
         if not stripped:
