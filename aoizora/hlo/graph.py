@@ -1,0 +1,917 @@
+"""The typed collective graph of a compiled HLO module, in schedule order.
+
+:func:`build_graph` walks the call graph from the ENTRY computation. Every
+non-fused computation that runs is a :class:`Region` (the entry, a ``while``
+body, a ``call`` target, a ``conditional`` branch) holding its *steps* in
+schedule order:
+
+- :class:`ComputeSegment` — the instructions between two communication events,
+  with flops and HBM bytes per kernel (:mod:`.costs`);
+- :class:`CollectiveStart` / :class:`CollectiveDone` — where a collective is
+  issued and where its result is first needed. A synchronous collective has its
+  done step right after its start; an asynchronous one (``*-start``/``*-done``,
+  ``async-start``/``async-done``, send/recv, TPU async collective fusions) has
+  the compute it overlaps between the two;
+- :class:`OpaqueCall` — a custom call (e.g. a Pallas kernel) with its operand
+  and result shapes, for a caller to cost;
+- :class:`SubRegion` — a ``while`` (with its trip count), ``call`` or
+  ``conditional`` (one region per branch).
+
+Rules that decide what a logical collective is:
+
+- A collective inside a fusion belongs to the region running the fusion. TPU
+  async collective fusions mention one collective (same opcode and
+  ``channel_id``) in a start fusion (root ``AsyncCollectiveStart``), in overlap
+  fusions and in a done fusion (root ``AsyncCollectiveDone``): that is ONE
+  collective, issued at the start fusion and complete at the done fusion, and
+  the overlap fusions are compute. ``channel_id`` is not unique across kinds, so
+  the key is ``(kind, channel_id)`` within one region execution.
+- A fusion that holds an ``all-reduce`` whose result it dynamic-slices by
+  partition id (TPU's ``all-reduce-scatter`` fusion) is reported as an
+  all-reduce with ``scatter=True``: each device keeps only its shard, so it is
+  replayed as a reduce-scatter.
+- ``send``/``recv`` with one ``channel_id`` are one collective (kind ``send``;
+  pairs from ``_xla_send_recv_source_target_pairs``).
+- A ``while`` runs ``trip_count`` times: ``known_trip_count`` from its
+  backend_config when present, else derived from the condition
+  (``compare(induction, constant)``), the induction variable's initial value in
+  the init tuple and its increment in the body. Counts multiply through nesting.
+
+Example:
+    >>> from aoizora.hlo.text import parse_module
+    >>> m = parse_module('''HloModule m, num_partitions=4
+    ... %add (x: f32[], y: f32[]) -> f32[] {
+    ...   %x = f32[] parameter(0)
+    ...   %y = f32[] parameter(1)
+    ...   ROOT %s = f32[] add(%x, %y)
+    ... }
+    ... ENTRY %e (p: f32[1024]) -> f32[1024] {
+    ...   %p = f32[1024]{0} parameter(0)
+    ...   %ar = f32[1024] all-reduce(%p), channel_id=1, replica_groups=[2,2]<=[4], to_apply=%add
+    ... }''')
+    >>> g = build_graph(m)
+    >>> c = g.collectives[0]
+    >>> c.kind, c.groups, c.buffer_bytes, c.count
+    ('all-reduce', ((0, 1), (2, 3)), 4096, 1)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from aoizora.errors import HloParseError
+from aoizora.hlo.costs import CostModel, collective_base
+from aoizora.hlo.groups import ReplicaGroupError, parse_pairs, parse_replica_groups
+from aoizora.hlo.shapes import Shape
+from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
+
+__all__ = [
+    "Collective",
+    "CollectiveDone",
+    "CollectiveGraph",
+    "CollectiveStart",
+    "ComputeSegment",
+    "OpaqueCall",
+    "OpaqueNode",
+    "Region",
+    "Step",
+    "SubRegion",
+    "build_graph",
+    "graph_from_text",
+]
+
+_KNOWN_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+_PAIRS_ATTR_RE = re.compile(r'_xla_send_recv_source_target_pairs\s*=\s*"([^"]*)"')
+_PASS_THROUGH = frozenset({"copy", "bitcast", "convert", "reshape"})
+_MARKERS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
+_FLIP = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ", "NE": "NE"}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One logical collective (counted ``count`` times per step).
+
+    ``groups`` are logical device ids (``mesh.devices.flat`` positions);
+    a ``collective-permute``/``send`` carries ``pairs`` instead (``groups`` empty).
+    ``operand_bytes``/``result_bytes`` are per device; ``buffer_bytes`` is the
+    size the simulator's collective model takes (all-gather: output; others:
+    input). ``depends_on`` lists the nearest upstream nodes its operands come
+    from: ``"c<id>"`` collectives, ``"o<id>"`` opaque calls, ``"r<id>"`` regions.
+    """
+
+    id: int
+    kind: str
+    name: str
+    computation: str
+    line: int
+    region: int
+    channel_id: int | None
+    group_form: str
+    groups: tuple[tuple[int, ...], ...]
+    pairs: tuple[tuple[int, int], ...]
+    operand_bytes: int
+    result_bytes: int
+    is_async: bool
+    via: str
+    count: int
+    depends_on: tuple[str, ...]
+    scatter: bool = False
+
+    @property
+    def buffer_bytes(self) -> int:
+        if self.kind == "all-gather":
+            return self.result_bytes
+        return self.operand_bytes
+
+    @property
+    def group_size(self) -> int:
+        if self.pairs:
+            return 2
+        return max((len(g) for g in self.groups), default=1)
+
+
+@dataclass(frozen=True)
+class OpaqueNode:
+    """A custom call kept whole (e.g. a Pallas kernel); the caller costs it."""
+
+    id: int
+    name: str
+    target: str
+    op_name: str
+    computation: str
+    line: int
+    region: int
+    operand_shapes: tuple[Shape, ...]
+    result_shape: Shape
+    count: int
+    depends_on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ComputeSegment:
+    """Compute between communication events: per-kernel ``(flops, bytes)``."""
+
+    flops: float
+    bytes_accessed: float
+    kernels: tuple[tuple[float, float], ...]
+    first: str
+    last: str
+
+
+@dataclass(frozen=True)
+class CollectiveStart:
+    collective: int
+
+
+@dataclass(frozen=True)
+class CollectiveDone:
+    collective: int
+
+
+@dataclass(frozen=True)
+class OpaqueCall:
+    opaque: int
+
+
+@dataclass(frozen=True)
+class SubRegion:
+    """A ``while`` (``regions`` = its body), ``call`` or ``conditional`` (one per branch)."""
+
+    kind: str
+    name: str
+    regions: tuple[int, ...]
+    trip_count: int
+
+
+Step = ComputeSegment | CollectiveStart | CollectiveDone | OpaqueCall | SubRegion
+
+
+@dataclass(frozen=True)
+class Region:
+    """A computation execution context and its steps in schedule order."""
+
+    id: int
+    computation: str
+    kind: str
+    parent: int | None
+    trip_count: int
+    trip_count_source: str
+    count: int
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class CollectiveGraph:
+    """Collectives, opaque calls and regions of one compiled module."""
+
+    module_name: str
+    num_partitions: int
+    replica_count: int
+    regions: tuple[Region, ...]
+    collectives: tuple[Collective, ...]
+    opaques: tuple[OpaqueNode, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_partitions * self.replica_count
+
+    def total_collective_bytes(self) -> int:
+        """Sum over collectives of ``buffer_bytes * count`` (per device)."""
+        return sum(c.buffer_bytes * c.count for c in self.collectives)
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The item-6 JSON shape without ``step_time_s`` (the replay adds it)."""
+        out: list[dict[str, object]] = []
+        for c in self.collectives:
+            entry: dict[str, object] = {"kind": c.kind}
+            if c.pairs or c.kind in ("collective-permute", "send", "recv"):
+                entry["pairs"] = [list(p) for p in c.pairs]
+            else:
+                entry["groups"] = [list(g) for g in c.groups]
+            entry["bytes_per_device"] = c.buffer_bytes
+            entry["count"] = c.count
+            out.append(entry)
+        return {"num_partitions": self.num_partitions, "collectives": out}
+
+
+@dataclass
+class _Pending:
+    """A collective being assembled (mutable until its region is finished)."""
+
+    kind: str
+    name: str
+    computation: str
+    line: int
+    region: int
+    channel_id: int | None
+    group_form: str
+    groups: tuple[tuple[int, ...], ...]
+    pairs: tuple[tuple[int, int], ...]
+    operand_bytes: int
+    result_bytes: int
+    is_async: bool
+    via: str
+    count: int
+    depends_on: frozenset[str]
+    scatter: bool = False
+
+
+class _Builder:
+    def __init__(self, module: HloModule) -> None:
+        self.module = module
+        self.costs = CostModel(module)
+        self.collectives: list[_Pending] = []
+        self.opaques: list[OpaqueNode] = []
+        self.regions: list[Region | None] = []
+        self.warnings: list[str] = []
+        self._stack: list[str] = []
+
+    # ----------------------------------------------------------------- helpers
+    def _fail(self, instr: Instruction, problem: str) -> HloParseError:
+        return HloParseError(f"line {instr.line}: %{instr.name} ({instr.opcode}): {problem}")
+
+    def _new_collective(
+        self,
+        comp: Computation,
+        instr: Instruction,
+        *,
+        region: int,
+        count: int,
+        via: str,
+        is_async: bool,
+        depends_on: frozenset[str],
+    ) -> int:
+        kind = collective_base(instr.opcode) or instr.opcode
+        channel = instr.attrs.get("channel_id")
+        channel_id = int(channel) if channel is not None and channel.isdigit() else None
+        n = self.module.num_devices
+        groups: tuple[tuple[int, ...], ...] = ()
+        pairs: tuple[tuple[int, int], ...] = ()
+        try:
+            if kind == "collective-permute":
+                text = instr.attrs.get("source_target_pairs")
+                if text is None:
+                    raise self._fail(instr, "collective-permute without source_target_pairs")
+                pairs, form = parse_pairs(text, num_devices=n), "pairs"
+            elif kind in ("send", "recv"):
+                m = _PAIRS_ATTR_RE.search(instr.attrs.get("frontend_attributes", ""))
+                pairs = parse_pairs(m.group(1), num_devices=n) if m else ()
+                form = "pairs"
+            else:
+                rg = parse_replica_groups(instr.attrs.get("replica_groups", "{}"), num_devices=n)
+                groups, form = rg.groups, rg.form
+        except ReplicaGroupError as exc:
+            raise self._fail(instr, str(exc)) from None
+        operands = instr.operands[:1] if kind == "collective-permute" else instr.operands
+        if kind == "recv":
+            operand_bytes = 0
+        else:
+            operand_bytes = sum(comp.by_name[o].shape.size_bytes for o in operands)
+            if kind == "send":
+                operand_bytes = comp.by_name[instr.operands[0]].shape.size_bytes
+        result_bytes = _result_bytes(kind, instr)
+        if kind == "recv":
+            operand_bytes = result_bytes
+        self.collectives.append(
+            _Pending(
+                kind=kind,
+                name=instr.name,
+                computation=comp.name,
+                line=instr.line,
+                region=region,
+                channel_id=channel_id,
+                group_form=form,
+                groups=groups,
+                pairs=pairs,
+                operand_bytes=operand_bytes,
+                result_bytes=result_bytes,
+                is_async=is_async,
+                via=via,
+                count=count,
+                depends_on=depends_on,
+            )
+        )
+        return len(self.collectives) - 1
+
+    # ------------------------------------------------------------------ regions
+    def region(
+        self,
+        comp_name: str,
+        *,
+        kind: str,
+        parent: int | None,
+        trip_count: int,
+        trip_source: str,
+        count: int,
+    ) -> int:
+        if comp_name in self._stack:
+            raise HloParseError(
+                f"computation %{comp_name} calls itself through {' -> '.join(self._stack)}; "
+                f"HLO call graphs are acyclic"
+            )
+        self._stack.append(comp_name)
+        region_id = len(self.regions)
+        self.regions.append(None)
+        comp = self.module.computations[comp_name]
+        steps = _RegionWalk(self, comp, region_id, count).run()
+        self.regions[region_id] = Region(
+            id=region_id,
+            computation=comp_name,
+            kind=kind,
+            parent=parent,
+            trip_count=trip_count,
+            trip_count_source=trip_source,
+            count=count,
+            steps=steps,
+        )
+        self._stack.pop()
+        return region_id
+
+
+def _result_bytes(kind: str, instr: Instruction) -> int:
+    shape = instr.shape
+    if kind == "recv" and shape.is_tuple:
+        return shape.tuple_shapes[0].size_bytes
+    if instr.opcode.endswith("-start") and shape.is_tuple and shape.tuple_shapes:
+        # (operands..., outputs..., context scalars): the done's shape is exact;
+        # until then take the largest non-scalar element as the output.
+        return max(s.size_bytes for s in shape.tuple_shapes)
+    if kind == "send":
+        return 0
+    return shape.size_bytes
+
+
+class _RegionWalk:
+    """Turns one computation execution into steps (see the module docstring)."""
+
+    def __init__(self, builder: _Builder, comp: Computation, region: int, count: int) -> None:
+        self.b = builder
+        self.comp = comp
+        self.region = region
+        self.count = count
+        self.steps: list[Step] = []
+        self.kernels: list[tuple[float, float]] = []
+        self.seg_first = ""
+        self.seg_last = ""
+        self.frontier: dict[str, frozenset[str]] = {}
+        self.open_ops: dict[str, int] = {}  # start instruction name -> collective
+        self.fused: dict[tuple[str, object], int] = {}  # (kind, channel) -> collective
+        self.started: set[int] = set()
+        self.send_recv: dict[int, int] = {}
+        self.last_done: dict[int, str] = {}
+        for instr in comp.instructions:
+            if instr.opcode in ("send-done", "recv-done"):
+                ch = instr.attrs.get("channel_id")
+                if ch is not None and ch.isdigit():
+                    self.last_done[int(ch)] = instr.name
+
+    def deps(self, instr: Instruction) -> frozenset[str]:
+        out: frozenset[str] = frozenset()
+        for operand in instr.operands:
+            f = self.frontier.get(operand)
+            if f:
+                out = out | f
+        return out
+
+    def add_compute(self, instr: Instruction, flops: float, bytes_: float) -> None:
+        if flops <= 0 and bytes_ <= 0:
+            return
+        if not self.kernels:
+            self.seg_first = instr.name
+        self.seg_last = instr.name
+        self.kernels.append((flops, bytes_))
+
+    def flush(self) -> None:
+        if not self.kernels:
+            return
+        self.steps.append(
+            ComputeSegment(
+                flops=sum(k[0] for k in self.kernels),
+                bytes_accessed=sum(k[1] for k in self.kernels),
+                kernels=tuple(self.kernels),
+                first=self.seg_first,
+                last=self.seg_last,
+            )
+        )
+        self.kernels = []
+
+    def start(self, cid: int) -> None:
+        self.flush()
+        self.steps.append(CollectiveStart(cid))
+        self.started.add(cid)
+
+    def done(self, cid: int) -> None:
+        self.flush()
+        self.steps.append(CollectiveDone(cid))
+
+    def run(self) -> tuple[Step, ...]:
+        for instr in self.comp.instructions:
+            self.visit(instr)
+        self.flush()
+        return tuple(self.steps)
+
+    # ------------------------------------------------------------------ visit
+    def visit(self, instr: Instruction) -> None:
+        op = instr.opcode
+        base = collective_base(op)
+        deps = self.deps(instr)
+        b = self.b
+        if base is not None:
+            self.visit_collective(instr, base, deps)
+        elif op == "fusion":
+            self.visit_fusion(instr, deps)
+        elif op == "async-start":
+            self.visit_async_start(instr, deps)
+        elif op == "async-update":
+            if instr.operands and instr.operands[0] in self.open_ops:
+                self.open_ops[instr.name] = self.open_ops[instr.operands[0]]
+            self.frontier[instr.name] = deps
+        elif op == "async-done":
+            cid = self.open_ops.get(instr.operands[0]) if instr.operands else None
+            if cid is not None:
+                self.done(cid)
+                self.frontier[instr.name] = frozenset({f"c{cid}"})
+            else:
+                self.frontier[instr.name] = deps
+        elif op == "while":
+            self.visit_while(instr, deps)
+        elif op == "call":
+            self.flush()
+            callee = instr.called()[0]
+            rid = b.region(
+                callee,
+                kind="call",
+                parent=self.region,
+                trip_count=1,
+                trip_source="call",
+                count=self.count,
+            )
+            self.steps.append(SubRegion("call", instr.name, (rid,), 1))
+            self.frontier[instr.name] = deps | {f"r{rid}"}
+        elif op == "conditional":
+            self.flush()
+            branches = instr.called()
+            rids = tuple(
+                b.region(
+                    br,
+                    kind="branch",
+                    parent=self.region,
+                    trip_count=1,
+                    trip_source="branch",
+                    count=self.count,
+                )
+                for br in branches
+            )
+            b.warnings.append(
+                f"line {instr.line}: conditional %{instr.name} has {len(rids)} branches; "
+                f"the taken branch is unknown, so each branch's collectives are listed once per "
+                f"execution and the replay charges the slowest branch"
+            )
+            self.steps.append(SubRegion("conditional", instr.name, rids, 1))
+            self.frontier[instr.name] = deps | {f"r{r}" for r in rids}
+        elif op == "custom-call":
+            target = instr.attrs.get("custom_call_target", "").strip('"')
+            if target in _MARKERS:
+                self.frontier[instr.name] = deps
+            else:
+                oid = self.opaque(instr, target, deps)
+                self.frontier[instr.name] = frozenset({f"o{oid}"})
+        else:
+            flops, bytes_ = b.costs.instruction(self.comp, instr)
+            self.add_compute(instr, flops, bytes_)
+            self.frontier[instr.name] = deps
+
+    def opaque(self, instr: Instruction, target: str, deps: frozenset[str]) -> int:
+        self.flush()
+        b = self.b
+        m = re.search(r'op_name="([^"]*)"', instr.attrs.get("metadata", ""))
+        oid = len(b.opaques)
+        b.opaques.append(
+            OpaqueNode(
+                id=oid,
+                name=instr.name,
+                target=target,
+                op_name=m.group(1) if m else "",
+                computation=self.comp.name,
+                line=instr.line,
+                region=self.region,
+                operand_shapes=tuple(self.comp.by_name[o].shape for o in instr.operands),
+                result_shape=instr.shape,
+                count=self.count,
+                depends_on=tuple(sorted(deps)),
+            )
+        )
+        self.steps.append(OpaqueCall(oid))
+        return oid
+
+    def visit_collective(self, instr: Instruction, base: str, deps: frozenset[str]) -> None:
+        op = instr.opcode
+        b = self.b
+        if op.endswith("-done"):
+            start = instr.operands[0] if instr.operands else ""
+            cid = self.open_ops.get(start)
+            if cid is None:
+                raise b._fail(instr, f"its operand %{start} is not a matching {base}-start")
+            if base in ("send", "recv"):
+                ch = instr.attrs.get("channel_id", "")
+                if ch.isdigit() and self.last_done.get(int(ch)) != instr.name:
+                    self.frontier[instr.name] = frozenset({f"c{cid}"})
+                    return
+            else:
+                b.collectives[cid].result_bytes = instr.shape.size_bytes
+            self.done(cid)
+            self.frontier[instr.name] = frozenset({f"c{cid}"})
+            return
+        if base in ("send", "recv"):
+            ch = instr.attrs.get("channel_id", "")
+            channel = int(ch) if ch.isdigit() else -1 - len(self.send_recv)
+            cid_or_none = self.send_recv.get(channel)
+            if cid_or_none is None:
+                cid = b._new_collective(
+                    self.comp,
+                    instr,
+                    region=self.region,
+                    count=self.count,
+                    via="send-recv",
+                    is_async=True,
+                    depends_on=deps,
+                )
+                self.send_recv[channel] = cid
+                self.start(cid)
+            else:
+                cid = cid_or_none
+                pending = b.collectives[cid]
+                if base == "send":  # the send side defines the payload and pairs
+                    other = b._new_collective(
+                        self.comp,
+                        instr,
+                        region=self.region,
+                        count=self.count,
+                        via="send-recv",
+                        is_async=True,
+                        depends_on=deps,
+                    )
+                    sent = b.collectives.pop(other)
+                    pending.kind = "send"
+                    pending.name = sent.name
+                    pending.line = sent.line
+                    pending.operand_bytes = sent.operand_bytes
+                    pending.pairs = sent.pairs or pending.pairs
+                pending.depends_on = pending.depends_on | deps
+            self.open_ops[instr.name] = cid
+            self.frontier[instr.name] = deps
+            return
+        is_async = op.endswith("-start")
+        cid = b._new_collective(
+            self.comp,
+            instr,
+            region=self.region,
+            count=self.count,
+            via="async-op" if is_async else "op",
+            is_async=is_async,
+            depends_on=deps,
+        )
+        self.start(cid)
+        if is_async:
+            self.open_ops[instr.name] = cid
+            self.frontier[instr.name] = deps
+        else:
+            self.done(cid)
+            self.frontier[instr.name] = frozenset({f"c{cid}"})
+
+    def visit_async_start(self, instr: Instruction, deps: frozenset[str]) -> None:
+        b = self.b
+        callee = b.module.computations[instr.called()[0]]
+        wrapped = [i for i in callee.instructions if collective_base(i.opcode) is not None]
+        if wrapped:
+            inner = wrapped[0]
+            cid = b._new_collective(
+                callee,
+                inner,
+                region=self.region,
+                count=self.count,
+                via="async-wrapper",
+                is_async=True,
+                depends_on=deps,
+            )
+            self.start(cid)
+            self.open_ops[instr.name] = cid
+        else:
+            for inner in callee.instructions:
+                if inner.opcode == "custom-call":
+                    target = inner.attrs.get("custom_call_target", "").strip('"')
+                    self.opaque(inner, target, deps)
+                else:
+                    flops, bytes_ = b.costs.instruction(callee, inner)
+                    self.add_compute(inner, flops, bytes_)
+        self.frontier[instr.name] = deps
+
+    def visit_fusion(self, instr: Instruction, deps: frozenset[str]) -> None:
+        b = self.b
+        summary = b.costs.fusion(instr)
+        if not summary.collectives:
+            flops = summary.flops
+            bytes_ = sum(summary.param_read_bytes) + summary.output_bytes
+            self.add_compute(instr, flops, bytes_)
+            self.frontier[instr.name] = deps
+            return
+        is_start = "AsyncCollectiveStart" in summary.markers
+        is_done = "AsyncCollectiveDone" in summary.markers
+        ids: list[int] = []
+        fresh: list[int] = []
+        for comp, inner in summary.collectives:
+            kind = collective_base(inner.opcode) or inner.opcode
+            ch = inner.attrs.get("channel_id")
+            key: tuple[str, object] = (kind, int(ch) if ch and ch.isdigit() else inner.name)
+            cid = self.fused.get(key)
+            if cid is None:
+                cid = b._new_collective(
+                    comp,
+                    inner,
+                    region=self.region,
+                    count=self.count,
+                    via="async-fusion" if (is_start or is_done) else "fusion",
+                    is_async=is_start,
+                    depends_on=deps,
+                )
+                self.fused[key] = cid
+                fresh.append(cid)
+                if kind == "all-reduce" and _scatters(comp, inner):
+                    b.collectives[cid].scatter = True
+            ids.append(cid)
+        compute = (summary.flops, sum(summary.param_read_bytes) + summary.output_bytes)
+        if is_start:
+            for cid in fresh:
+                self.start(cid)
+            self.frontier[instr.name] = deps
+        elif is_done:
+            for cid in ids:
+                if cid not in self.started:
+                    self.start(cid)
+                self.done(cid)
+            self.frontier[instr.name] = frozenset(f"c{cid}" for cid in ids)
+        elif all(cid in self.started for cid in ids):
+            # An overlap fusion: compute that runs while the collective is in flight.
+            self.add_compute(instr, *compute)
+            self.frontier[instr.name] = deps
+        else:
+            for cid in ids:
+                if cid not in self.started:
+                    self.start(cid)
+                    self.done(cid)
+            self.add_compute(instr, *compute)
+            self.frontier[instr.name] = frozenset(f"c{cid}" for cid in ids)
+
+    def visit_while(self, instr: Instruction, deps: frozenset[str]) -> None:
+        self.flush()
+        b = self.b
+        trip, source = _trip_count(b.module, self.comp, instr)
+        if trip is None:
+            b.warnings.append(
+                f"line {instr.line}: the trip count of while %{instr.name} could not be derived "
+                f"(no known_trip_count and no 'compare(induction, constant)' condition); its "
+                f"body is counted once"
+            )
+            trip, source = 1, "unknown"
+        cond_name = instr.attrs.get("condition", "").strip().lstrip("%")
+        cond = b.module.computations.get(cond_name)
+        if cond is not None and any(collective_base(i.opcode) for i in cond.instructions):
+            b.warnings.append(
+                f"line {instr.line}: the condition %{cond_name} of while %{instr.name} holds "
+                f"collectives; they are not counted"
+            )
+        body = instr.attrs.get("body", "").strip().lstrip("%")
+        rid = b.region(
+            body,
+            kind="while",
+            parent=self.region,
+            trip_count=trip,
+            trip_source=source,
+            count=self.count * trip,
+        )
+        self.steps.append(SubRegion("while", instr.name, (rid,), trip))
+        self.frontier[instr.name] = deps | {f"r{rid}"}
+
+
+def _scatters(comp: Computation, allreduce: Instruction) -> bool:
+    """Whether the all-reduce's only use is a dynamic-slice by partition (TPU fused RS)."""
+    users = [i for i in comp.instructions if allreduce.name in i.operands]
+    if len(users) != 1 or users[0].opcode != "dynamic-slice":
+        return False
+    return any(i.opcode == "partition-id" for i in comp.instructions)
+
+
+# ------------------------------------------------------------------ trip counts
+def _scalar_constant(instr: Instruction) -> int | None:
+    if instr.opcode != "constant" or instr.literal is None or instr.shape.dims:
+        return None
+    text = instr.literal.strip()
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+        return int(value) if value.is_integer() else None
+
+
+def _resolve(comp: Computation, name: str, module: HloModule) -> tuple[str, int] | None:
+    """``('const', v)``, ``('index', k)`` for gte(k) of parameter 0, else None."""
+    for _ in range(64):
+        instr = comp.by_name[name]
+        value = _scalar_constant(instr)
+        if value is not None:
+            return ("const", value)
+        if instr.opcode == "get-tuple-element" and instr.operands:
+            src = comp.by_name[instr.operands[0]]
+            if src.opcode == "parameter":
+                return ("index", int(instr.attrs.get("index", "-1")))
+            return None
+        if instr.opcode == "parameter" and not instr.shape.is_tuple:
+            return ("param", int((instr.literal or "-1").strip()))
+        if instr.opcode in _PASS_THROUGH and instr.operands:
+            name = instr.operands[0]
+            continue
+        return None
+    return None
+
+
+def _compare_of(
+    comp: Computation, module: HloModule
+) -> tuple[str, tuple[str, int] | None, tuple[str, int] | None] | None:
+    root = comp.root
+    if root.opcode == "compare" and len(root.operands) == 2:
+        lhs = _resolve(comp, root.operands[0], module)
+        rhs = _resolve(comp, root.operands[1], module)
+        return root.attrs.get("direction", ""), lhs, rhs
+    if root.opcode == "fusion":
+        inner = module.computations[root.called()[0]]
+        found = _compare_of(inner, module)
+        if found is None:
+            return None
+        direction, lhs, rhs = found
+
+        def outer(value: tuple[str, int] | None) -> tuple[str, int] | None:
+            if value is not None and value[0] == "param":
+                return _resolve(comp, root.operands[int(value[1])], module)
+            return value
+
+        return direction, outer(lhs), outer(rhs)
+    return None
+
+
+def _init_value(parent: Computation, init_name: str, index: int) -> int | None:
+    tup = parent.by_name[init_name]
+    while tup.opcode in _PASS_THROUGH and tup.operands:
+        tup = parent.by_name[tup.operands[0]]
+    if tup.opcode != "tuple" or index >= len(tup.operands):
+        return None
+    name = tup.operands[index]
+    for _ in range(64):
+        instr = parent.by_name[name]
+        value = _scalar_constant(instr)
+        if value is not None:
+            return value
+        if instr.opcode in _PASS_THROUGH and instr.operands:
+            name = instr.operands[0]
+            continue
+        return None
+    return None
+
+
+def _step_value(body: Computation, index: int, module: HloModule) -> int | None:
+    root = body.root
+    if root.opcode != "tuple" or index >= len(root.operands):
+        return None
+    update = body.by_name[root.operands[index]]
+    if update.opcode not in ("add", "subtract") or len(update.operands) != 2:
+        return None
+    a = _resolve(body, update.operands[0], module)
+    c = _resolve(body, update.operands[1], module)
+    if update.opcode == "add" and c == ("index", index) and a and a[0] == "const":
+        a, c = c, a
+    if a != ("index", index) or not c or c[0] != "const":
+        return None
+    return c[1] if update.opcode == "add" else -c[1]
+
+
+def _trip_count(
+    module: HloModule, parent: Computation, instr: Instruction
+) -> tuple[int | None, str]:
+    m = _KNOWN_TRIP_RE.search(instr.attrs.get("backend_config", ""))
+    if m is not None:
+        return int(m.group(1)), "known_trip_count"
+    cond = module.computations[instr.attrs.get("condition", "").strip().lstrip("%")]
+    body = module.computations[instr.attrs.get("body", "").strip().lstrip("%")]
+    found = _compare_of(cond, module)
+    if found is None or not instr.operands:
+        return None, "unknown"
+    direction, lhs, rhs = found
+    if lhs is not None and lhs[0] == "const" and rhs is not None:
+        lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, direction)
+    if lhs is None or rhs is None or lhs[0] != "index" or rhs[0] != "const":
+        return None, "unknown"
+    index, bound = int(lhs[1]), int(rhs[1])
+    init = _init_value(parent, instr.operands[0], index)
+    step = _step_value(body, index, module)
+    if init is None or step is None or step == 0:
+        return None, "unknown"
+    if direction in ("LT", "LE") and step > 0:
+        span = bound - init + (1 if direction == "LE" else 0)
+        return max(0, math.ceil(span / step)), "derived"
+    if direction in ("GT", "GE") and step < 0:
+        span = init - bound + (1 if direction == "GE" else 0)
+        return max(0, math.ceil(span / -step)), "derived"
+    if direction == "NE" and (bound - init) % step == 0 and (bound - init) // step >= 0:
+        return (bound - init) // step, "derived"
+    return None, "unknown"
+
+
+# ------------------------------------------------------------------ entry points
+def build_graph(module: HloModule) -> CollectiveGraph:
+    """Build the collective graph of a parsed module (see the module docstring)."""
+    builder = _Builder(module)
+    builder.region(
+        module.entry_name, kind="entry", parent=None, trip_count=1, trip_source="entry", count=1
+    )
+    collectives = tuple(
+        Collective(
+            id=i,
+            kind=p.kind,
+            name=p.name,
+            computation=p.computation,
+            line=p.line,
+            region=p.region,
+            channel_id=p.channel_id,
+            group_form=p.group_form,
+            groups=p.groups,
+            pairs=p.pairs,
+            operand_bytes=p.operand_bytes,
+            result_bytes=p.result_bytes,
+            is_async=p.is_async,
+            via=p.via,
+            count=p.count,
+            depends_on=tuple(sorted(p.depends_on)),
+            scatter=p.scatter,
+        )
+        for i, p in enumerate(builder.collectives)
+    )
+    regions = tuple(r for r in builder.regions if r is not None)
+    return CollectiveGraph(
+        module_name=module.name,
+        num_partitions=module.num_partitions,
+        replica_count=module.replica_count,
+        regions=regions,
+        collectives=collectives,
+        opaques=tuple(builder.opaques),
+        warnings=tuple(builder.warnings),
+    )
+
+
+def graph_from_text(text: str) -> CollectiveGraph:
+    """Parse compiled HLO text and build its collective graph."""
+    return build_graph(parse_module(text))
