@@ -107,6 +107,7 @@ def hlo_collectives(text: str, mesh_axes: Sequence[tuple[str, int]]) -> list[Hlo
     n = math.prod(s for _, s in mesh_axes)
     out = []
     comp = ""
+    seen: set[tuple[str, int]] = set()
     for line in text.splitlines():
         cm = _COMP.match(line)
         if cm:
@@ -116,6 +117,15 @@ def hlo_collectives(text: str, mesh_axes: Sequence[tuple[str, int]]) -> list[Hlo
         if not m:
             continue
         kind, rest = m.group("kind"), m.group("rest")
+        channel = re.search(r"channel_id=(\d+)", rest)
+        if channel and "fus" in comp:
+            # An async collective fusion repeats the same collective (same channel)
+            # in its start, overlap and done computations; it runs once (FACTS.md).
+            # Outside fusions channels are not unique (shard_map's all share 1).
+            key = (kind, int(channel.group(1)))
+            if key in seen:
+                continue
+            seen.add(key)
         arrays = _arrays(m.group("type"))
         groups = _groups(rest, n)
         if kind == "collective-permute":
@@ -125,6 +135,8 @@ def hlo_collectives(text: str, mesh_axes: Sequence[tuple[str, int]]) -> list[Hlo
             nbytes = arrays[-1] if m.group("start") else arrays[0]
         elif kind == "reduce-scatter":
             nbytes = arrays[0] * len(groups[0])
+        elif kind == "all-reduce":
+            nbytes = sum(arrays)  # a tuple all-reduce reduces every operand
         else:
             nbytes = arrays[0]
         out.append(HloCollective(kind, _axes(groups, mesh_axes), nbytes, comp))

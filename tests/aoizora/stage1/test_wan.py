@@ -1,0 +1,129 @@
+"""Stage 1 on the tiny Wan 2.1 step (the real workload code) for v5e:2x4."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from aoizora.candidates import (
+    Candidate,
+    argument_bytes_per_chip,
+    baseline_candidates,
+    enumerate_candidates,
+)
+from aoizora.compile import lower
+from aoizora.stage1 import Stage1Estimate, estimate, rank_stage1
+from aoizora.workload import Workload, wan_workload
+from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_flops
+from sim.topology import load_chip
+from tests.aoizora.stage1.hlo_oracle import hlo_collectives, while_bodies
+
+SLICE = "v5e:2x4"
+CLIP = parse_resolution("256x256", frames=5)  # 512 tokens
+
+
+@pytest.fixture(scope="module")
+def tiny() -> Workload:
+    return wan_workload("wan-tiny", CLIP)
+
+
+@pytest.fixture(scope="module")
+def sample(tiny: Workload, v5e_2x4_devices: list[Any]) -> list[Candidate]:
+    """Baselines plus every 10th legal candidate (all rule sets and attention kinds occur)."""
+    legal = enumerate_candidates(tiny, 8).legal
+    picked = [b.candidate for b in baseline_candidates(tiny, SLICE)] + list(legal[::10])
+    return list({c.id: c for c in picked}.values())
+
+
+@pytest.fixture(scope="module")
+def estimates(
+    tiny: Workload, sample: list[Candidate]
+) -> list[tuple[Candidate, Stage1Estimate, float]]:
+    chip = load_chip("v5e")
+    out = []
+    for cand in sample:
+        low = lower(tiny, cand, SLICE)
+        start = time.perf_counter()
+        est = estimate(low, mesh_axis_sizes=cand.mesh_sizes, chip=chip, candidate_id=cand.id)
+        out.append((cand, est, time.perf_counter() - start))
+    return out
+
+
+def test_sample_covers_the_space(sample: list[Candidate]) -> None:
+    assert {c.attention for c in sample} == {"gather_kv", "ulysses", "ring"}
+    assert {c.rules.name for c in sample} == {"maxdiffusion", "fsdp", "dp_sp_tp"}
+
+
+@pytest.mark.slow
+def test_tiny_wan_estimates(
+    tiny: Workload, estimates: list[tuple[Candidate, Stage1Estimate, float]]
+) -> None:
+    analytic = wan_flops(WAN_CONFIGS["wan-tiny"], CLIP).total
+    for cand, est, elapsed_s in estimates:
+        # Well under a second on a quiet machine (~0.1-0.3 s); 2 s leaves room for a busy CI box.
+        assert elapsed_s < 2.0, (cand.id, elapsed_s)
+        assert not est.warnings, (cand.id, est.warnings)
+        assert est.q1_s == pytest.approx(est.compute_s + est.comm_s)
+        assert est.compute_s > 0 and est.comm_s > 0
+        # No FLOP is lost: the chips together do at least the model's analytic work;
+        # more where small ops are replicated and where the tiny clip's 64-token
+        # shards are padded to the attention kernel's 128-row blocks.
+        assert 0.999 * analytic <= 8 * est.flops_per_chip <= 1.5 * analytic, cand.id
+        # Parameters and inputs per chip: the workload's own analytic count.
+        assert est.argument_bytes_per_chip == argument_bytes_per_chip(tiny, cand), cand.id
+        assert est.memory_bytes_per_chip > est.argument_bytes_per_chip
+        used = {a for a, size in cand.mesh_sizes.items() if size > 1}
+        assert {a for a, _ in est.comm_bytes_per_axis} <= used
+
+
+@pytest.mark.slow
+def test_tiny_wan_ranking(estimates: list[tuple[Candidate, Stage1Estimate, float]]) -> None:
+    ests = [e for _, e, _ in estimates]
+    r = rank_stage1(ests, k=3, hbm_bytes=load_chip("v5e").hbm_bytes)
+    assert len(r.kept) == 3 and not r.dropped_infeasible
+    assert [e.q1_s for e in r.kept] == sorted(e.q1_s for e in r.kept)
+    assert max(e.q1_s for e in r.kept) <= min(e.q1_s for e in r.dropped_weak)
+    assert rank_stage1(list(reversed(ests)), k=3, hbm_bytes=16e9).kept_ids == r.kept_ids
+    # A budget of exactly the smallest footprint keeps only the leanest candidates.
+    least = min(e.memory_bytes_per_chip for e in ests)
+    tight = rank_stage1(ests, k=3, hbm_bytes=least)
+    assert tight.kept and {e.memory_bytes_per_chip for e in tight.kept} == {least}
+    assert len(tight.dropped_infeasible) == sum(e.memory_bytes_per_chip > least for e in ests)
+    assert all(f"over the {least} B HBM budget" in why for _, why in tight.dropped_infeasible)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "candidate_id",
+    [
+        "data2.fsdp1.context4.tensor1/maxdiffusion/gather_kv",
+        "data2.fsdp2.context1.tensor2/dp_sp_tp/ring",
+    ],
+)
+def test_tiny_wan_bytes_match_compiled_hlo(
+    tiny: Workload, candidate_id: str, v5e_2x4_devices: list[Any]
+) -> None:
+    """Predicted bytes per mesh-axis group within 5 % of the TPU-compiled collectives."""
+    cand = enumerate_candidates(tiny, 8).by_id(candidate_id)
+    low = lower(tiny, cand, SLICE)
+    est = estimate(
+        low, mesh_axis_sizes=cand.mesh_sizes, chip=load_chip("v5e"), candidate_id=cand.id
+    )
+    layers = WAN_CONFIGS["wan-tiny"].num_layers
+    text = low.compile().as_text()
+    bodies = while_bodies(text)
+    compiled: dict[tuple[str, ...], float] = {}
+    for c in hlo_collectives(text, list(cand.mesh_sizes.items())):
+        if c.axes:
+            compiled[c.axes] = compiled.get(c.axes, 0.0) + c.nbytes * (
+                layers if c.computation in bodies else 1
+            )
+    predicted: dict[tuple[str, ...], float] = {}
+    for n in est.nodes:
+        if n.kind != "compute":
+            predicted[n.axes] = predicted.get(n.axes, 0.0) + n.bytes_per_device * n.count
+    assert set(predicted) == set(compiled)
+    for axes, nbytes in compiled.items():
+        assert predicted[axes] == pytest.approx(nbytes, rel=0.05), axes
