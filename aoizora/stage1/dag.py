@@ -275,6 +275,7 @@ class _Builder:
         self.const_int: dict[int, int] = {}
         self.warnings: list[str] = []
         self.transient: dict[int, int] = {}  # id(op) -> resharded operand bytes at that op
+        self._sharding_cache: dict[int, Sharding] = {}
         for fn in module.functions.values():
             self._index(fn.body)
 
@@ -292,10 +293,14 @@ class _Builder:
         return self.m.value_types[v]
 
     def _sharding(self, v: int) -> Sharding:
+        cached = self._sharding_cache.get(v)
+        if cached is not None:
+            return cached
         s = self.m.value_shardings[v]
         rank = len(self._type(v).shape)
         if s is None or len(s.dims) != rank:
-            return Sharding.replicated(rank)
+            s = Sharding.replicated(rank)
+        self._sharding_cache[v] = s
         return s
 
     def _bytes(self, v: int) -> int:
