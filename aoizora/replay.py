@@ -149,6 +149,8 @@ def opaque_cost_s(node: OpaqueNode, chip: Chip) -> float:
        first two operands: ``4 * prod(q batch dims) * Sq * Skv * D`` flops (two
        matmuls, QK^T and PV, of ``2*Sq*Skv*D`` each; FlashAttention, Dao et al.
        2022, forward pass) at peak, or the memory time if longer.
+       (q and k are the first two float operands of rank >= 3: a splash kernel's
+       integer mask operands come first.)
     2. Matmul-shaped kernels (operands ``[..., M, K]`` and ``[..., K, N]``,
        result ``[..., M, N]``): ``2 * batch * M * K * N`` flops, roofline.
     3. Anything else: memory-bound, operand plus result bytes at HBM bandwidth.
@@ -166,9 +168,12 @@ def opaque_cost_s(node: OpaqueNode, chip: Chip) -> float:
     shapes = [s for s in node.operand_shapes if not s.is_tuple]
     label = f"{node.name} {node.op_name} {node.target}"
     flops = 0.0
-    if len(shapes) >= 2 and _ATTENTION_RE.search(label):
-        q, k = shapes[0].dims, shapes[1].dims
-        if len(q) >= 2 and len(k) >= 2 and q[-1] == k[-1]:
+    if _ATTENTION_RE.search(label):
+        # q and k: the first two floating-point operands of rank >= 3 with one head
+        # dim (masks and segment ids of a splash kernel are integer operands).
+        qk = [s.dims for s in shapes if s.element_type[0] in "fb" and len(s.dims) >= 3]
+        if len(qk) >= 2 and qk[0][-1] == qk[1][-1]:
+            q, k = qk[0], qk[1]
             flops = 4.0 * math.prod(q[:-2]) * q[-2] * k[-2] * q[-1]
     if flops == 0.0 and len(shapes) >= 2 and not node.result_shape.is_tuple:
         a, b, r = shapes[0].dims, shapes[1].dims, node.result_shape.dims
@@ -289,9 +294,11 @@ def replay(
     """
     if order.num_devices != graph.num_devices:
         raise PlacementError(
-            f"the device order places {order.num_devices} devices but the HLO module runs on "
-            f"{graph.num_devices} (num_partitions={graph.num_partitions}); give an order with "
-            f"{graph.num_devices} ids, e.g. --order {','.join(map(str, range(graph.num_devices)))}"
+            f"the HLO module runs on {graph.num_devices} devices "
+            f"(num_partitions={graph.num_partitions}) but the device order places "
+            f"{order.num_devices} on {order.slice_name}; replay it on a slice with "
+            f"{graph.num_devices} chips (e.g. --slice v5e:2x4 for 8) and an order of "
+            f"{graph.num_devices} ids"
         )
     if order.slice_name != slice_.name:
         raise PlacementError(

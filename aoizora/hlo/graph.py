@@ -86,6 +86,23 @@ _KNOWN_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
 _PAIRS_ATTR_RE = re.compile(r'_xla_send_recv_source_target_pairs\s*=\s*"([^"]*)"')
 _PASS_THROUGH = frozenset({"copy", "bitcast", "convert", "reshape"})
 _MARKERS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
+# Compiler-internal custom calls that launch no kernel (buffer bookkeeping,
+# sharding annotations): not opaque nodes, and free.
+_BOOKKEEPING = frozenset(
+    {
+        "AllocateBuffer",
+        "ConcatBitcast",
+        "SliceToDynamic",
+        "PadToStatic",
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+        "LayoutConstraint",
+        "annotate_device_placement",
+        "MoveToHost",
+        "MoveToDevice",
+    }
+)
 _FLIP = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ", "NE": "NE"}
 
 
@@ -268,6 +285,19 @@ class _Builder:
         self.regions: list[Region | None] = []
         self.warnings: list[str] = []
         self._stack: list[str] = []
+        self.walks: list[_RegionWalk] = []
+
+    def open_in_ancestors(self, key: tuple[str, object]) -> int | None:
+        """A fused collective started, and not yet done, by an enclosing region.
+
+        An async collective fusion may start in a loop body, overlap a nested
+        loop (its overlap fusion sits in the nested body) and complete after it.
+        """
+        for walk in reversed(self.walks[:-1]):
+            cid = walk.fused.get(key)
+            if cid is not None and cid in walk.started and cid not in walk.finished:
+                return cid
+        return None
 
     # ----------------------------------------------------------------- helpers
     def _fail(self, instr: Instruction, problem: str) -> HloParseError:
@@ -356,7 +386,10 @@ class _Builder:
         region_id = len(self.regions)
         self.regions.append(None)
         comp = self.module.computations[comp_name]
-        steps = _RegionWalk(self, comp, region_id, count).run()
+        walk = _RegionWalk(self, comp, region_id, count)
+        self.walks.append(walk)
+        steps = walk.run()
+        self.walks.pop()
         self.regions[region_id] = Region(
             id=region_id,
             computation=comp_name,
@@ -400,6 +433,7 @@ class _RegionWalk:
         self.open_ops: dict[str, int] = {}  # start instruction name -> collective
         self.fused: dict[tuple[str, object], int] = {}  # (kind, channel) -> collective
         self.started: set[int] = set()
+        self.finished: set[int] = set()
         self.send_recv: dict[int, int] = {}
         self.last_done: dict[int, str] = {}
         for instr in comp.instructions:
@@ -446,6 +480,7 @@ class _RegionWalk:
     def done(self, cid: int) -> None:
         self.flush()
         self.steps.append(CollectiveDone(cid))
+        self.finished.add(cid)
 
     def run(self) -> tuple[Step, ...]:
         for instr in self.comp.instructions:
@@ -514,7 +549,7 @@ class _RegionWalk:
             self.frontier[instr.name] = deps | {f"r{r}" for r in rids}
         elif op == "custom-call":
             target = instr.attrs.get("custom_call_target", "").strip('"')
-            if target in _MARKERS:
+            if target in _MARKERS or target in _BOOKKEEPING:
                 self.frontier[instr.name] = deps
             else:
                 oid = self.opaque(instr, target, deps)
@@ -667,6 +702,9 @@ class _RegionWalk:
             ch = inner.attrs.get("channel_id")
             key: tuple[str, object] = (kind, int(ch) if ch and ch.isdigit() else inner.name)
             cid = self.fused.get(key)
+            if cid is None and not (is_start or is_done):
+                if b.open_in_ancestors(key) is not None:
+                    continue  # an overlap mention of a collective in flight outside
             if cid is None:
                 cid = b._new_collective(
                     comp,
@@ -683,7 +721,10 @@ class _RegionWalk:
                     b.collectives[cid].scatter = True
             ids.append(cid)
         compute = (summary.flops, sum(summary.param_read_bytes) + summary.output_bytes)
-        if is_start:
+        if not ids:
+            self.add_compute(instr, *compute)
+            self.frontier[instr.name] = deps
+        elif is_start:
             for cid in fresh:
                 self.start(cid)
             self.frontier[instr.name] = deps
@@ -828,6 +869,8 @@ def _step_value(body: Computation, index: int, module: HloModule) -> int | None:
     if root.opcode != "tuple" or index >= len(root.operands):
         return None
     update = body.by_name[root.operands[index]]
+    while update.opcode in _PASS_THROUGH and update.operands:
+        update = body.by_name[update.operands[0]]
     if update.opcode not in ("add", "subtract") or len(update.operands) != 2:
         return None
     a = _resolve(body, update.operands[0], module)

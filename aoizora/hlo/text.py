@@ -56,7 +56,7 @@ _INSTR_RE = re.compile(r"\s+(ROOT\s+)?%?([^\s=%]+)\s*=\s*")
 _OPCODE_RE = re.compile(r"\s*([a-z][a-z0-9\-]*)\(")
 _COMP_RE = re.compile(r"(ENTRY\s+)?%?([^\s(]+)\s*(\(.*\)\s*->.*)?\{\s*$")
 # Quoted strings (with escapes), /*comments*/ and the characters that nest or separate.
-_SIG_RE = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|[{}()\[\],]')
+_SIG_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|/\*.*?\*/|[{}()\[\],]')
 _SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OPEN = {"{": "}", "(": ")", "[": "]"}
 # Opcodes whose parenthesised "operands" are a literal, not instruction names.
