@@ -249,9 +249,15 @@ def _parse_instruction(line: str, lineno: int) -> Instruction:
             parts, _ = split_top_level(rest, rest.index(",") + 1, None)
         except ValueError as exc:
             raise _error(lineno, f"bad attribute list of %{name}: {exc}", line) from None
+        previous = ""
         for part in parts:
             key, eq, value = part.partition("=")
             key = key.strip()
+            if key == "device_ids" and attrs.get(previous, "").startswith("mesh"):
+                # 'replica_groups=mesh[...], device_ids=(...) {...}': one value with a comma.
+                attrs[previous] += ", " + part.strip()
+                continue
+            previous = key
             if not eq or not key or not re.fullmatch(r"[A-Za-z_][\w.\-]*", key):
                 raise _error(lineno, f"attribute {part[:40]!r} of %{name} is not key=value", line)
             attrs[key] = value.strip()

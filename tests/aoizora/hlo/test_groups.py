@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (HLO text lines are long by nature)
 """Replica groups: the three printed forms against jaxlib's own expansion (Hypothesis)."""
 
 from __future__ import annotations

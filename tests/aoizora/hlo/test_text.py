@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (HLO text lines are long by nature)
 """Shapes and the text parser: layouts, tuples, multi-form lines, and errors naming the line."""
 
 from __future__ import annotations
