@@ -21,14 +21,16 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 # Command modules, in the order `aoizora --help` lists them. Each module is
 # imported lazily so that `aoizora hlo` does not pay for importing JAX.
-COMMANDS: tuple[str, ...] = ("validate",)
+COMMANDS: tuple[str, ...] = ("hlo", "plan", "validate", "calibrate")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every registered subcommand."""
     parser = argparse.ArgumentParser(
         prog="aoizora",
-        description="Topology-aware auto-parallel planning for diffusion transformers on TPU slices.",
+        description=(
+            "Topology-aware auto-parallel planning for diffusion transformers on TPU slices."
+        ),
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True

@@ -1,0 +1,468 @@
+"""The two-stage planner: Stage-1 pruning, Stage-2 topology ranking, the winner.
+
+:func:`run_plan` answers, for one workload on one slice, which (logical
+sharding, physical placement) pair has the lowest simulated step latency:
+
+1. **Candidates** (:mod:`aoizora.candidates`): every legal logical sharding.
+2. **Stage 1** (:mod:`aoizora.stage1`): lower each candidate (no XLA compile),
+   build its prediction DAG and score the placement-oblivious bound Q1; drop
+   candidates over the chip's HBM; keep the top-K by Q1.
+3. **Stage 2**: compile the top-K (plus the baselines' candidates, so they are
+   ranked by the same Q2) for the real TPU target (:mod:`aoizora.compile`),
+   build each collective graph from the compiled HLO (:mod:`aoizora.hlo`),
+   enumerate the distinct placements of its mesh on the slice modulo the
+   slice's symmetries (:mod:`aoizora.placements`), and score every
+   (candidate, placement) pair by Q2 = the simulated step latency
+   (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement:
+   the device order does not change the compiled program (FACTS.md).
+4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
+   ties broken by (candidate id, placement id). Baselines: the existing
+   deployment (maxdiffusion's defaults with mesh_utils' device order), the
+   maxdiffusion recipe, and logical search (the best-Q1 candidate with the
+   default device order).
+
+``exhaustive=True`` compiles every Stage-1-feasible candidate and reports the
+recall of Stage 1's top-1 and top-K against the exhaustive winner, and
+Spearman's rho between the Q1 and Q2 orders.
+
+Everything is ordered explicitly, so the same request gives the same outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aoizora.candidates import Baseline, Candidate, baseline_candidates, enumerate_candidates
+from aoizora.compile import CompileResult, compile_candidate, default_device_order, lower
+from aoizora.device_order import DeviceOrder
+from aoizora.errors import AoizoraError, PlanError
+from aoizora.hlo.graph import CollectiveGraph, graph_from_text
+from aoizora.placements import Placement, enumerate_placements
+from aoizora.plan import Clip as PlanClip
+from aoizora.plan import Plan, PredictedLatencies
+from aoizora.replay import ReplayResult, replay
+from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, estimate, rank_stage1
+from aoizora.stage1_cache import Stage1Cache, stage1_key
+from aoizora.validation import spearman
+from aoizora.workload import Workload
+from sim.topology import Slice
+
+__all__ = [
+    "LOGICAL_SEARCH",
+    "BaselineScore",
+    "CandidateScores",
+    "ExhaustiveCheck",
+    "PlacementScore",
+    "PlanOutcome",
+    "Progress",
+    "outcome_summary",
+    "run_plan",
+]
+
+LOGICAL_SEARCH = "logical search"
+DEFAULT_ORDER_LABEL = "default order"
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class PlacementScore:
+    """Q2 of one placement of one compiled candidate."""
+
+    placement_id: str
+    order: DeviceOrder
+    q2_s: float
+    num_raw: int
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CandidateScores:
+    """Stage-2 results of one compiled candidate: every placement, best first."""
+
+    candidate: Candidate
+    compile: CompileResult
+    placements: tuple[PlacementScore, ...]
+    graph_collectives: int
+    replay_s: float
+    in_top_k: bool
+
+    @property
+    def best(self) -> PlacementScore:
+        return self.placements[0]
+
+    @property
+    def worst(self) -> PlacementScore:
+        return self.placements[-1]
+
+    def score_of(self, label: str) -> PlacementScore:
+        """The placement whose id or alias is ``label``."""
+        for p in self.placements:
+            if p.placement_id == label or label in p.aliases:
+                return p
+        raise PlanError(f"candidate {self.candidate.id} has no placement {label!r}")
+
+
+@dataclass(frozen=True)
+class BaselineScore:
+    """A baseline deployment ranked by the same Q2 as every candidate."""
+
+    name: str
+    candidate_id: str
+    order: DeviceOrder
+    q2_s: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class ExhaustiveCheck:
+    """Stage 1 against the exhaustive answer (``--exhaustive``)."""
+
+    best_candidate_id: str
+    top1_hit: bool
+    topk_hit: bool
+    spearman_q1_q2: float | None
+    num_compared: int
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """Everything :func:`run_plan` found, for reports and the plan file."""
+
+    workload: Workload
+    slice_: Slice
+    num_legal: int
+    num_rejected: int
+    stage1: Stage1Ranking
+    stage1_failed: tuple[tuple[str, str], ...]
+    scored: tuple[CandidateScores, ...]
+    failed: tuple[tuple[str, str], ...]
+    winner: CandidateScores
+    winner_placement: PlacementScore
+    baselines: tuple[BaselineScore, ...]
+    exhaustive: ExhaustiveCheck | None
+    timings_s: tuple[tuple[str, float], ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def winner_q2_s(self) -> float:
+        return self.winner_placement.q2_s
+
+    @property
+    def placement_spread(self) -> float:
+        """Worst / best Q2 over the winning candidate's placements (1.0 = no spread)."""
+        return self.winner.worst.q2_s / self.winner.best.q2_s
+
+    def plan(self, *, model: str, clip: PlanClip) -> Plan:
+        """The plan file for the winner."""
+        cand = self.winner.candidate
+        return Plan.create(
+            model=model,
+            clip=clip,
+            mesh_axis_names=cand.mesh_axis_names,
+            order=self.winner_placement.order,
+            rules=cand.rules,
+            attention=cand.attention,
+            candidate_id=cand.id,
+            placement_id=self.winner_placement.placement_id,
+            predicted=PredictedLatencies(
+                winner_s=self.winner_q2_s,
+                baselines_s=tuple(
+                    sorted((b.name, b.q2_s) for b in self.baselines if b.q2_s is not None)
+                ),
+            ),
+        )
+
+
+def _stage1(
+    workload: Workload,
+    candidates: Sequence[Candidate],
+    slice_: Slice,
+    progress: Progress,
+    cache: Stage1Cache | None,
+) -> tuple[list[Stage1Estimate], list[tuple[str, str]]]:
+    estimates: list[Stage1Estimate] = []
+    failed: list[tuple[str, str]] = []
+    hits = 0
+    for i, cand in enumerate(candidates, start=1):
+        t0 = time.perf_counter()
+        key = stage1_key(
+            workload_name=workload.name,
+            candidate_id=cand.id,
+            slice_name=slice_.name,
+            chip=slice_.chip,
+        )
+        est = cache.get(key) if cache is not None else None
+        if est is not None:
+            hits += 1
+            estimates.append(est)
+            continue
+        try:
+            lowered = lower(workload, cand, slice_.name)
+            est = estimate(
+                lowered, mesh_axis_sizes=cand.mesh_sizes, chip=slice_.chip, candidate_id=cand.id
+            )
+        except AoizoraError as exc:
+            failed.append((cand.id, str(exc)))
+            progress(f"[stage 1 {i}/{len(candidates)}] {cand.id}: failed: {exc}")
+            continue
+        if cache is not None:
+            cache.put(key, est)
+        estimates.append(est)
+        progress(
+            f"[stage 1 {i}/{len(candidates)}] {cand.id}: Q1 {est.q1_s * 1e3:.2f} ms "
+            f"({time.perf_counter() - t0:.2f} s)"
+        )
+    if hits:
+        progress(f"stage 1: {hits} of {len(candidates)} estimates from the cache")
+    return estimates, failed
+
+
+def _score_candidate(
+    cand: Candidate,
+    result: CompileResult,
+    slice_: Slice,
+    *,
+    in_top_k: bool,
+    extra_orders: Sequence[tuple[str, DeviceOrder]],
+    max_placements: int | None,
+) -> CandidateScores:
+    graph: CollectiveGraph = graph_from_text(result.hlo_text)
+    placements: tuple[Placement, ...] = enumerate_placements(
+        cand.mesh_shape,
+        slice_,
+        mesh_axis_names=cand.mesh_axis_names,
+        max_placements=max_placements,
+        extra_orders=extra_orders,
+    )
+    t0 = time.perf_counter()
+    scores = []
+    for p in placements:
+        run: ReplayResult = replay(graph, slice_, p.order)
+        scores.append(
+            PlacementScore(
+                placement_id=p.id,
+                order=p.order,
+                q2_s=run.step_time_s,
+                num_raw=p.num_raw,
+                aliases=p.aliases,
+            )
+        )
+    scores.sort(key=lambda s: (s.q2_s, s.placement_id))
+    return CandidateScores(
+        candidate=cand,
+        compile=result,
+        placements=tuple(scores),
+        graph_collectives=len(graph.collectives),
+        replay_s=time.perf_counter() - t0,
+        in_top_k=in_top_k,
+    )
+
+
+def run_plan(
+    workload: Workload,
+    slice_: Slice,
+    *,
+    top_k: int = 3,
+    exhaustive: bool = False,
+    cache_dir: str | None = None,
+    max_placements: int | None = None,
+    progress: Progress | None = None,
+) -> PlanOutcome:
+    """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
+
+    ``progress`` receives one line per step of long work (lowering, compiling,
+    simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``) and compile
+    results (``compiled/``) across runs. Raises :class:`PlanError` when no candidate survives.
+    """
+    say = progress or _quiet
+    timings: list[tuple[str, float]] = []
+    t_start = time.perf_counter()
+
+    space = enumerate_candidates(workload, slice_.num_chips)
+    if not space.legal:
+        reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
+        raise PlanError(
+            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_chips} chips); "
+            f"first rejections: {reasons}"
+        )
+    say(
+        f"{workload.name} on {slice_.name}: {len(space.legal)} legal candidates, "
+        f"{len(space.rejected)} rejected"
+    )
+
+    # Stage 1 -------------------------------------------------------------------
+    t0 = time.perf_counter()
+    cache = Stage1Cache(Path(cache_dir) / "stage1") if cache_dir is not None else None
+    estimates, stage1_failed = _stage1(workload, space.legal, slice_, say, cache)
+    if not estimates:
+        raise PlanError(
+            f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
+            f"error: {stage1_failed[0][1]}"
+        )
+    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.hbm_bytes)
+    timings.append(("stage1", time.perf_counter() - t0))
+    say(f"stage 1 kept {list(ranking.kept_ids)}")
+
+    by_id = {c.id: c for c in space.legal}
+    baselines: tuple[Baseline, ...] = baseline_candidates(workload, slice_.name)
+    if not ranking.kept:
+        raise PlanError(
+            f"every candidate of {workload.name} is over the {slice_.chip.generation} HBM "
+            f"budget on {slice_.name}: {ranking.dropped_infeasible[0][1]}; try a bigger slice"
+        )
+    logical_best = by_id[ranking.kept[0].candidate_id]
+
+    # Stage 2: compile ------------------------------------------------------------
+    kept_ids = list(ranking.kept_ids)
+    if exhaustive:
+        compile_ids = kept_ids + [e.candidate_id for e in ranking.dropped_weak]
+    else:
+        compile_ids = list(kept_ids)
+    for b in baselines:
+        if b.candidate.id not in compile_ids:
+            compile_ids.append(b.candidate.id)
+    baseline_cands = {b.candidate.id: b.candidate for b in baselines}
+
+    t0 = time.perf_counter()
+    compiled: list[tuple[Candidate, CompileResult]] = []
+    failed: list[tuple[str, str]] = []
+    for i, cid in enumerate(compile_ids, start=1):
+        cand = by_id.get(cid) or baseline_cands[cid]
+        say(f"[compile {i}/{len(compile_ids)}] {cid} for {slice_.name} ...")
+        result = compile_candidate(
+            workload,
+            cand,
+            slice_.name,
+            cache_dir=None if cache_dir is None else str(Path(cache_dir) / "compiled"),
+        )
+        if not result.ok:
+            failed.append((cid, result.error or "compile failed"))
+            say(f"[compile {i}/{len(compile_ids)}] {cid}: FAILED: {result.error}")
+            continue
+        if result.feasible is False:
+            failed.append((cid, result.feasibility_reason))
+            say(f"[compile {i}/{len(compile_ids)}] {cid}: infeasible: {result.feasibility_reason}")
+            continue
+        say(
+            f"[compile {i}/{len(compile_ids)}] {cid}: {result.compile_s:.1f} s, "
+            f"backend {result.backend}"
+        )
+        compiled.append((cand, result))
+    timings.append(("compile", time.perf_counter() - t0))
+
+    # Stage 2: rank placements ------------------------------------------------------
+    t0 = time.perf_counter()
+    scored: list[CandidateScores] = []
+    for cand, result in compiled:
+        default_ids, _ = default_device_order(cand.mesh_shape, slice_.name)
+        default = DeviceOrder.from_physical_ids(
+            default_ids, mesh_shape=cand.mesh_shape, slice_=slice_
+        )
+        scores = _score_candidate(
+            cand,
+            result,
+            slice_,
+            in_top_k=cand.id in kept_ids,
+            extra_orders=((DEFAULT_ORDER_LABEL, default),),
+            max_placements=max_placements,
+        )
+        say(
+            f"[rank] {cand.id}: {len(scores.placements)} placements, best "
+            f"{scores.best.q2_s * 1e3:.2f} ms ({scores.best.placement_id}), worst "
+            f"{scores.worst.q2_s * 1e3:.2f} ms, {scores.replay_s:.2f} s"
+        )
+        scored.append(scores)
+    timings.append(("rank", time.perf_counter() - t0))
+    if not scored:
+        raise PlanError(
+            f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "
+            f"failures: {'; '.join(f'{c}: {r}' for c, r in failed[:3])}"
+        )
+
+    # Every compiled candidate is ranked by the same Q2, so a baseline's sharding
+    # may win too (the report says whether the winner came from Stage 1's top-K).
+    winner = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id, s.best.placement_id))
+    scored_by_id = {s.candidate.id: s for s in scored}
+
+    # Baselines ranked by the same Q2 --------------------------------------------------
+    baseline_scores: list[BaselineScore] = []
+    for b in baselines:
+        s = scored_by_id.get(b.candidate.id)
+        order = DeviceOrder.from_physical_ids(
+            b.device_order, mesh_shape=b.candidate.mesh_shape, slice_=slice_
+        )
+        q2 = s.score_of(DEFAULT_ORDER_LABEL).q2_s if s is not None else None
+        baseline_scores.append(BaselineScore(b.name, b.candidate.id, order, q2, b.note))
+    s = scored_by_id.get(logical_best.id)
+    if s is not None:
+        p = s.score_of(DEFAULT_ORDER_LABEL)
+        baseline_scores.append(
+            BaselineScore(
+                LOGICAL_SEARCH, logical_best.id, p.order, p.q2_s, "best Q1, default device order"
+            )
+        )
+
+    check = _exhaustive_check(ranking, scored) if exhaustive else None
+    timings.append(("total", time.perf_counter() - t_start))
+    warnings = tuple(sorted({w for _, r in compiled for w in r.warnings}))
+    return PlanOutcome(
+        workload=workload,
+        slice_=slice_,
+        num_legal=len(space.legal),
+        num_rejected=len(space.rejected),
+        stage1=ranking,
+        stage1_failed=tuple(stage1_failed),
+        scored=tuple(scored),
+        failed=tuple(failed),
+        winner=winner,
+        winner_placement=winner.best,
+        baselines=tuple(baseline_scores),
+        exhaustive=check,
+        timings_s=tuple(timings),
+        warnings=warnings,
+    )
+
+
+def _exhaustive_check(ranking: Stage1Ranking, scored: Sequence[CandidateScores]) -> ExhaustiveCheck:
+    """Stage 1's recall against the exhaustive winner; Spearman rho of Q1 vs best Q2."""
+    best = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id))
+    q1 = {e.candidate_id: e.q1_s for e in (*ranking.kept, *ranking.dropped_weak)}
+    pairs = sorted(
+        (s.candidate.id, q1[s.candidate.id], s.best.q2_s) for s in scored if s.candidate.id in q1
+    )
+    rho = spearman([p[1] for p in pairs], [p[2] for p in pairs]) if len(pairs) > 1 else None
+    kept = ranking.kept_ids
+    return ExhaustiveCheck(
+        best_candidate_id=best.candidate.id,
+        top1_hit=bool(kept) and kept[0] == best.candidate.id,
+        topk_hit=best.candidate.id in kept,
+        spearman_q1_q2=rho,
+        num_compared=len(pairs),
+    )
+
+
+def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
+    """A JSON-ready summary of an outcome (no HLO text)."""
+    return {
+        "workload": outcome.workload.name,
+        "slice": outcome.slice_.name,
+        "winner": {
+            "candidate": outcome.winner.candidate.id,
+            "placement": outcome.winner_placement.placement_id,
+            "q2_s": outcome.winner_q2_s,
+        },
+        "baselines": [
+            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
+        ],
+        "placement_spread": outcome.placement_spread,
+        "timings_s": dict(outcome.timings_s),
+    }

@@ -1,0 +1,126 @@
+"""The plan report: a text summary of a :class:`~aoizora.planner.PlanOutcome`.
+
+Every latency in it is *simulated* (Q2, the replay of the compiled collectives
+in :mod:`sim`), and the report says so; Stage-1 numbers are labelled Q1.
+
+    >>> format_ms(0.0123456)
+    '12.35 ms'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aoizora.planner import PlanOutcome
+
+__all__ = ["format_ms", "render_report"]
+
+
+def format_ms(seconds: float | None) -> str:
+    """Seconds as milliseconds with two decimals (``'n/a'`` for None)."""
+    return "n/a" if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        out = [
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return [line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)]
+
+
+def render_report(outcome: PlanOutcome) -> str:
+    """The human-readable summary printed by ``aoizora plan``."""
+    wl, s = outcome.workload, outcome.slice_
+    backend = outcome.winner.compile.backend
+    timings = dict(outcome.timings_s)
+    lines = [
+        f"AoiZora plan: {wl.name} on {s.name} ({s.num_chips} chips, {s.chip.generation}, "
+        f"compiled for {backend.upper()})",
+    ]
+    if backend != "tpu":
+        lines.append("!! CPU FALLBACK: libtpu was not available; these are CPU-compiled programs")
+    lines.append(
+        f"candidates: {outcome.num_legal} legal, {outcome.num_rejected} rejected; "
+        f"Stage 1 kept {len(outcome.stage1.kept)} of {outcome.num_legal} "
+        f"(K={outcome.stage1.k}, {len(outcome.stage1.dropped_infeasible)} over HBM) in "
+        f"{timings.get('stage1', 0.0):.1f} s; compiled {len(outcome.scored)} in "
+        f"{timings.get('compile', 0.0):.1f} s; ranked "
+        f"{sum(len(c.placements) for c in outcome.scored)} (sharding, placement) pairs in "
+        f"{timings.get('rank', 0.0):.1f} s"
+    )
+    lines.append("")
+    win = outcome.winner_q2_s
+    rows: list[tuple[str, ...]] = [
+        (
+            "winner",
+            outcome.winner.candidate.id,
+            outcome.winner_placement.placement_id,
+            format_ms(win),
+            "1.00x",
+        )
+    ]
+    for b in outcome.baselines:
+        speedup = "n/a" if b.q2_s is None else f"{b.q2_s / win:.2f}x"
+        rows.append((b.name, b.candidate_id, "default order", format_ms(b.q2_s), speedup))
+    lines += _table(
+        ("", "sharding", "placement", "simulated step", "winner speedup"),
+        rows,
+    )
+    lines.append("")
+    lines.append(
+        f"placement spread of the winning sharding (simulated): best "
+        f"{format_ms(outcome.winner.best.q2_s)}, worst {format_ms(outcome.winner.worst.q2_s)} "
+        f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} placements)"
+    )
+    if not outcome.winner.in_top_k:
+        lines.append("note: the winner is a baseline's sharding, not one of Stage 1's top-K")
+    lines.append("")
+    q1 = {e.candidate_id: e.q1_s for e in (*outcome.stage1.kept, *outcome.stage1.dropped_weak)}
+    cand_rows: list[tuple[str, ...]] = []
+    for c in sorted(outcome.scored, key=lambda c: (c.best.q2_s, c.candidate.id)):
+        mem = c.compile.memory
+        cand_rows.append(
+            (
+                c.candidate.id,
+                "yes" if c.in_top_k else "no",
+                format_ms(q1.get(c.candidate.id)),
+                f"{c.compile.compile_s:.1f} s",
+                "n/a" if mem is None else f"{mem.total_bytes / 2**30:.2f} GiB",
+                str(len(c.placements)),
+                format_ms(c.best.q2_s),
+                format_ms(c.worst.q2_s),
+            )
+        )
+    lines += _table(
+        (
+            "compiled sharding",
+            "top-K",
+            "Q1",
+            "compile",
+            "HBM/chip",
+            "placements",
+            "best Q2",
+            "worst Q2",
+        ),
+        cand_rows,
+    )
+    for cid, reason in outcome.failed:
+        lines.append(f"not ranked: {cid}: {reason}")
+    if outcome.exhaustive is not None:
+        ex = outcome.exhaustive
+        rho = "n/a" if ex.spearman_q1_q2 is None else f"{ex.spearman_q1_q2:.3f}"
+        lines += [
+            "",
+            f"exhaustive check over {ex.num_compared} compiled candidates: best "
+            f"{ex.best_candidate_id}; Stage-1 top-1 recall {int(ex.top1_hit)}, top-K recall "
+            f"{int(ex.topk_hit)}; Spearman rho(Q1, best Q2) = {rho}",
+        ]
+    for w in outcome.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines) + "\n"
