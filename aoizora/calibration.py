@@ -1,0 +1,505 @@
+"""Fit a chip generation's effective link numbers to measurements, and write them down.
+
+The simulator predicts a collective row's latency ``T(B, L)`` from the one-way
+link bandwidth ``B`` and the per-hop latency ``L`` of ``topologies/<gen>.toml``.
+A measured latency also carries a fixed software cost per collective launch
+(``c_k`` for collective kind ``k``) that the simulator does not model. The fit
+is
+
+    measured_i  ~  a_i * (1 / B)  +  h_i * L  +  c_{kind(i)}
+
+with two features per row read off the simulator itself:
+
+- ``a_i = T(B0, L=0) * B0`` -- the bytes on the bandwidth-critical path. The
+  fluid engine is scale-free in bandwidth (every rate scales with ``B``), so
+  ``T(B, 0) = a_i / B`` exactly.
+- ``h_i = T(B=inf, L=1 s)`` -- the hops on the latency-critical path.
+
+Each row is weighted by ``1 / measured_i`` (relative residuals). Solving is
+linear least squares (``numpy.linalg.lstsq``): the model is linear
+in ``(1/B, L, c)``, so the optimum is closed-form, deterministic and needs no
+starting point or iteration. If a parameter comes out negative (unphysical),
+the problem is re-solved with the bounds ``>= 0`` by
+``scipy.optimize.lsq_linear`` (bounded-variable least squares, also exact).
+``T = a/B + h L`` is exact when no two flows with different hop counts share a
+link (rings on wrapped axes, the ``dimwise`` phases on a torus); on plain mesh
+lines, latency shifts when flows start draining and the form is approximate.
+``refine=True`` then minimises the residuals of the simulator itself with
+``scipy.optimize.least_squares`` (trust-region, finite differences), starting
+from the linear answer.
+
+The result is written *beside* the shipped file, as
+``topologies/calibrated/<gen>.<tag>.toml``; :func:`write_calibrated_topology`
+refuses to overwrite ``topologies/<gen>.toml``.
+
+>>> from aoizora.validation import parse_measurements, predict_collective
+>>> rows = parse_measurements(
+...     "row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source\\n"
+...     "a,collective,v5e:2x2,all-gather,ids:0 1,1000000,1.2e-05,unreported,x\\n"
+...     "b,collective,v5e:2x2,all-gather,ids:0 1,4000000,4.5e-05,unreported,x\\n")
+>>> fit = calibrate(rows, generation="v5e", fit_latency=False, overhead="none")
+>>> round(fit.link_bandwidth_bytes_per_s / 1e9, 3), fit.hop_latency_s
+(45.455, 1e-06)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aoizora.errors import AoizoraError, ValidationError
+from aoizora.validation import Measurement, predict_collective
+from sim.topology import Slice, load_chip, load_slice, make_slice, topologies_dir
+
+__all__ = [
+    "OVERHEAD_MODES",
+    "CalibrationError",
+    "CalibrationFit",
+    "RowResidual",
+    "calibrate",
+    "calibrated_slice",
+    "collective_features",
+    "default_output_path",
+    "file_sha256",
+    "load_calibration",
+    "write_calibrated_topology",
+]
+
+# "per-kind": one launch cost per collective kind; "shared": one for all;
+# "none": no constant term.
+OVERHEAD_MODES: tuple[str, ...] = ("per-kind", "shared", "none")
+# Reference bandwidth for the bandwidth feature (any positive value gives the
+# same a_i, by scale invariance) and an "infinite" one for the hop feature.
+_B_REF = 1e10
+_B_INF = 1e30
+_FORMAT = "aoizora.calibration/1"
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
+
+
+class CalibrationError(AoizoraError):
+    """The measurements cannot determine the requested parameters, or a file is wrong."""
+
+
+@dataclass(frozen=True)
+class RowResidual:
+    """One row after the fit: ``fitted_s`` is the simulator plus the overhead."""
+
+    row_id: str
+    kind: str
+    measured_s: float
+    fitted_s: float
+
+    @property
+    def residual_s(self) -> float:
+        """``measured - fitted``."""
+        return self.measured_s - self.fitted_s
+
+
+@dataclass(frozen=True)
+class CalibrationFit:
+    """Fitted link numbers, per-collective overheads and the residuals they leave."""
+
+    generation: str
+    link_bandwidth_bytes_per_s: float
+    hop_latency_s: float
+    overhead_s: tuple[tuple[str, float], ...]
+    fitted: tuple[str, ...]
+    method: str
+    residuals: tuple[RowResidual, ...]
+    shipped_link_bandwidth_bytes_per_s: float
+    shipped_hop_latency_s: float
+    skipped: tuple[str, ...] = ()
+    source_name: str = ""
+    source_sha256: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def overhead_for(self, kind: str) -> float:
+        """The launch overhead added to a collective of ``kind`` (0 if none was fitted)."""
+        table = dict(self.overhead_s)
+        return table.get(kind, table.get("*", 0.0))
+
+    @property
+    def rms_residual_s(self) -> float:
+        return math.sqrt(sum(r.residual_s**2 for r in self.residuals) / len(self.residuals))
+
+    @property
+    def mape_percent(self) -> float:
+        return (
+            100.0
+            * sum(abs(r.residual_s) / r.measured_s for r in self.residuals)
+            / len(self.residuals)
+        )
+
+
+def collective_features(row: Measurement) -> tuple[float, float]:
+    """``(a, h)``: bandwidth-critical bytes and latency-critical hops of a collective row.
+
+    >>> from aoizora.validation import parse_measurements
+    >>> row = parse_measurements(
+    ...     "row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source\\n"
+    ...     "a,collective,v5e:8x16,all-gather,dims:1,3200,1e-5,unreported,x\\n")[0]
+    >>> a, h = collective_features(row)  # 15 steps of one hop, 3200/32 bytes each
+    >>> round(a, 6), round(h, 6)
+    (1500.0, 15.0)
+    """
+    t_bw = predict_collective(row, link_bandwidth_bytes_per_s=_B_REF, hop_latency_s=0.0)
+    t_hops = predict_collective(row, link_bandwidth_bytes_per_s=_B_INF, hop_latency_s=1.0)
+    return t_bw * _B_REF, t_hops
+
+
+def _measured_array(rows: Sequence[Measurement]) -> np.ndarray:
+    """The measured latencies of ``rows`` as an array (the fit's weights are their inverses)."""
+    return np.array([r.measured_s for r in rows], dtype=float)
+
+
+def _generation_of(slice_name: str) -> str:
+    return slice_name.split(":", 1)[0]
+
+
+def _simulated(row: Measurement, bandwidth: float, latency: float) -> float:
+    return predict_collective(row, link_bandwidth_bytes_per_s=bandwidth, hop_latency_s=latency)
+
+
+def calibrate(
+    rows: Sequence[Measurement],
+    *,
+    generation: str,
+    fit_latency: bool = True,
+    overhead: str = "per-kind",
+    refine: bool = False,
+    source_name: str = "",
+    source_sha256: str = "",
+) -> CalibrationFit:
+    """Fit ``generation``'s link bandwidth (always), hop latency and overheads.
+
+    Uses the ``collective`` rows on slices of ``generation``; every other row
+    is listed in ``skipped``. ``fit_latency=False`` keeps the shipped hop
+    latency. Raises :class:`CalibrationError` when the rows cannot separate
+    the parameters (the message says which option to change).
+    """
+    if overhead not in OVERHEAD_MODES:
+        raise CalibrationError(
+            f"overhead={overhead!r} must be one of {list(OVERHEAD_MODES)}, e.g. 'per-kind'"
+        )
+    chip = load_chip(generation)
+    use = [r for r in rows if r.kind == "collective" and _generation_of(r.slice_name) == generation]
+    skipped = tuple(r.row_id for r in rows if r not in use)
+    if not use:
+        raise CalibrationError(
+            f"no collective rows on {generation} slices to fit (skipped {len(skipped)} rows); "
+            f"pick --generation from the rows' slices, e.g. "
+            f"{sorted({_generation_of(r.slice_name) for r in rows})}"
+        )
+    kinds = sorted({r.collective.collective for r in use if r.collective is not None})
+    names = ["inv_bandwidth"] + (["hop_latency"] if fit_latency else [])
+    if overhead == "per-kind":
+        names += [f"overhead:{k}" for k in kinds]
+    elif overhead == "shared":
+        names += ["overhead:*"]
+    design = np.zeros((len(use), len(names)))
+    target = np.zeros(len(use))
+    for i, row in enumerate(use):
+        assert row.collective is not None
+        a, h = collective_features(row)
+        design[i, 0] = a
+        target[i] = row.measured_s
+        col = 1
+        if fit_latency:
+            design[i, col] = h
+            col += 1
+        else:
+            target[i] -= h * chip.hop_latency_s
+        if overhead == "per-kind":
+            design[i, col + kinds.index(row.collective.collective)] = 1.0
+        elif overhead == "shared":
+            design[i, col] = 1.0
+    # Relative residuals: divide each row by its measurement. The rows span
+    # microseconds to tens of milliseconds; unweighted, the largest buffers
+    # would decide every parameter and the small, latency-bound rows none.
+    weight = 1.0 / _measured_array(use)
+    design *= weight[:, None]
+    target *= weight
+    # Columns differ by ~10 orders of magnitude (bytes vs hops vs 1); scale
+    # them to unit norm so the rank test and the solve are well conditioned.
+    norms = np.linalg.norm(design, axis=0)
+    norms[norms == 0] = 1.0
+    scaled = design / norms
+    rank = int(np.linalg.matrix_rank(scaled, tol=1e-9))
+    if rank < len(names):
+        raise CalibrationError(
+            f"{len(use)} {generation} collective rows cannot separate the {len(names)} "
+            f"parameters {names} (rank {rank}): add rows with other sizes, group shapes or "
+            "kinds, or fit fewer -- --overhead shared/none, or --fix-latency"
+        )
+    solution, *_ = np.linalg.lstsq(scaled, target, rcond=None)
+    method = "numpy.linalg.lstsq"
+    if np.any(solution < 0):
+        from scipy.optimize import lsq_linear  # type: ignore[import-untyped]
+
+        solution = lsq_linear(scaled, target, bounds=(0.0, np.inf), method="bvls").x
+        method = "scipy.optimize.lsq_linear(bounds>=0, bvls)"
+    params = solution / norms
+    if params[0] <= 0:
+        raise CalibrationError(
+            f"the fit gives no finite link bandwidth for {generation} (1/B = {params[0]:g}); "
+            "the rows are latency-bound -- add large-buffer rows"
+        )
+    values = dict(zip(names, params.tolist(), strict=True))
+    if refine:
+        values, method = _refine(use, names, values, chip.hop_latency_s, method)
+    bandwidth = 1.0 / values["inv_bandwidth"]
+    latency = values.get("hop_latency", chip.hop_latency_s)
+    overheads = tuple(
+        (n.split(":", 1)[1], v) for n, v in values.items() if n.startswith("overhead:")
+    )
+    fit = CalibrationFit(
+        generation=generation,
+        link_bandwidth_bytes_per_s=bandwidth,
+        hop_latency_s=latency,
+        overhead_s=overheads,
+        fitted=tuple(names),
+        method=method,
+        residuals=(),
+        shipped_link_bandwidth_bytes_per_s=chip.link_bandwidth_bytes_per_s,
+        shipped_hop_latency_s=chip.hop_latency_s,
+        skipped=skipped,
+        source_name=source_name,
+        source_sha256=source_sha256,
+    )
+    # Residuals of the real model (simulator at the fitted numbers + overhead),
+    # not of the linear surrogate.
+    residuals = []
+    for row in use:
+        assert row.collective is not None
+        fitted_s = _simulated(row, bandwidth, latency) + fit.overhead_for(row.collective.collective)
+        residuals.append(
+            RowResidual(row.row_id, row.collective.collective, row.measured_s, fitted_s)
+        )
+    return CalibrationFit(**{**fit.__dict__, "residuals": tuple(residuals)})
+
+
+def _refine(
+    rows: Sequence[Measurement],
+    names: list[str],
+    start: dict[str, float],
+    shipped_latency_s: float,
+    method: str,
+) -> tuple[dict[str, float], str]:
+    """Minimise the simulator's own residuals from the linear solution."""
+    from scipy.optimize import least_squares
+
+    # Work in units near 1: bandwidth relative to the start, latency in us,
+    # overheads in us, so finite differences see comparable steps.
+    b0 = 1.0 / start["inv_bandwidth"]
+
+    def unpack(x: np.ndarray) -> dict[str, float]:
+        out = {"inv_bandwidth": 1.0 / (b0 * float(x[0]))}
+        for i, n in enumerate(names[1:], start=1):
+            out[n] = float(x[i]) * 1e-6
+        return out
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        v = unpack(x)
+        bw = 1.0 / v["inv_bandwidth"]
+        lat = v.get("hop_latency", shipped_latency_s)
+        res = []
+        for row in rows:
+            assert row.collective is not None
+            c = v.get(f"overhead:{row.collective.collective}", v.get("overhead:*", 0.0))
+            res.append((_simulated(row, bw, lat) + c - row.measured_s) / row.measured_s)
+        return np.asarray(res)
+
+    x0 = np.array([1.0] + [max(start[n], 0.0) * 1e6 for n in names[1:]])
+    lower = np.array([1e-3] + [0.0] * (len(names) - 1))
+    result = least_squares(residuals, x0, bounds=(lower, np.inf), x_scale="jac", xtol=1e-12)
+    return unpack(result.x), method + " + scipy.optimize.least_squares(relative residuals)"
+
+
+# --------------------------------------------------------------------------- files
+
+
+def default_output_path(generation: str, tag: str) -> Path:
+    """``topologies/calibrated/<generation>.<tag>.toml`` beside the shipped files."""
+    if not _TAG_RE.match(tag):
+        raise CalibrationError(
+            f"tag {tag!r} must be letters, digits, '_' or '-', e.g. 'scalingbook-2025'"
+        )
+    return topologies_dir() / "calibrated" / f"{generation}.{tag}.toml"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _quote_key(key: str) -> str:
+    return key if re.match(r"^[A-Za-z0-9_\-]+$", key) else _toml_value(key)
+
+
+def write_calibrated_topology(
+    fit: CalibrationFit, path: str | Path, *, force: bool = False
+) -> Path:
+    """Write the shipped ``<gen>.toml`` with the fitted link numbers, plus a [calibration] table.
+
+    Refuses to write over any shipped ``topologies/<gen>.toml`` and, unless
+    ``force``, over an existing file.
+    """
+    out = Path(path)
+    shipped_dir = topologies_dir().resolve()
+    if out.resolve().parent == shipped_dir or out.name == f"{fit.generation}.toml":
+        raise CalibrationError(
+            f"refusing to write {str(out)!r}: shipped topology files never change; write "
+            f"beside them, e.g. {default_output_path(fit.generation, 'mytag')}"
+        )
+    if out.exists() and not force:
+        raise CalibrationError(f"{str(out)!r} exists; pass --force to replace it, or another --out")
+    shipped_path = topologies_dir() / f"{fit.generation}.toml"
+    with shipped_path.open("rb") as fh:
+        shipped = tomllib.load(fh)
+    note = (
+        f"calibrated by aoizora calibrate ({fit.method}) from {fit.source_name or 'measurements'}"
+        f" (sha256 {fit.source_sha256[:16] or '-'}), {len(fit.residuals)} rows; shipped value "
+    )
+    lines = [
+        f"# Calibrated {fit.generation} topology, written by `aoizora calibrate`. The shipped",
+        f"# defaults stay in topologies/{fit.generation}.toml; only the link numbers differ here.",
+    ]
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in shipped.items():
+        if isinstance(value, dict) and not ("value" in value and "source" in value):
+            tables.append((key, value))
+            continue
+        if key == "link_bandwidth_bytes_per_s":
+            value = {
+                "value": fit.link_bandwidth_bytes_per_s,
+                "source": note + repr(fit.shipped_link_bandwidth_bytes_per_s),
+            }
+        elif key == "hop_latency_s":
+            fitted = "hop_latency" in fit.fitted
+            value = {
+                "value": fit.hop_latency_s,
+                "source": (note + repr(fit.shipped_hop_latency_s))
+                if fitted
+                else shipped[key]["source"] + " (kept: not fitted)",
+            }
+        lines.append(f"{_quote_key(key)} = {_toml_value(value)}")
+    for name, table in tables:
+        lines.append("")
+        lines.append(f"[{_quote_key(name)}]")
+        lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in table.items())
+    lines += [
+        "",
+        "[calibration]",
+        f"format = {_toml_value(_FORMAT)}",
+        f"method = {_toml_value(fit.method)}",
+        f"fitted = {_toml_value(list(fit.fitted))}",
+        f"measurement_file = {_toml_value(fit.source_name)}",
+        f"measurement_sha256 = {_toml_value(fit.source_sha256)}",
+        "shipped_link_bandwidth_bytes_per_s = "
+        + _toml_value(fit.shipped_link_bandwidth_bytes_per_s),
+        f"shipped_hop_latency_s = {_toml_value(fit.shipped_hop_latency_s)}",
+        f"rms_residual_s = {_toml_value(fit.rms_residual_s)}",
+        f"mape_percent = {_toml_value(fit.mape_percent)}",
+        f"skipped_rows = {_toml_value(list(fit.skipped))}",
+        "",
+        "[calibration.overhead_s]",
+    ]
+    lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in fit.overhead_s)
+    for r in fit.residuals:
+        lines += [
+            "",
+            "[[calibration.residuals]]",
+            f"row_id = {_toml_value(r.row_id)}",
+            f"kind = {_toml_value(r.kind)}",
+            f"measured_s = {_toml_value(r.measured_s)}",
+            f"fitted_s = {_toml_value(r.fitted_s)}",
+            f"residual_s = {_toml_value(r.residual_s)}",
+        ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def load_calibration(path: str | Path) -> CalibrationFit:
+    """Read a file written by :func:`write_calibrated_topology` back into a fit."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CalibrationError(f"cannot read calibrated topology {str(p)!r}: {exc}") from None
+    cal = data.get("calibration")
+    if not isinstance(cal, dict) or cal.get("format") != _FORMAT:
+        raise CalibrationError(
+            f"{str(p)!r} has no [calibration] table of format {_FORMAT!r}; write one with "
+            "`aoizora calibrate FILE --generation v5e`"
+        )
+    residuals = tuple(
+        RowResidual(r["row_id"], r["kind"], float(r["measured_s"]), float(r["fitted_s"]))
+        for r in cal.get("residuals", [])
+    )
+    return CalibrationFit(
+        generation=str(data["generation"]),
+        link_bandwidth_bytes_per_s=float(data["link_bandwidth_bytes_per_s"]["value"]),
+        hop_latency_s=float(data["hop_latency_s"]["value"]),
+        overhead_s=tuple((k, float(v)) for k, v in cal.get("overhead_s", {}).items()),
+        fitted=tuple(cal.get("fitted", ())),
+        method=str(cal.get("method", "")),
+        residuals=residuals,
+        shipped_link_bandwidth_bytes_per_s=float(cal["shipped_link_bandwidth_bytes_per_s"]),
+        shipped_hop_latency_s=float(cal["shipped_hop_latency_s"]),
+        skipped=tuple(cal.get("skipped_rows", ())),
+        source_name=str(cal.get("measurement_file", "")),
+        source_sha256=str(cal.get("measurement_sha256", "")),
+    )
+
+
+def calibrated_slice(name: str, path: str | Path) -> Slice:
+    """``load_slice(name)`` with the link numbers of a calibrated topology file.
+
+    The chip's compute and memory numbers stay the shipped ones; the slice
+    keeps the shipped wrap-around rule.
+    """
+    fit = load_calibration(path)
+    base = load_slice(name)
+    if base.chip.generation != fit.generation:
+        raise CalibrationError(
+            f"{str(path)!r} calibrates {fit.generation}, not the {base.chip.generation} slice "
+            f"{name!r}; use a {fit.generation} slice such as '{fit.generation}:2x4'"
+        )
+    return make_slice(
+        base.shape,
+        wraparound=list(base.wraparound),
+        link_bandwidth_bytes_per_s=fit.link_bandwidth_bytes_per_s,
+        hop_latency_s=fit.hop_latency_s,
+        chip=base.chip,
+        name=name,
+    )
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (recorded so a calibration names its input exactly)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ValidationError(f"cannot read {str(path)!r}: {exc.strerror}") from None

@@ -1,0 +1,153 @@
+"""``aoizora calibrate FILE --generation GEN``: fit effective link numbers to measurements.
+
+Fits the generation's one-way link bandwidth, per-hop latency and per-collective
+launch overheads to the file's collective rows on that generation's slices
+(least squares on the simulator's linear form, see aoizora/calibration.py and
+docs/validation.md), prints the residual of every row and writes a calibrated
+topology file beside the shipped one -- by default
+``topologies/calibrated/<gen>.<tag>.toml``. The shipped ``topologies/<gen>.toml``
+is never written.
+
+    aoizora calibrate validation/measurements.csv --generation v5e --tag scalingbook
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from aoizora.calibration import (
+    OVERHEAD_MODES,
+    CalibrationFit,
+    calibrate,
+    default_output_path,
+    file_sha256,
+    write_calibrated_topology,
+)
+from aoizora.validation import read_measurements
+
+__all__ = ["format_fit", "register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``calibrate`` subcommand (see :mod:`aoizora.cli`)."""
+    p = subparsers.add_parser(
+        "calibrate",
+        help="fit link bandwidth, hop latency and collective overheads to measurements",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE", help="measurement CSV (docs/validation.md)")
+    p.add_argument("--generation", required=True, help="chip generation to fit, e.g. v5e")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="PATH",
+        help="calibrated topology file (default topologies/calibrated/<gen>.<tag>.toml)",
+    )
+    p.add_argument(
+        "--tag", default=None, help="name part of the default output (default: FILE's stem)"
+    )
+    p.add_argument(
+        "--overhead",
+        choices=OVERHEAD_MODES,
+        default="per-kind",
+        help="constant launch cost per collective kind, one shared, or none (default per-kind)",
+    )
+    p.add_argument(
+        "--fix-latency", action="store_true", help="keep the shipped per-hop latency; fit the rest"
+    )
+    p.add_argument(
+        "--refine",
+        action="store_true",
+        help="then minimise the simulator's own residuals (scipy least_squares; slower)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing calibrated file")
+    p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
+    p.add_argument("--json", action="store_true", help="print the fit as JSON")
+    p.set_defaults(func=run)
+
+
+def format_fit(fit: CalibrationFit) -> str:
+    """Fitted numbers next to the shipped ones, then every row's residual."""
+    lines = [
+        f"generation {fit.generation}: {len(fit.residuals)} collective rows, method {fit.method}",
+        f"  link_bandwidth_bytes_per_s  {fit.link_bandwidth_bytes_per_s:.6g}"
+        f"  (shipped {fit.shipped_link_bandwidth_bytes_per_s:.6g})",
+        f"  hop_latency_s               {fit.hop_latency_s:.6g}"
+        f"  (shipped {fit.shipped_hop_latency_s:.6g}"
+        f"{'' if 'hop_latency' in fit.fitted else ', kept'})",
+    ]
+    for kind, value in fit.overhead_s:
+        lines.append(f"  overhead_s[{kind}]{' ' * max(1, 17 - len(kind))}{value:.6g}")
+    if fit.skipped:
+        lines.append(f"  skipped {len(fit.skipped)} rows (step rows or other generations)")
+    lines.append("")
+    lines.append(f"{'row':<28} {'measured_s':>12} {'fitted_s':>12} {'residual_s':>12} {'rel%':>7}")
+    for r in fit.residuals:
+        lines.append(
+            f"{r.row_id:<28} {r.measured_s:>12.4g} {r.fitted_s:>12.4g} {r.residual_s:>+12.3g} "
+            f"{100 * r.residual_s / r.measured_s:>+7.1f}"
+        )
+    lines.append(f"rms residual {fit.rms_residual_s:.4g} s, MAPE {fit.mape_percent:.2f}%")
+    return "\n".join(lines)
+
+
+def _fit_json(fit: CalibrationFit, out: Path | None) -> dict[str, Any]:
+    return {
+        "generation": fit.generation,
+        "method": fit.method,
+        "fitted": list(fit.fitted),
+        "link_bandwidth_bytes_per_s": fit.link_bandwidth_bytes_per_s,
+        "hop_latency_s": fit.hop_latency_s,
+        "overhead_s": dict(fit.overhead_s),
+        "shipped_link_bandwidth_bytes_per_s": fit.shipped_link_bandwidth_bytes_per_s,
+        "shipped_hop_latency_s": fit.shipped_hop_latency_s,
+        "rms_residual_s": fit.rms_residual_s,
+        "mape_percent": fit.mape_percent,
+        "skipped": list(fit.skipped),
+        "residuals": [
+            {
+                "row_id": r.row_id,
+                "measured_s": r.measured_s,
+                "fitted_s": r.fitted_s,
+                "residual_s": r.residual_s,
+            }
+            for r in fit.residuals
+        ],
+        "written": None if out is None else str(out),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Fit, print, and write the calibrated topology file (unless --dry-run)."""
+    rows = read_measurements(args.file)
+    fit = calibrate(
+        rows,
+        generation=args.generation,
+        fit_latency=not args.fix_latency,
+        overhead=args.overhead,
+        refine=args.refine,
+        source_name=str(args.file),
+        source_sha256=file_sha256(args.file),
+    )
+    out: Path | None = None
+    if not args.dry_run:
+        tag = (
+            args.tag
+            if args.tag is not None
+            else re.sub(r"[^A-Za-z0-9_\-]", "-", Path(args.file).stem)
+        )
+        target = Path(args.out) if args.out else default_output_path(args.generation, tag)
+        out = write_calibrated_topology(fit, target, force=args.force)
+    if args.json:
+        sys.stdout.write(json.dumps(_fit_json(fit, out), indent=2) + "\n")
+    else:
+        sys.stdout.write(format_fit(fit) + "\n")
+        if out is not None:
+            sys.stdout.write(f"wrote {out}\n")
+    return 0
