@@ -279,6 +279,29 @@ class _RegionSim:
         return result, result.makespan_s, timings, compute_s
 
 
+def _signature(
+    graph: CollectiveGraph, region_id: int, region_times: Mapping[int, float]
+) -> tuple[object, ...]:
+    """Everything the simulation of a region depends on, given the placement."""
+    parts: list[object] = []
+    local: dict[int, int] = {}
+    for step in graph.regions[region_id].steps:
+        if isinstance(step, ComputeSegment):
+            parts.append(("s", step.kernels))
+        elif isinstance(step, CollectiveStart):
+            c = graph.collectives[step.collective]
+            local[c.id] = len(local)
+            parts.append(("c", sim_kind(c), c.groups, c.pairs, c.buffer_bytes))
+        elif isinstance(step, CollectiveDone):
+            parts.append(("d", local[step.collective]))
+        elif isinstance(step, OpaqueCall):
+            o = graph.opaques[step.opaque]
+            parts.append(("o", o.name, o.target, o.op_name, o.operand_shapes, o.result_shape))
+        elif isinstance(step, SubRegion):
+            parts.append(("r", tuple(region_times[r] for r in step.regions), step.trip_count))
+    return tuple(parts)
+
+
 def replay(
     graph: CollectiveGraph,
     slice_: Slice,
@@ -309,8 +332,24 @@ def replay(
     sims: dict[int, SimResult] = {}
     timings: dict[int, tuple[float, float]] = {}
     compute: dict[int, float] = {}
+    # Identical regions (XLA emits one windowed-einsum loop per matmul, many alike)
+    # give identical runs: simulate each distinct one once.
+    seen: dict[tuple[object, ...], int] = {}
+    order_in_region: dict[int, list[int]] = {}
     # Children are numbered after their parents: simulate the deepest first.
     for region in sorted(graph.regions, key=lambda r: -r.id):
+        key = _signature(graph, region.id, runner.region_times)
+        cids = [st.collective for st in region.steps if isinstance(st, CollectiveStart)]
+        order_in_region[region.id] = cids
+        twin = seen.get(key)
+        if twin is not None:
+            sims[region.id] = sims[twin]
+            runner.region_times[region.id] = runner.region_times[twin]
+            compute[region.id] = compute[twin]
+            for cid, twin_cid in zip(cids, order_in_region[twin], strict=True):
+                timings[cid] = timings[twin_cid]
+            continue
+        seen[key] = region.id
         result, makespan, region_timings, compute_s = runner.run(region.id)
         sims[region.id] = result
         runner.region_times[region.id] = makespan

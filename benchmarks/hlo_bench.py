@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay_s = _median_s(lambda: replay(graph, slice_, order), args.repeat)
     result = replay(graph, slice_, order)
     instructions = sum(len(c.instructions) for c in module.computations.values())
-    flows = sum(len(r.flows) for r in result.region_sims)
+    flows = sum(len(r.flows) for r in {id(r): r for r in result.region_sims}.values())
     print(f"HLO: {source}")
     print(
         f"  {len(text) / 1e6:.2f} MB text, {len(module.computations)} computations, "
