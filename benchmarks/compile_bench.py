@@ -52,13 +52,14 @@ def run_case(case: str, cache_dir: str) -> dict[str, object]:
         "candidate": result.candidate_id,
         "backend": result.backend,
         "ok": result.ok,
-        "error": (result.error or "")[:300],
+        "error": (result.error or "").splitlines()[0][:300] if result.error else "",
         "lower_s": round(result.lower_s, 2),
         "compile_s": round(result.compile_s, 2),
         "wall_s": round(time.perf_counter() - t0, 2),
         "per_chip_gib": None if mem is None else round(mem.total_bytes / 2**30, 2),
         "feasible": result.feasible,
         "hlo_chars": len(result.hlo_text),
+        "cache_hit": result.cache_hit,
     }
 
 
@@ -83,14 +84,26 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_case(args.child, args.cache_dir)))
         return 0
     cases = args.case or list(CASES)
-    header = f"{'case':34} {'candidate':42} {'lower':>6} {'cold':>7} {'warm':>7} {'GiB/chip':>8} fits"
+    header = (
+        f"{'case':34} {'candidate':42} {'lower':>6} {'cold':>7} {'warm':>7} {'GiB/chip':>8} fits"
+    )
     print(header)
     for case in cases:
         with tempfile.TemporaryDirectory(prefix="aoizora-cc-") as cache_dir:
             cold = _subprocess(case, cache_dir)
             warm = _subprocess(case, cache_dir) if cold.get("ok") else {}
+        if warm and not warm.get("cache_hit"):
+            warm["compile_s"] = f"{warm.get('compile_s')}(miss)"
+        if not cold.get("ok") and cold.get("feasible") is False:
+            # The TPU compiler refused the program for HBM: a verdict, with its time.
+            print(
+                f"{case:34} {cold['candidate']!s:42} {cold['lower_s']!s:>6} "
+                f"{cold['compile_s']!s:>7} {'-':>7} {'OOM':>8} False  ({cold['error']!s:.160})",
+                flush=True,
+            )
+            continue
         if not cold.get("ok"):
-            print(f"{case:34} FAILED: {cold.get('error')}")
+            print(f"{case:34} FAILED: {cold.get('error')}", flush=True)
             continue
         print(
             f"{case:34} {cold['candidate']!s:42} {cold['lower_s']!s:>6} {cold['compile_s']!s:>7} "

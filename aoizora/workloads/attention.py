@@ -238,6 +238,9 @@ def sharded_attention(
 
         def body_ulysses(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
             # Sequence shards -> head shards: split heads (dim 1), gather seq (dim 2).
+            # all_to_all concatenates in the PartitionSpec's order of a tuple of axes
+            # (checked: it agrees with all_gather and axis_index), so after it the key
+            # positions are simply 0..S-1.
             def to_heads(x: jax.Array) -> jax.Array:
                 return jax.lax.all_to_all(x, seq_name, 1, 2, tiled=True)
 
@@ -254,18 +257,16 @@ def sharded_attention(
             check_vma=False,
         )(q, k, v)
 
-    def body_ring(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
-        idx = jax.lax.axis_index(seq_name)
-        chunk_len = kl.shape[2]
+    def body_ring(ql: jax.Array, kl: jax.Array, vl: jax.Array, pos: jax.Array) -> jax.Array:
+        # `pos` holds the global key positions of the local K/V chunk and travels with it:
+        # ppermute over a tuple of mesh axes numbers devices in mesh order, not in the
+        # PartitionSpec's order (checked: a +1 shift over ('context', 'fsdp') on a
+        # (fsdp=2, context=4) mesh gives [7 6 0 1 2 3 4 5]), so "chunk idx - step" is wrong.
         perm = [(j, (j + 1) % n_seq) for j in range(n_seq)]
         out: jax.Array | None = None
         lse: jax.Array | None = None
         for step in range(n_seq):
-            valid = None
-            if needs_mask:
-                # After `step` hops this chip holds the K/V chunk of ring position idx - step.
-                chunk = (idx - step) % n_seq
-                valid = chunk * chunk_len + jnp.arange(chunk_len) < kv_valid_len
+            valid = pos < kv_valid_len if needs_mask else None
             o_s, l_s = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=True)
             assert l_s is not None
             if out is None or lse is None:
@@ -275,13 +276,16 @@ def sharded_attention(
             if step + 1 < n_seq:
                 kl = jax.lax.ppermute(kl, seq_name, perm)
                 vl = jax.lax.ppermute(vl, seq_name, perm)
+                if needs_mask:
+                    pos = jax.lax.ppermute(pos, seq_name, perm)
         assert out is not None
         return out.astype(ql.dtype)
 
+    positions = jnp.arange(kv_len, dtype=jnp.int32)
     return jax.shard_map(
         body_ring,
         mesh=mesh,
-        in_specs=(q_spec, q_spec, q_spec),
+        in_specs=(q_spec, q_spec, q_spec, PartitionSpec(s_e)),
         out_specs=q_spec,
         check_vma=False,
-    )(q, k, v)
+    )(q, k, v, positions)

@@ -161,6 +161,7 @@ def test_every_attention_kind_computes_the_same_step() -> None:
         ((1, 1, 8, 1), "maxdiffusion", "gather_kv"),  # 12 tokens padded to 16
         ((1, 2, 4, 1), "fsdp", "ring"),  # ring over (context, fsdp), padded to 16
         ((1, 2, 2, 2), "fsdp", "ulysses"),  # all-to-all over two axes, heads over tensor
+        ((1, 2, 4, 1), "fsdp", "ulysses"),  # all-to-all over two axes, padded to 16
     ]:
         got = _run(mesh_shape, rules_id, attention, inputs)
         np.testing.assert_allclose(
