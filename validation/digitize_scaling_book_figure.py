@@ -32,7 +32,7 @@ import sys
 
 import matplotlib.image as mpimg
 import numpy as np
-from scipy import ndimage
+from scipy import ndimage  # type: ignore[import-untyped]
 
 __all__ = ["digitize"]
 
