@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import scipy.stats
+import scipy.stats  # type: ignore[import-untyped]
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -201,7 +201,7 @@ def test_step_rows_parse_round_trip_and_take_a_pluggable_predictor() -> None:
     with pytest.raises(ValidationError, match="no 'step' predictor"):
         validate(rows, predictors=default_predictors())
     # A planner would map device order -> step time; here a fixed table.
-    table = {(0, 1, 3, 2): 0.48, (0, 1, 2, 3): 0.60}
+    table: dict[tuple[int, ...], float] = {(0, 1, 3, 2): 0.48, (0, 1, 2, 3): 0.60}
 
     def predict_step(row: Measurement) -> float:
         assert row.step is not None
