@@ -146,7 +146,10 @@ def _draw_plane(
     ny = shape[1] if len(shape) > 1 else 1
     for load, value in zip(loads, values, strict=True):
         (x0, y0), (x1, y1) = _xy(load.src), _xy(load.dst)
-        sign = 1.0 if (load.dst[load.dim] - load.src[load.dim]) % shape[load.dim] == 1 else -1.0
+        # Direction of travel: towards larger coordinates, or across the wrap
+        # link from n-1 to 0 (on a length-2 axis both tests are needed).
+        forward = load.dst[load.dim] > load.src[load.dim]
+        sign = 1.0 if forward != load.wrap else -1.0
         if load.wrap:
             # Leave the edge chip outwards, in the direction of travel.
             dx, dy = (sign * _WRAP_STUB, 0.0) if load.dim == 0 else (0.0, sign * _WRAP_STUB)

@@ -94,7 +94,8 @@ def _meta(pid: int, tid: int | None, kind: str, name: str) -> dict[str, Any]:
 def _link_name(slice_: Slice, i: int) -> str:
     link = slice_.links[i]
     axis = "xyz"[link.dim]
-    sign = "+" if (link.dst[link.dim] - link.src[link.dim]) % slice_.shape[link.dim] == 1 else "-"
+    forward = link.dst[link.dim] > link.src[link.dim]
+    sign = "+" if forward != link.wrap else "-"
     wrap = " wrap" if link.wrap else ""
     return f"{axis}{sign} {link.src}->{link.dst}{wrap}"
 
