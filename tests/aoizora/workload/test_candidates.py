@@ -56,11 +56,10 @@ def test_rejection_reasons() -> None:
     # Ulysses: 12 heads over context 8.
     r = _reasons(WL_13B, (1, 1, 8, 1), "maxdiffusion", "ulysses")
     assert "ulysses attention needs heads (12) divisible by sequence degree 8" in r
-    # An axis no rule uses repeats work.
+    # Both fsdp and context carry tokens under dp_sp_tp, so neither is idle.
     r = _reasons(WL_13B, (1, 2, 2, 1), "dp_sp_tp", "gather_kv")
     assert r == ""  # dp_sp_tp puts tokens over (context, fsdp): both used
-    wl_tp = WL_13B
-    r = _reasons(wl_tp, (1, 1, 2, 2), "dp_sp_tp", "ring")
+    r = _reasons(WL_13B, (1, 1, 2, 2), "dp_sp_tp", "ring")
     assert r == ""
     # Padding: 75,600 tokens over 32 would need 16 pad tokens (< 1 %: legal); a tiny clip
     # of 12 tokens over 8 needs 4 (33 %: illegal).

@@ -110,6 +110,7 @@ def test_abstract_args_and_axes() -> None:
         wan_workload("wan9", parse_resolution("480p"))
 
 
+@pytest.mark.slow
 def test_local_xla_attention_matches_jax_reference() -> None:
     k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
     q = jax.random.normal(k0, (2, 3, 5, 8), jnp.float32)
