@@ -98,7 +98,10 @@ def test_trace_is_valid_chrome_json_with_one_event_per_flow_and_compute(tmp_path
     # Every process and link track is named.
     named = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
     assert set(tracks) - {(1, i) for i in range(len(s.links))} <= named | {(2, 0)}
-    assert len([e for e in events if e["name"] == "thread_name" and e["pid"] == 1]) == len(s.links)
+    link_names = [e["args"]["name"] for e in events if e["name"] == "thread_name" and e["pid"] == 1]
+    assert len(link_names) == len(s.links)
+    # The two directions of a length-2 axis are told apart.
+    assert "x+ (0, 0)->(1, 0)" in link_names and "x- (1, 0)->(0, 0)" in link_names
 
 
 def test_trace_link_tracks_add_up_to_the_simulators_busy_time() -> None:
