@@ -10,7 +10,9 @@ Model (fixed; see docs/simulator.md):
   finishes at release; a zero-byte flow finishes when its latency is paid.
 - Rates are max-min fair (progressive filling) over all draining flows and are
   recomputed whenever a flow starts or stops draining; all changes at one
-  instant are batched into one recomputation.
+  instant are batched into one recomputation. Only the flows a change can
+  affect are re-solved (see :mod:`sim.maxmin` for why that is exact); a large
+  affected set is solved over all draining flows with :func:`max_min_rates`.
 - A :class:`Compute` runs for ``duration_s`` from its release and uses no
   links. Computes on one chip may overlap: the caller orders them with
   ``after`` (a compiled schedule is already a total order per chip). A compute
@@ -34,6 +36,7 @@ Example: two equal flows share one link, then a compute waits for both.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -44,6 +47,7 @@ import numpy as np
 import simpy
 
 from sim.errors import GraphError
+from sim.maxmin import progressive_filling, saturation_level
 from sim.records import (
     ComputeRecord,
     Event,
@@ -62,6 +66,11 @@ __all__ = ["Compute", "Flow", "max_min_rates", "simulate"]
 _SHARE_REL_TOL = 1e-9
 # Flows predicted to finish within this relative distance of "now" finish now.
 _FINISH_REL_TOL = 1e-12
+# Once the affected component exceeds this many (flow, link) pairs, walking it
+# in Python costs more than one numpy solve of every draining flow (crossover
+# measured on benchmarks/sim_bench.py's random case, CPU time: 40-250 all
+# within 10%, 0 i.e. always numpy ~35% slower).
+_NUMPY_MIN_PAIRS = 80
 
 
 @dataclass(frozen=True)
@@ -245,7 +254,15 @@ def _check_acyclic(nodes: Sequence[Flow | Compute], index: dict[str, int]) -> No
 
 
 class _Run:
-    """One simulation: SimPy callbacks plus numpy arrays for the draining set."""
+    """One simulation: SimPy callbacks plus the draining set, updated incrementally.
+
+    The draining flows keep their max-min rates between changes; at each
+    batch of arrivals and departures only the flows that can change are
+    recomputed (see :mod:`sim.maxmin` for why that is exact). Each draining
+    flow carries ``(remaining bytes at t_upd, rate, predicted finish)``, and a
+    heap of predicted finishes (stale entries skipped) gives the next
+    departure.
+    """
 
     def __init__(
         self,
@@ -260,15 +277,18 @@ class _Run:
         self.env = simpy.Environment()
         n = len(nodes)
         self.size_bytes = [float(nd.size_bytes) if isinstance(nd, Flow) else 0.0 for nd in nodes]
-        self.links_of: list[np.ndarray] = []
-        empty = np.zeros(0, dtype=np.int64)
+        routes: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+        self.links_of: list[tuple[int, ...]] = []
         for nd in nodes:
             if isinstance(nd, Flow):
-                self.links_of.append(
-                    route_link_ids(slice_, tuple(nd.src), tuple(nd.dst), order=order)
-                )
+                key = (tuple(nd.src), tuple(nd.dst))
+                ids = routes.get(key)
+                if ids is None:
+                    ids = tuple(route_link_ids(slice_, key[0], key[1], order=order).tolist())
+                    routes[key] = ids
+                self.links_of.append(ids)
             else:
-                self.links_of.append(empty)
+                self.links_of.append(())
         self.waiting = [len(set(nd.after)) for nd in nodes]
         self.ready_s = [float(nd.start_s) for nd in nodes]
         self.children: list[list[int]] = [[] for _ in nodes]
@@ -282,21 +302,22 @@ class _Run:
         self.worklist: deque[tuple[int, int]] = deque()
         self.record_rates = record_rates
         self.rate_log: list[RateSnapshot] = []
-        # Network state: the draining flows, their remaining bytes and rates,
-        # and the (flow position, link) pairs of their routes.
+        # Network state. ``active`` and ``link_users`` are insertion-ordered
+        # (drain order), so every iteration over them is deterministic.
         num_links = len(slice_.links)
-        self.capacity: np.ndarray = np.full(num_links, slice_.link_bandwidth_bytes_per_s)
-        self.link_bytes: np.ndarray = np.zeros(num_links)
-        self.link_busy_s: np.ndarray = np.zeros(num_links)
-        self.link_load: np.ndarray = np.zeros(num_links)
-        self.act_nodes: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.act_remaining: np.ndarray = np.zeros(0)
-        self.act_rate: np.ndarray = np.zeros(0)
-        self.act_finish: np.ndarray = np.zeros(0)
-        self.pair_pos: np.ndarray = np.zeros(0, dtype=np.int64)
-        self.pair_link: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.bandwidth_bytes_per_s = float(slice_.link_bandwidth_bytes_per_s)
+        self.link_users: list[dict[int, None]] = [{} for _ in range(num_links)]
+        self.link_busy_s = [0.0] * num_links
+        self.busy_since_s = [0.0] * num_links
+        self.active: dict[int, None] = {}
+        self.rate = [0.0] * n
+        self.remaining_bytes = [0.0] * n  # as of updated_s
+        self.updated_s = [0.0] * n
+        self.predicted_finish_s = [math.inf] * n
+        self.drain_seq = [0] * n
+        self.next_seq = 0
+        self.finish_heap: list[tuple[float, int, int]] = []  # (finish, drain seq, node)
         self.pending: list[int] = []
-        self.last_s = 0.0
         self.version = 0
         self.dirty = False
         self.hop_latency_s = slice_.hop_latency_s
@@ -327,9 +348,8 @@ class _Run:
     def _release(self, i: int) -> None:
         now = self.ready_s[i]
         self.release_s[i] = now
-        node_id = self.nodes[i].id
-        self.events.append(Event(now, "release", node_id))
         node = self.nodes[i]
+        self.events.append(Event(now, "release", node.id))
         if isinstance(node, Compute):
             if node.duration_s > 0:
                 self._later(node.duration_s, self._FINISH, i)
@@ -354,6 +374,8 @@ class _Run:
         if self.size_bytes[i] == 0:
             self.worklist.append((self._FINISH, i))
             return
+        self.drain_seq[i] = self.next_seq
+        self.next_seq += 1
         self.pending.append(i)
         self._touch()
 
@@ -390,82 +412,167 @@ class _Run:
             self._recompute(wakeup=True)
             self._drain_worklist()
 
+    def _departures(self, now: float, *, wakeup: bool) -> list[int]:
+        """Pop the flows whose predicted finish is now, in drain order."""
+        heap = self.finish_heap
+        predicted = self.predicted_finish_s
+        active = self.active
+        limit = now * (1.0 + _FINISH_REL_TOL)
+        done: list[int] = []
+        while heap:
+            t, _, i = heap[0]
+            if i not in active or predicted[i] != t:
+                heapq.heappop(heap)  # stale: the flow's rate changed or it left
+                continue
+            if t > limit and not (wakeup and not done):
+                break
+            # The wake-up was set for the earliest finish: it finishes now even
+            # if float rounding says otherwise, so time always advances.
+            heapq.heappop(heap)
+            if i not in done:
+                done.append(i)
+        done.sort(key=self.drain_seq.__getitem__)
+        return done
+
     def _recompute(self, *, wakeup: bool = False) -> None:
         self.dirty = False
         now = self.env.now
-        dt = now - self.last_s
-        if dt > 0 and self.act_nodes.size:
-            self.act_remaining -= self.act_rate * dt
-            self.link_bytes += self.link_load * dt
-            self.link_busy_s[self.link_load > 0] += dt
-        self.last_s = now
-        # Departures: flows whose predicted finish is now.
-        if self.act_nodes.size:
-            done = self.act_finish <= now * (1.0 + _FINISH_REL_TOL)
-            if wakeup:
-                # The wake-up was set for the earliest finish: it finishes now
-                # even if float rounding says otherwise, so time always advances.
-                done[int(np.argmin(self.act_finish))] = True
-            if done.any():
-                self._remove(done)
-        # Arrivals batched since the last recomputation.
+        active = self.active
+        link_users = self.link_users
+        rate = self.rate
+        theta = math.inf  # flows with an old rate below this keep it (sim.maxmin)
+        seeds: list[int] = []
+        if active:
+            for i in self._departures(now, wakeup=wakeup):
+                del active[i]
+                if rate[i] < theta:
+                    theta = rate[i]
+                for lk in self.links_of[i]:
+                    users = link_users[lk]
+                    del users[i]
+                    if not users:
+                        self.link_busy_s[lk] += now - self.busy_since_s[lk]
+                seeds.extend(self.links_of[i])
+                self.worklist.append((self._FINISH, i))
+        new: dict[int, None] = {}
         if self.pending:
-            self._add(self.pending)
+            for i in self.pending:
+                new[i] = None
+                active[i] = None
+                for lk in self.links_of[i]:
+                    users = link_users[lk]
+                    if not users:
+                        self.busy_since_s[lk] = now
+                    users[i] = None
             self.pending = []
+            arriving: dict[int, int] = {}
+            for i in new:
+                for lk in self.links_of[i]:
+                    arriving[lk] = arriving.get(lk, 0) + 1
+            for lk, k in arriving.items():
+                level = saturation_level(
+                    (rate[j] for j in link_users[lk] if j not in new),
+                    new_flows=k,
+                    capacity=self.bandwidth_bytes_per_s,
+                )
+                if level < theta:
+                    theta = level
+            seeds.extend(arriving)
         self.version += 1
-        if self.act_nodes.size == 0:
-            self.link_load[:] = 0.0
-            self.act_rate = np.zeros(0)
-            if self.record_rates:
-                self.rate_log.append(RateSnapshot(now, ()))
-            return
-        self.act_rate = max_min_rates(
-            self.pair_pos, self.pair_link, self.act_nodes.size, self.capacity
-        )
-        self.link_load = np.bincount(
-            self.pair_link, weights=self.act_rate[self.pair_pos], minlength=self.capacity.size
-        )
-        self.act_finish = now + self.act_remaining / self.act_rate
+        if seeds and active:
+            self._update_rates(now, theta, seeds, new)
         if self.record_rates:
-            ids = [self.nodes[int(i)].id for i in self.act_nodes]
             self.rate_log.append(
-                RateSnapshot(now, tuple(zip(ids, (float(r) for r in self.act_rate), strict=True)))
+                RateSnapshot(now, tuple((self.nodes[i].id, rate[i]) for i in active))
             )
-        wake = self.env.timeout(float(self.act_finish.min()) - now, value=self.version)
-        wake.callbacks.append(self._on_wakeup)
+        heap = self.finish_heap
+        predicted = self.predicted_finish_s
+        while heap and (heap[0][2] not in active or predicted[heap[0][2]] != heap[0][0]):
+            heapq.heappop(heap)
+        if heap:
+            wake = self.env.timeout(heap[0][0] - now, value=self.version)
+            wake.callbacks.append(self._on_wakeup)
 
-    def _remove(self, done: np.ndarray) -> None:
-        # Whatever float dust is left is delivered now, so bytes are conserved.
-        done_pairs = done[self.pair_pos]
-        leftover = np.where(done, np.maximum(self.act_remaining, 0.0), 0.0)
-        self.link_bytes += np.bincount(
-            self.pair_link[done_pairs],
-            weights=leftover[self.pair_pos[done_pairs]],
-            minlength=self.capacity.size,
-        )
-        finished = self.act_nodes[done]
-        keep = ~done
-        new_pos = np.cumsum(keep) - 1
-        keep_pairs = ~done_pairs
-        self.pair_pos = new_pos[self.pair_pos[keep_pairs]]
-        self.pair_link = self.pair_link[keep_pairs]
-        self.act_nodes = self.act_nodes[keep]
-        self.act_remaining = self.act_remaining[keep]
-        self.act_finish = self.act_finish[keep]
-        for i in finished:
-            self.worklist.append((self._FINISH, int(i)))
+    def _update_rates(
+        self, now: float, theta: float, seeds: list[int], new: dict[int, None]
+    ) -> None:
+        """Re-solve the component of changed links among flows at or above ``theta``."""
+        rate = self.rate
+        link_users = self.link_users
+        links_of = self.links_of
+        # Float noise in theta only ever widens the set: a smaller theta is exact too.
+        threshold = theta * (1.0 - _SHARE_REL_TOL)
+        bandwidth = self.bandwidth_bytes_per_s
+        comp: dict[int, tuple[int, ...]] = {}
+        skip: set[int] = set()  # flows that keep their rate
+        users: dict[int, list[int]] = {}  # component link -> its component flows
+        residual: dict[int, float] = {}  # component link -> capacity minus kept flows
+        stack = sorted(set(seeds), reverse=True)
+        pairs = 0
+        while stack:
+            lk = stack.pop()
+            if lk in users:
+                continue
+            mine: list[int] = []
+            cap = bandwidth
+            for f in link_users[lk]:
+                if f in comp:
+                    mine.append(f)
+                elif f in skip:
+                    cap -= rate[f]
+                elif f in new or rate[f] >= threshold:
+                    links = links_of[f]
+                    comp[f] = links
+                    mine.append(f)
+                    pairs += len(links)
+                    stack.extend(links)
+                    if pairs > _NUMPY_MIN_PAIRS:
+                        # A large component: walking it in Python costs more
+                        # than one vectorised solve of every draining flow.
+                        self._solve_all(now, new)
+                        return
+                else:
+                    skip.add(f)
+                    cap -= rate[f]
+            users[lk] = mine
+            residual[lk] = cap
+        if not comp:
+            return
+        self._apply(now, progressive_filling(comp, residual, users=users), new)
 
-    def _add(self, new: list[int]) -> None:
-        base = self.act_nodes.size
-        links = [self.links_of[i] for i in new]
-        lengths = np.fromiter((len(lk) for lk in links), dtype=np.int64, count=len(new))
-        self.pair_pos = np.concatenate(
-            [self.pair_pos, np.repeat(np.arange(base, base + len(new)), lengths)]
+    def _solve_all(self, now: float, new: dict[int, None]) -> None:
+        """Max-min rates of every draining flow at once (numpy)."""
+        order = list(self.active)
+        links_of = self.links_of
+        lengths = [len(links_of[f]) for f in order]
+        pair_flow = np.repeat(np.arange(len(order)), lengths)
+        pair_link = np.fromiter(
+            (lk for f in order for lk in links_of[f]), dtype=np.int64, count=sum(lengths)
         )
-        self.pair_link = np.concatenate([self.pair_link, *links])
-        self.act_nodes = np.concatenate([self.act_nodes, np.asarray(new, dtype=np.int64)])
-        sizes = np.fromiter((self.size_bytes[i] for i in new), dtype=float, count=len(new))
-        self.act_remaining = np.concatenate([self.act_remaining, sizes])
+        capacity = np.full(len(self.link_users), self.bandwidth_bytes_per_s)
+        solved = max_min_rates(pair_flow, pair_link, len(order), capacity)
+        self._apply(now, dict(zip(order, solved.tolist(), strict=True)), new)
+
+    def _apply(self, now: float, new_rates: dict[int, float], new: dict[int, None]) -> None:
+        """Set new rates: advance each changed flow's bytes and predicted finish."""
+        rate = self.rate
+        remaining = self.remaining_bytes
+        updated = self.updated_s
+        predicted = self.predicted_finish_s
+        heap = self.finish_heap
+        seq = self.drain_seq
+        for f, r in new_rates.items():
+            if f in new:
+                remaining[f] = self.size_bytes[f]
+            elif r == rate[f]:
+                continue
+            else:
+                remaining[f] -= rate[f] * (now - updated[f])
+            updated[f] = now
+            rate[f] = r
+            t = now + remaining[f] / r if r > 0 else math.inf
+            predicted[f] = t
+            heapq.heappush(heap, (t, seq[f], f))
 
     # -- driver ------------------------------------------------------------
 
@@ -512,6 +619,12 @@ class _Run:
                 )
         makespan_s = max(self.finish_s, default=0.0)
         bandwidth = self.slice.link_bandwidth_bytes_per_s
+        # Every flow delivers all its bytes over every link of its route, so a
+        # link's integrated rate x time over the run is exactly this sum.
+        link_bytes = [0.0] * len(self.slice.links)
+        for i, route_ids in enumerate(self.links_of):
+            for lk in route_ids:
+                link_bytes[lk] += self.size_bytes[i]
         links = tuple(
             LinkRecord(
                 src=lk.src,
@@ -519,11 +632,9 @@ class _Run:
                 dim=lk.dim,
                 wrap=lk.wrap,
                 bandwidth_bytes_per_s=bandwidth,
-                bytes_carried=float(self.link_bytes[k]),
-                busy_s=float(self.link_busy_s[k]),
-                utilisation=(
-                    float(self.link_bytes[k]) / (bandwidth * makespan_s) if makespan_s > 0 else 0.0
-                ),
+                bytes_carried=link_bytes[k],
+                busy_s=self.link_busy_s[k],
+                utilisation=(link_bytes[k] / (bandwidth * makespan_s) if makespan_s > 0 else 0.0),
             )
             for k, lk in enumerate(self.slice.links)
         )
