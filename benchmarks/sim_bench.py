@@ -3,8 +3,12 @@
 Cases:
 - all-gathers (bidirectional ring, 16 MB gathered per device) over every row and
   every column of a 4x4 and a 16x16 mesh (no wrap-around), all at once;
-- 10,000 random flows on an 8x8 mesh (seeded; Poisson arrivals, 1 us apart on
-  average; sizes uniform in [64 kB, 4 MB]).
+- 10,000 random flows on an 8x8 mesh (seeded; Poisson arrivals, 2 us apart on
+  average by default; sizes uniform in [64 kB, 4 MB]);
+- a planner-style replay: many small collectives in sequence, as
+  ``aoizora/replay.py`` produces for a compiled step (bidirectional-ring
+  all-reduces over the rows, then over the columns, of a 4x4 mesh, with a
+  compute segment on every chip between them).
 
 A "flow event" is one arrival of a flow on the network (its bytes start to
 drain) or one departure (its last byte lands): two per flow. Each of them is a
@@ -25,7 +29,7 @@ from sim.collectives import collective_flows
 from sim.engine import Compute, Flow, simulate
 from sim.topology import Slice, make_slice
 
-__all__ = ["main", "random_flows", "row_col_storm"]
+__all__ = ["main", "random_flows", "row_col_storm", "step_replay"]
 
 LINK_BANDWIDTH_BYTES_PER_S = 4.5e10  # v5e one-way per link (topologies/v5e.toml)
 HOP_LATENCY_S = 1e-6  # v5e per hop (topologies/v5e.toml)
@@ -87,15 +91,51 @@ def random_flows(
     return s, nodes
 
 
+def step_replay(
+    layers: int, *, side: int = 4, buffer_bytes: float = 1e6, compute_s: float = 2e-5
+) -> tuple[Slice, list[Flow | Compute]]:
+    """``layers`` x (compute on every chip, row all-reduces, column all-reduces), chained."""
+    s = make_slice(
+        (side, side),
+        wraparound=False,
+        link_bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S,
+        hop_latency_s=HOP_LATENCY_S,
+    )
+    nodes: list[Flow | Compute] = []
+    last: tuple[str, ...] = ()
+    for layer in range(layers):
+        computes = [Compute(f"L{layer}/mm{c}", c, compute_s, after=last) for c in s.coords]
+        nodes.extend(computes)
+        done: tuple[str, ...] = tuple(c.id for c in computes)
+        for axis in (0, 1):
+            groups = [
+                [c for c in s.coords if c[1 - axis] == k] for k in range(side)
+            ]  # rows (axis 0), then columns
+            plan = collective_flows(
+                "all-reduce",
+                groups,
+                buffer_bytes=buffer_bytes,
+                algorithm="bidir_ring",
+                id_prefix=f"L{layer}/ar{axis}",
+                after=done,
+            )
+            nodes.extend(plan.nodes)
+            done = (plan.done_id,)
+        last = done
+    return s, nodes
+
+
 def _run(label: str, s: Slice, nodes: Sequence[Flow | Compute]) -> None:
     flows = sum(isinstance(n, Flow) for n in nodes)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     result = simulate(s, nodes)
+    cpu = time.process_time() - c0
     wall = time.perf_counter() - t0
     events = 2 * sum(1 for f in result.flows if f.hops > 0 and f.size_bytes > 0)
     print(
         f"{label:<44} flows={flows:>6} flow_events={events:>6} wall_s={wall:7.3f} "
-        f"flow_events_per_s={events / wall:>9.0f} "
+        f"flow_events_per_s={events / wall:>9.0f} cpu_s={cpu:7.3f} "
         f"simulated_makespan_us={result.makespan_s * 1e6:.1f}"
     )
 
@@ -112,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{args.random_count} random flows 8x8 ({args.mean_gap_us:g}us mean gap)",
         *random_flows(args.random_count, mean_gap_s=args.mean_gap_us * 1e-6),
     )
+    _run("step replay 4x4 (50 x compute+row AR+col AR)", *step_replay(50))
     if args.burst:
         _run(
             f"{args.random_count} random flows 8x8 (all at t=0)",
