@@ -21,7 +21,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 # Command modules, in the order `aoizora --help` lists them. Each module is
 # imported lazily so that `aoizora hlo` does not pay for importing JAX.
-COMMANDS: tuple[str, ...] = ("hlo", "plan", "validate", "calibrate")
+COMMANDS: tuple[str, ...] = ("plan", "whatif", "validate", "calibrate", "hlo")
 
 
 def build_parser() -> argparse.ArgumentParser:

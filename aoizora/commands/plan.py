@@ -57,6 +57,11 @@ def register(subparsers: Any) -> None:
             "(default $AOIZORA_CACHE_DIR or %(default)s)"
         ),
     )
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write a link heatmap, Perfetto traces and a ranking plot into DIR",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
@@ -98,6 +103,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.save(out)
+    if args.report:
+        from aoizora.plan_report import write_report_dir
+
+        for path in write_report_dir(outcome, Path(args.report)):
+            progress(f"wrote {path}")
     if args.json:
         summary = outcome_summary(outcome)
         summary["plan_file"] = str(out)

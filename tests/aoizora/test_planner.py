@@ -22,6 +22,7 @@ from aoizora.device_order import DeviceOrder
 from aoizora.hlo.graph import graph_from_text
 from aoizora.plan import Clip as PlanClip
 from aoizora.plan import load_plan
+from aoizora.plan_report import busiest_region, write_report_dir
 from aoizora.planner import (
     LOGICAL_SEARCH,
     CandidateScores,
@@ -52,8 +53,8 @@ def _plan(slice_name: str, cache_dir: Path, top_k: int = 2) -> PlanOutcome:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("aoizora-cache")
+def cache_dir(plan_cache_dir: Path) -> Path:
+    return plan_cache_dir
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +170,32 @@ def test_exhaustive_check_recall_and_spearman(cold: PlanOutcome) -> None:
     if distinct_q2:
         assert check.spearman_q1_q2 == pytest.approx(1.0)
         assert miss.spearman_q1_q2 == pytest.approx(-1.0)
+
+
+def test_report_dir_pictures_and_traces(cold: PlanOutcome, tmp_path: Path) -> None:
+    written = write_report_dir(cold, tmp_path / "report")
+    names = sorted(p.name for p in written)
+    assert names == sorted(
+        ["link_heatmap.png", "ranking.png", "summary.json", "trace.json", "trace_step.json"]
+    )
+    for png in ("link_heatmap.png", "ranking.png"):
+        data = (tmp_path / "report" / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    # The traces hold one complete event per simulated flow/compute of their region.
+    graph = graph_from_text(cold.winner.compile.hlo_text)
+    run = replay(graph, cold.slice_, cold.winner_placement.order)
+    busiest = busiest_region(run.region_sims, tuple(r.count for r in graph.regions))
+    trace = json.loads((tmp_path / "report" / "trace.json").read_text())
+    names_in_trace = {e["name"] for e in trace["traceEvents"] if e.get("ph") == "X"}
+    sim = run.region_sims[busiest]
+    assert {f.id for f in sim.flows} <= names_in_trace
+    totals = [
+        r.count * sum(link.bytes_carried for link in s.links)
+        for r, s in zip(graph.regions, run.region_sims, strict=True)
+    ]
+    assert totals[busiest] == max(totals)
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["winner"]["q2_s"] == cold.winner_q2_s
 
 
 def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,179 @@
+"""``aoizora whatif``: plan one workload on several (hypothetical) slices and compare.
+
+    aoizora whatif --model wan2.1-1.3b --resolution 480p \
+        --slices v5e:2x4,v5e:4x4,v5e:4x4+wrap,v6e:4x4,v5p:2x2x2 [--csv F] [--json]
+
+Every latency is simulated (the compiled step replayed in the ICI simulator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+from aoizora.commands.plan import DEFAULT_CACHE_DIR
+
+__all__ = ["register", "render_rows", "rows_to_csv", "run"]
+
+
+def register(subparsers: Any) -> None:
+    import os
+
+    from aoizora.workloads.wan import WAN_CONFIGS
+
+    p = subparsers.add_parser(
+        "whatif",
+        help="compare the best plan across slice shapes and chip generations (simulated)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, choices=sorted(WAN_CONFIGS))
+    p.add_argument("--resolution", default="480p", help="480p, 720p or WIDTHxHEIGHT")
+    p.add_argument("--frames", type=int, default=81)
+    p.add_argument(
+        "--slices",
+        required=True,
+        help="comma-separated slice specs NAME[+wrap[=FLAGS]], e.g. v5e:4x4,v5e:4x4+wrap,v6e:4x4",
+    )
+    p.add_argument("--top-k", type=int, default=1, help="Stage-1 candidates per slice (default 1)")
+    p.add_argument(
+        "--max-placements",
+        type=int,
+        default=None,
+        help="placements ranked per sharding (simplest first; default all)",
+    )
+    p.add_argument("--cache-dir", default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR))
+    p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)
+
+
+def _fmt(value: float | None, scale: float = 1e3, unit: str = " ms") -> str:
+    return "n/a" if value is None else f"{value * scale:.2f}{unit}"
+
+
+def _speedup(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+_HEADER = (
+    "slice",
+    "chips",
+    "best step (sim)",
+    "vs existing",
+    "vs recipe",
+    "vs logical",
+    "peak link util",
+    "mean link util",
+    "winner",
+)
+
+
+def _cells(row: Any) -> tuple[str, ...]:
+    if row.error is not None:
+        return (row.spec, str(row.num_chips), "failed", "", "", "", "", "", row.error[:80])
+    return (
+        row.spec,
+        str(row.num_chips),
+        _fmt(row.step_s),
+        _speedup(row.speedup_over("existing deployment")),
+        _speedup(row.speedup_over("maxdiffusion recipe")),
+        _speedup(row.speedup_over("logical search")),
+        _fmt(row.peak_link_utilisation, 100, " %"),
+        _fmt(row.mean_link_utilisation, 100, " %"),
+        f"{row.winner} @ {row.placement}",
+    )
+
+
+def render_rows(rows: Any) -> str:
+    """The comparison table, one line per slice."""
+    cells = [_HEADER, *(_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(_HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines) + "\n"
+
+
+def rows_to_csv(rows: Any) -> str:
+    """The rows as CSV (numbers in seconds and fractions, not formatted)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        [
+            "slice",
+            "num_chips",
+            "wraparound",
+            "step_s",
+            "existing_deployment_s",
+            "maxdiffusion_recipe_s",
+            "logical_search_s",
+            "peak_link_utilisation",
+            "mean_link_utilisation",
+            "winner",
+            "placement",
+            "plan_s",
+            "error",
+        ]
+    )
+    for r in rows:
+        base = dict(r.baselines_s)
+        writer.writerow(
+            [
+                r.spec,
+                r.num_chips,
+                "".join("1" if w else "0" for w in r.wraparound),
+                r.step_s,
+                base.get("existing deployment"),
+                base.get("maxdiffusion recipe"),
+                base.get("logical search"),
+                r.peak_link_utilisation,
+                r.mean_link_utilisation,
+                r.winner,
+                r.placement,
+                r.plan_s,
+                r.error,
+            ]
+        )
+    return out.getvalue()
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aoizora.errors import WorkloadError
+    from aoizora.whatif import run_whatif
+    from aoizora.workload import wan_workload
+    from aoizora.workloads.wan import parse_resolution
+
+    specs = [s.strip() for s in args.slices.split(",") if s.strip()]
+    if not specs:
+        raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
+    if args.top_k < 1:
+        raise WorkloadError(f"--top-k {args.top_k}: must be a positive integer, e.g. 1")
+    workload = wan_workload(args.model, parse_resolution(args.resolution, frames=args.frames))
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    rows = run_whatif(
+        workload,
+        specs,
+        top_k=args.top_k,
+        max_placements=args.max_placements,
+        cache_dir=args.cache_dir,
+        progress=progress,
+    )
+    if args.csv:
+        Path(args.csv).write_text(rows_to_csv(rows), encoding="utf-8")
+    if args.json:
+        print(json.dumps([r.to_json_dict() for r in rows], indent=2, sort_keys=True))
+    else:
+        print(f"what-if: {workload.name}; every latency is simulated")
+        sys.stdout.write(render_rows(rows))
+    return 0 if any(r.error is None for r in rows) else 1

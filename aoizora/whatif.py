@@ -1,0 +1,169 @@
+"""What-if studies: one workload planned on several (possibly hypothetical) slices.
+
+For every slice spec the full two-stage planner runs (:func:`aoizora.planner.run_plan`):
+libtpu's AOT topologies describe hypothetical shapes too (``v5e:6x6``, ``v5e:8x16``,
+``v6e:4x4``, ``v5p:2x2x4``), so each slice gets a real TPU compile. A spec may
+override wrap-around, e.g. ``v5e:4x4+wrap`` (every dimension wrapped) or
+``v5e:4x4+wrap=10`` (one flag per dimension): the program is compiled for the
+slice's shape and replayed on the network with those wrap links, which is exactly
+the question "what would wrap-around links buy us".
+
+Each row reports the best simulated step latency, the speedups over the baselines,
+and the peak and mean link utilisation of the winner's simulated step (bytes a
+link carried / (its bandwidth x the step time), from the simulator's link records).
+
+    >>> parse_slice_spec("v5e:4x4+wrap=10").wraparound
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.errors import AoizoraError, WorkloadError
+from aoizora.hlo.graph import graph_from_text
+from aoizora.planner import PlanOutcome, Progress, run_plan
+from aoizora.replay import replay
+from aoizora.workload import Workload
+from sim.errors import SimError
+from sim.records import SimResult
+from sim.topology import Slice, load_slice
+
+__all__ = ["WhatIfRow", "parse_slice_spec", "run_whatif", "whatif_row"]
+
+_SPEC_RE = re.compile(r"^(?P<name>[a-z0-9]+:\d+(?:x\d+)*)(?:\+wrap(?:=(?P<flags>[01]+))?)?$")
+
+
+def parse_slice_spec(spec: str) -> Slice:
+    """``NAME``, ``NAME+wrap`` or ``NAME+wrap=FLAGS`` (one 0/1 per dimension) -> Slice."""
+    m = _SPEC_RE.match(spec.strip())
+    if m is None:
+        raise WorkloadError(
+            f"slice spec {spec!r} is not NAME[+wrap[=FLAGS]]; e.g. 'v5e:4x4', 'v5e:4x4+wrap' "
+            f"or 'v5e:4x4+wrap=10' (FLAGS: one 0/1 per dimension)"
+        )
+    name, flags = m.group("name"), m.group("flags")
+    if "+wrap" not in spec:
+        return load_slice(name)
+    if flags is None:
+        return load_slice(name, wraparound=True)
+    return load_slice(name, wraparound=[f == "1" for f in flags])
+
+
+@dataclass(frozen=True)
+class WhatIfRow:
+    """One slice's answer; ``error`` is set (and the numbers are None) if planning failed."""
+
+    spec: str
+    num_chips: int
+    wraparound: tuple[bool, ...]
+    winner: str | None
+    placement: str | None
+    step_s: float | None
+    baselines_s: tuple[tuple[str, float | None], ...]
+    peak_link_utilisation: float | None
+    mean_link_utilisation: float | None
+    plan_s: float | None
+    error: str | None = None
+
+    def speedup_over(self, name: str) -> float | None:
+        """Baseline latency / winner latency (None when either is missing)."""
+        for b, q2 in self.baselines_s:
+            if b == name and q2 is not None and self.step_s:
+                return q2 / self.step_s
+        return None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "slice": self.spec,
+            "num_chips": self.num_chips,
+            "wraparound": list(self.wraparound),
+            "winner": self.winner,
+            "placement": self.placement,
+            "step_s": self.step_s,
+            "baselines_s": {name: q2 for name, q2 in self.baselines_s},
+            "speedups": {name: self.speedup_over(name) for name, _ in self.baselines_s},
+            "peak_link_utilisation": self.peak_link_utilisation,
+            "mean_link_utilisation": self.mean_link_utilisation,
+            "plan_s": self.plan_s,
+            "error": self.error,
+        }
+
+
+def _utilisation(sim: SimResult) -> tuple[float, float]:
+    values = [link.utilisation for link in sim.links]
+    if not values:
+        return 0.0, 0.0
+    return max(values), sum(values) / len(values)
+
+
+def whatif_row(spec: str, outcome: PlanOutcome) -> WhatIfRow:
+    """The row of a finished plan: winner, baselines, link utilisation of its replay."""
+    graph = graph_from_text(outcome.winner.compile.hlo_text)
+    run = replay(graph, outcome.slice_, outcome.winner_placement.order)
+    peak, mean = _utilisation(run.sim)
+    return WhatIfRow(
+        spec=spec,
+        num_chips=outcome.slice_.num_chips,
+        wraparound=outcome.slice_.wraparound,
+        winner=outcome.winner.candidate.id,
+        placement=outcome.winner_placement.placement_id,
+        step_s=outcome.winner_q2_s,
+        baselines_s=tuple((b.name, b.q2_s) for b in outcome.baselines),
+        peak_link_utilisation=peak,
+        mean_link_utilisation=mean,
+        plan_s=dict(outcome.timings_s)["total"],
+    )
+
+
+def run_whatif(
+    workload: Workload,
+    specs: Sequence[str],
+    *,
+    top_k: int = 1,
+    max_placements: int | None = None,
+    cache_dir: str | None = None,
+    progress: Progress | None = None,
+    plan: Callable[..., PlanOutcome] = run_plan,
+) -> tuple[WhatIfRow, ...]:
+    """Plan ``workload`` on every slice spec, in the given order.
+
+    A slice that cannot be planned (unknown shape, nothing fits in HBM, every
+    compile failed) becomes a row with ``error`` set; the study goes on.
+    """
+    say = progress or (lambda _: None)
+    slices = [(spec, parse_slice_spec(spec)) for spec in specs]  # bad specs fail up front
+    rows: list[WhatIfRow] = []
+    for i, (spec, slice_) in enumerate(slices, start=1):
+        say(f"== what-if {i}/{len(slices)}: {spec} ({slice_.num_chips} chips)")
+        try:
+            outcome = plan(
+                workload,
+                slice_,
+                top_k=top_k,
+                max_placements=max_placements,
+                cache_dir=cache_dir,
+                progress=progress,
+            )
+            rows.append(whatif_row(spec, outcome))
+        except (AoizoraError, SimError) as exc:
+            say(f"== what-if {spec}: failed: {exc}")
+            rows.append(
+                WhatIfRow(
+                    spec=spec,
+                    num_chips=slice_.num_chips,
+                    wraparound=slice_.wraparound,
+                    winner=None,
+                    placement=None,
+                    step_s=None,
+                    baselines_s=(),
+                    peak_link_utilisation=None,
+                    mean_link_utilisation=None,
+                    plan_s=None,
+                    error=str(exc),
+                )
+            )
+    return tuple(rows)

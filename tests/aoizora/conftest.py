@@ -1,0 +1,22 @@
+"""Fixtures shared by the planner-level tests: one persistent plan cache per session.
+
+The planner, what-if and report tests all plan the tiny Wan config on small
+slices; sharing the cache means each (sharding, slice) is compiled once per test
+session, whichever test asks first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Test processes may load libtpu at once; no TPU is ever opened (AOT compiles only).
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+@pytest.fixture(scope="session")
+def plan_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Stage-1 + compile-result cache shared by every planner-level test."""
+    return tmp_path_factory.mktemp("aoizora-plan-cache")
