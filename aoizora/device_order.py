@@ -122,9 +122,7 @@ class DeviceOrder:
     @classmethod
     def identity(cls, *, mesh_shape: Sequence[int], slice_: Slice) -> DeviceOrder:
         """Logical id ``i`` on physical id ``i`` (libtpu's id order, x fastest)."""
-        return cls.from_physical_ids(
-            range(slice_.num_chips), mesh_shape=mesh_shape, slice_=slice_
-        )
+        return cls.from_physical_ids(range(slice_.num_chips), mesh_shape=mesh_shape, slice_=slice_)
 
 
 def _check_mesh_shape(mesh_shape: Sequence[int], slice_: Slice) -> tuple[int, ...]:
