@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aoizora.errors import HloParseError
 from aoizora.hlo.costs import CostModel, collective_base
@@ -254,33 +254,11 @@ class CollectiveGraph:
         return {"num_partitions": self.num_partitions, "collectives": out}
 
 
-@dataclass
-class _Pending:
-    """A collective being assembled (mutable until its region is finished)."""
-
-    kind: str
-    name: str
-    computation: str
-    line: int
-    region: int
-    channel_id: int | None
-    group_form: str
-    groups: tuple[tuple[int, ...], ...]
-    pairs: tuple[tuple[int, int], ...]
-    operand_bytes: int
-    result_bytes: int
-    is_async: bool
-    via: str
-    count: int
-    depends_on: frozenset[str]
-    scatter: bool = False
-
-
 class _Builder:
     def __init__(self, module: HloModule) -> None:
         self.module = module
         self.costs = CostModel(module)
-        self.collectives: list[_Pending] = []
+        self.collectives: list[Collective] = []  # index == id
         self.opaques: list[OpaqueNode] = []
         self.regions: list[Region | None] = []
         self.warnings: list[str] = []
@@ -346,7 +324,8 @@ class _Builder:
         if kind == "recv":
             operand_bytes = result_bytes
         self.collectives.append(
-            _Pending(
+            Collective(
+                id=len(self.collectives),
                 kind=kind,
                 name=instr.name,
                 computation=comp.name,
@@ -361,7 +340,7 @@ class _Builder:
                 is_async=is_async,
                 via=via,
                 count=count,
-                depends_on=depends_on,
+                depends_on=tuple(sorted(depends_on)),
             )
         )
         return len(self.collectives) - 1
@@ -596,7 +575,9 @@ class _RegionWalk:
                     self.frontier[instr.name] = frozenset({f"c{cid}"})
                     return
             else:
-                b.collectives[cid].result_bytes = instr.shape.size_bytes
+                b.collectives[cid] = replace(
+                    b.collectives[cid], result_bytes=instr.shape.size_bytes
+                )
             self.done(cid)
             self.frontier[instr.name] = frozenset({f"c{cid}"})
             return
@@ -630,12 +611,17 @@ class _RegionWalk:
                         depends_on=deps,
                     )
                     sent = b.collectives.pop(other)
-                    pending.kind = "send"
-                    pending.name = sent.name
-                    pending.line = sent.line
-                    pending.operand_bytes = sent.operand_bytes
-                    pending.pairs = sent.pairs or pending.pairs
-                pending.depends_on = pending.depends_on | deps
+                    pending = b.collectives[cid] = replace(
+                        pending,
+                        kind="send",
+                        name=sent.name,
+                        line=sent.line,
+                        operand_bytes=sent.operand_bytes,
+                        pairs=sent.pairs or pending.pairs,
+                    )
+                b.collectives[cid] = replace(
+                    pending, depends_on=tuple(sorted(set(pending.depends_on) | deps))
+                )
             self.open_ops[instr.name] = cid
             self.frontier[instr.name] = deps
             return
@@ -718,7 +704,7 @@ class _RegionWalk:
                 self.fused[key] = cid
                 fresh.append(cid)
                 if kind == "all-reduce" and _scatters(comp, inner):
-                    b.collectives[cid].scatter = True
+                    b.collectives[cid] = replace(b.collectives[cid], scatter=True)
             ids.append(cid)
         compute = (summary.flops, sum(summary.param_read_bytes) + summary.output_bytes)
         if not ids:
@@ -921,28 +907,7 @@ def build_graph(module: HloModule) -> CollectiveGraph:
     builder.region(
         module.entry_name, kind="entry", parent=None, trip_count=1, trip_source="entry", count=1
     )
-    collectives = tuple(
-        Collective(
-            id=i,
-            kind=p.kind,
-            name=p.name,
-            computation=p.computation,
-            line=p.line,
-            region=p.region,
-            channel_id=p.channel_id,
-            group_form=p.group_form,
-            groups=p.groups,
-            pairs=p.pairs,
-            operand_bytes=p.operand_bytes,
-            result_bytes=p.result_bytes,
-            is_async=p.is_async,
-            via=p.via,
-            count=p.count,
-            depends_on=tuple(sorted(p.depends_on)),
-            scatter=p.scatter,
-        )
-        for i, p in enumerate(builder.collectives)
-    )
+    collectives = tuple(builder.collectives)
     regions = tuple(r for r in builder.regions if r is not None)
     return CollectiveGraph(
         module_name=module.name,
