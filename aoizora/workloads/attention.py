@@ -216,21 +216,21 @@ def sharded_attention(
         raise WorkloadError(f"attention kind {kind!r} is unknown; use one of {ATTENTION_KINDS}")
     needs_mask = kv_valid_len < kv_len
 
+    def per_chip(
+        body: Callable[..., jax.Array], *in_specs: PartitionSpec
+    ) -> Callable[..., jax.Array]:
+        # Every kind is a manual-sharding region whose output is sharded like q.
+        return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=q_spec, check_vma=False)
+
+    def full_attention(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+        # All key positions 0..S-1 are local: mask those past kv_valid_len.
+        valid = jnp.arange(kl.shape[2]) < kv_valid_len if needs_mask else None
+        out, _ = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=False)
+        return out
+
     if kind == "gather_kv" or n_seq == 1:
         kv_spec = PartitionSpec(b_e, h_e, None, None)
-
-        def body_gather(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
-            valid = jnp.arange(kl.shape[2]) < kv_valid_len if needs_mask else None
-            out, _ = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=False)
-            return out
-
-        return jax.shard_map(
-            body_gather,
-            mesh=mesh,
-            in_specs=(q_spec, kv_spec, kv_spec),
-            out_specs=q_spec,
-            check_vma=False,
-        )(q, k, v)
+        return per_chip(full_attention, q_spec, kv_spec, kv_spec)(q, k, v)
 
     seq_name: str | tuple[str, ...] = seq_axes[0] if len(seq_axes) == 1 else seq_axes
 
@@ -244,18 +244,10 @@ def sharded_attention(
             def to_heads(x: jax.Array) -> jax.Array:
                 return jax.lax.all_to_all(x, seq_name, 1, 2, tiled=True)
 
-            qh, kh, vh = to_heads(ql), to_heads(kl), to_heads(vl)
-            valid = jnp.arange(kh.shape[2]) < kv_valid_len if needs_mask else None
-            out, _ = local_attention(qh, kh, vh, valid, kernel=kernel, with_lse=False)
+            out = full_attention(to_heads(ql), to_heads(kl), to_heads(vl))
             return jax.lax.all_to_all(out, seq_name, 2, 1, tiled=True)
 
-        return jax.shard_map(
-            body_ulysses,
-            mesh=mesh,
-            in_specs=(q_spec, q_spec, q_spec),
-            out_specs=q_spec,
-            check_vma=False,
-        )(q, k, v)
+        return per_chip(body_ulysses, q_spec, q_spec, q_spec)(q, k, v)
 
     def body_ring(ql: jax.Array, kl: jax.Array, vl: jax.Array, pos: jax.Array) -> jax.Array:
         # `pos` holds the global key positions of the local K/V chunk and travels with it:
@@ -282,10 +274,4 @@ def sharded_attention(
         return out.astype(ql.dtype)
 
     positions = jnp.arange(kv_len, dtype=jnp.int32)
-    return jax.shard_map(
-        body_ring,
-        mesh=mesh,
-        in_specs=(q_spec, q_spec, q_spec, PartitionSpec(s_e)),
-        out_specs=q_spec,
-        check_vma=False,
-    )(q, k, v, positions)
+    return per_chip(body_ring, q_spec, q_spec, q_spec, PartitionSpec(s_e))(q, k, v, positions)
