@@ -35,33 +35,29 @@ LINK_BANDWIDTH_BYTES_PER_S = 4.5e10  # v5e one-way per link (topologies/v5e.toml
 HOP_LATENCY_S = 1e-6  # v5e per hop (topologies/v5e.toml)
 
 
-def row_col_storm(side: int, *, buffer_bytes: float = 16e6) -> tuple[Slice, list[Flow | Compute]]:
-    """Bidirectional-ring all-gathers over every row and every column at once."""
-    s = make_slice(
+def _v5e_mesh(side: int) -> Slice:
+    """A ``side`` x ``side`` v5e sub-slice (no wrap-around): every case runs on one."""
+    return make_slice(
         (side, side),
         wraparound=False,
         link_bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S,
         hop_latency_s=HOP_LATENCY_S,
     )
+
+
+def row_col_storm(side: int, *, buffer_bytes: float = 16e6) -> tuple[Slice, list[Flow | Compute]]:
+    """Bidirectional-ring all-gathers over every row and every column at once."""
+    s = _v5e_mesh(side)
+    lines = [(f"row{y}", [(x, y) for x in range(side)]) for y in range(side)]
+    lines += [(f"col{x}", [(x, y) for y in range(side)]) for x in range(side)]
     nodes: list[Flow | Compute] = []
-    for y in range(side):
-        row = [(x, y) for x in range(side)]
+    for id_prefix, line in lines:
         plan = collective_flows(
             "all-gather",
-            [row],
+            [line],
             buffer_bytes=buffer_bytes,
             algorithm="bidir_ring",
-            id_prefix=f"row{y}",
-        )
-        nodes.extend(plan.nodes)
-    for x in range(side):
-        col = [(x, y) for y in range(side)]
-        plan = collective_flows(
-            "all-gather",
-            [col],
-            buffer_bytes=buffer_bytes,
-            algorithm="bidir_ring",
-            id_prefix=f"col{x}",
+            id_prefix=id_prefix,
         )
         nodes.extend(plan.nodes)
     return s, nodes
@@ -72,12 +68,7 @@ def random_flows(
 ) -> tuple[Slice, list[Flow | Compute]]:
     """``count`` random flows (src != dst) on a ``side`` x ``side`` mesh."""
     rng = random.Random(seed)
-    s = make_slice(
-        (side, side),
-        wraparound=False,
-        link_bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S,
-        hop_latency_s=HOP_LATENCY_S,
-    )
+    s = _v5e_mesh(side)
     nodes: list[Flow | Compute] = []
     t = 0.0
     for k in range(count):
@@ -95,12 +86,7 @@ def step_replay(
     layers: int, *, side: int = 4, buffer_bytes: float = 1e6, compute_s: float = 2e-5
 ) -> tuple[Slice, list[Flow | Compute]]:
     """``layers`` x (compute on every chip, row all-reduces, column all-reduces), chained."""
-    s = make_slice(
-        (side, side),
-        wraparound=False,
-        link_bandwidth_bytes_per_s=LINK_BANDWIDTH_BYTES_PER_S,
-        hop_latency_s=HOP_LATENCY_S,
-    )
+    s = _v5e_mesh(side)
     nodes: list[Flow | Compute] = []
     last: tuple[str, ...] = ()
     for layer in range(layers):
