@@ -41,13 +41,13 @@ from aoizora.compile import CompileResult, compile_candidate, default_device_ord
 from aoizora.device_order import DeviceOrder
 from aoizora.errors import AoizoraError, PlanError
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
+from aoizora.metrics import spearman
 from aoizora.placements import Placement, enumerate_placements
 from aoizora.plan import Clip as PlanClip
 from aoizora.plan import Plan, PredictedLatencies
 from aoizora.replay import ReplayResult, replay
 from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, estimate, rank_stage1
 from aoizora.stage1_cache import Stage1Cache, stage1_key
-from aoizora.validation import spearman
 from aoizora.workload import Workload
 from sim.topology import Slice
 

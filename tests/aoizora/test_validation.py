@@ -1,5 +1,6 @@
-"""Measurement format, metrics (cross-checked against scipy), collective predictions
-(cross-checked against closed forms) and the regression gate on the shipped set."""
+"""Measurement format, collective predictions (cross-checked against closed forms) and
+the regression gate on the shipped set. The rank statistics are tested in test_metrics.py,
+the step predictor in test_validate_steps.py."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import scipy.stats  # type: ignore[import-untyped]
-from hypothesis import given
-from hypothesis import strategies as st
 
+import aoizora.metrics
+import aoizora.validation
 from aoizora.cli import main
 from aoizora.errors import ValidationError
 from aoizora.validation import (
@@ -25,15 +25,11 @@ from aoizora.validation import (
     default_predictors,
     format_measurements,
     gate,
-    mape_percent,
     parse_group_spec,
     parse_measurements,
     predict_collective,
-    rank_average,
     read_measurements,
     row_slice,
-    spearman,
-    top1_agreement,
     validate,
 )
 from sim.topology import load_slice
@@ -56,56 +52,25 @@ def _one(line: str) -> Measurement:
     return parse_measurements(_collective_csv(line))[0]
 
 
-# --------------------------------------------------------------------------- metrics
+# --------------------------------------------------------------------------- the package
 
 
-@given(
-    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=30).map(
-        lambda xs: [float(x) for x in xs]
-    )
-)
-def test_rank_average_equals_scipy_rankdata(values: list[float]) -> None:
-    assert rank_average(values).tolist() == scipy.stats.rankdata(values, method="average").tolist()
-
-
-@given(
-    st.integers(min_value=2, max_value=25).flatmap(
-        lambda n: st.tuples(
-            st.lists(st.integers(0, 6), min_size=n, max_size=n),
-            st.lists(st.integers(0, 6), min_size=n, max_size=n),
-        )
-    )
-)
-def test_spearman_equals_scipy_spearmanr_with_ties(pair: tuple[list[int], list[int]]) -> None:
-    a = [float(v) for v in pair[0]]
-    b = [float(v) for v in pair[1]]
-    ours = spearman(a, b)
-    if len(set(a)) == 1 or len(set(b)) == 1:
-        assert ours is None  # undefined: scipy returns nan here
-        return
-    theirs = scipy.stats.spearmanr(a, b).statistic
-    assert ours is not None
-    assert ours == pytest.approx(float(theirs), abs=1e-12)
-
-
-def test_spearman_closed_form_without_ties() -> None:
-    # rho = 1 - 6 sum d^2 / (n (n^2 - 1)): one adjacent swap in 10 rows.
-    measured = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
-    predicted = [2.0, 1.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
-    assert spearman(predicted, measured) == pytest.approx(1 - 6 * 2 / (10 * 99))
-    assert spearman([1.0], [1.0]) is None
-
-
-def test_top1_and_mape() -> None:
-    assert top1_agreement([2.0, 1.0], [5.0, 4.0])
-    assert not top1_agreement([1.0, 2.0], [5.0, 4.0])
-    # The spread makes rows 0 and 1 indistinguishable: [5-0.6, ...] reaches 4+0.5.
-    assert top1_agreement([1.0, 2.0], [5.0, 4.0], [0.6, 0.5])
-    assert not top1_agreement([1.0, 2.0], [5.0, 4.0], [0.4, 0.5])
-    # Tied predictions: the first row counts as predicted best.
-    assert top1_agreement([1.0, 1.0], [3.0, 4.0])
-    assert not top1_agreement([1.0, 1.0], [4.0, 3.0])
-    assert mape_percent([110.0, 45.0], [100.0, 50.0]) == pytest.approx(10.0)
+def test_package_reexports_every_name_of_the_old_module() -> None:
+    # The names the single-module aoizora.validation exported (callers import them
+    # from the package); the rank statistics are aoizora.metrics' own objects.
+    old = [
+        "COLLECTIVE_KINDS", "COLUMNS", "DIMWISE", "ROW_KINDS", "SPREAD_KINDS", "CollectiveCase",
+        "GateFailure", "GroupReport", "Measurement", "Predictor", "RowPrediction", "StepCase",
+        "Thresholds", "ValidationReport", "collective_nodes", "default_predictors",
+        "format_measurements", "gate", "mape_percent", "parse_group_spec", "parse_measurements",
+        "predict_collective", "rank_average", "read_measurements", "row_slice", "spearman",
+        "top1_agreement", "validate",
+    ]  # fmt: skip
+    assert set(old) <= set(aoizora.validation.__all__)
+    for name in aoizora.validation.__all__:
+        assert hasattr(aoizora.validation, name), name
+    for name in aoizora.metrics.__all__:
+        assert getattr(aoizora.validation, name) is getattr(aoizora.metrics, name)
 
 
 # --------------------------------------------------------------------------- format
@@ -160,7 +125,7 @@ def test_header_errors_and_duplicates() -> None:
         parse_measurements(dup)
 
 
-def _step_row(row_id: str, order: str, measured_s: float) -> str:
+def _step_row(row_id: str, order: str, measured_s: float, attention: str = "") -> str:
     cells = {
         "row_id": row_id,
         "kind": "step",
@@ -171,6 +136,7 @@ def _step_row(row_id: str, order: str, measured_s: float) -> str:
         "mesh_axes": "data context",
         "rules_id": "md",
         "device_order": order,
+        "attention": attention,
         "measured_s": repr(measured_s),
         "spread_s": "0.001",
         "spread_kind": "std",
@@ -197,9 +163,10 @@ def test_step_rows_parse_round_trip_and_take_a_pluggable_predictor() -> None:
         device_order=(0, 1, 3, 2),
     )
     assert rows[0].workload == "wan2.1-1.3b 81x480x832"
+    assert rows[0].step is not None and rows[0].step.attention is None
     assert parse_measurements(format_measurements(rows)) == rows
     with pytest.raises(ValidationError, match="no 'step' predictor"):
-        validate(rows, predictors=default_predictors())
+        validate(rows, predictors={"collective": predict_collective})
     # A planner would map device order -> step time; here a fixed table.
     table: dict[tuple[int, ...], float] = {(0, 1, 3, 2): 0.48, (0, 1, 2, 3): 0.60}
 
@@ -214,6 +181,27 @@ def test_step_rows_parse_round_trip_and_take_a_pluggable_predictor() -> None:
     bad = _step_row("s3", "0 1 1 2", 0.5)
     with pytest.raises(ValidationError, match="permutation"):
         parse_measurements(",".join(COLUMNS) + "\n" + bad)
+
+
+def test_step_attention_column_is_optional_and_round_trips() -> None:
+    header = ",".join(COLUMNS)
+    rows = parse_measurements(header + "\n" + _step_row("s1", "0 1 3 2", 0.5, "ring"))
+    assert rows[0].step is not None and rows[0].step.attention == "ring"
+    assert parse_measurements(format_measurements(rows)) == rows
+    # A file written before the column existed still parses (attention None).
+    old_header = [c for c in COLUMNS if c != "attention"]
+    line = _step_row("s1", "0 1 3 2", 0.5).split(",")
+    del line[COLUMNS.index("attention")]
+    (old,) = parse_measurements(",".join(old_header) + "\n" + ",".join(line))
+    assert old.step is not None and old.step.attention is None
+    with pytest.raises(ValidationError, match="m.csv:2: attention='gather kv'"):
+        parse_measurements(
+            header + "\n" + _step_row("s", "0 1 3 2", 0.5, "gather kv"), name="m.csv"
+        )
+    collective = _collective_csv("a,collective,v5e:2x4,all-gather,dims:0,10,,1e-6,,unreported,s")
+    lines = collective.splitlines()
+    with pytest.raises(ValidationError, match="leave \\['attention'\\] empty"):
+        parse_measurements(lines[0] + ",attention\n" + lines[1] + ",ring\n")
 
 
 def test_shipped_set_parses_and_cites_a_public_source_per_row() -> None:

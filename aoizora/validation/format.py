@@ -1,42 +1,31 @@
-"""Measurements on real TPUs, the simulator's predictions of them, and the regression gate.
+"""The measurement file: its rows, reading, writing and checking them.
 
 A measurement file is one CSV with a header row and two kinds of row (column
 ``kind``), documented in ``docs/validation.md``:
 
 ``collective``
     a collective microbenchmark: collective kind, the replica groups on the
-    slice (``groups``), the collective's full buffer ``size_bytes``, optional
-    algorithm. Predicted now by replaying the collective in :mod:`sim`.
+    slice (``groups``, see :func:`parse_group_spec`), the collective's full
+    buffer ``size_bytes``, optional algorithm.
 ``step``
     one denoising step of a model: model, clip, slice, mesh shape and axes,
-    sharding rules id, device order (libtpu ids in mesh-flat order). Predicted
-    by a pluggable callable -- the planner registers one; until then
-    :func:`validate` reports such rows as unpredictable (a clear error).
+    sharding rules id, attention kind (optional), device order (libtpu ids in
+    mesh-flat order).
 
 Both kinds carry the measured latency ``measured_s`` with its spread, the
 hardware and software it ran on and its public ``source``. Lines starting with
-``#`` are comments.
-
-Every group of rows that shares a workload and a slice gets three numbers:
-Spearman's rank correlation (average ranks for ties, implemented here), top-1
-agreement (does the predicted fastest row have the measured lowest latency) and
-the mean absolute percentage error. :func:`gate` compares them with thresholds.
+``#`` are comments. Errors name the file and line.
 
 Example
 -------
->>> text = '''row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_s,spread_kind,source
-... a,collective,v5e:2x2,all-gather,dims:0,1000000,2.0e-05,,unreported,https://example.org
-... b,collective,v5e:2x2,all-gather,dims:0,4000000,5.0e-05,,unreported,https://example.org
+>>> text = '''row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source
+... a,collective,v5e:2x2,all-gather,dims:0,1000000,2.0e-05,unreported,https://example.org
 ... '''
->>> rows = parse_measurements(text, name="doc")
->>> rows[0].workload, rows[0].slice_name, rows[1].collective.size_bytes
-('all-gather dims:0', 'v5e:2x2', 4000000)
->>> report = validate(rows, predictors={"collective": lambda r: r.measured_s * 1.1})
->>> g = report.groups[0]
->>> g.n, g.spearman, g.top1, round(g.mape_percent, 6)
-(2, 1.0, True, 10.0)
->>> gate(report, Thresholds(max_mape_percent=5.0))[0].metric
-'mape_percent'
+>>> (row,) = parse_measurements(text, name="doc")
+>>> row.workload, row.slice_label, row.collective.size_bytes
+('all-gather dims:0', 'v5e:2x2', 1000000)
+>>> parse_measurements(format_measurements([row])) == (row,)
+True
 """
 
 from __future__ import annotations
@@ -45,47 +34,28 @@ import csv
 import io
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from aoizora.errors import ValidationError
-from sim.collectives import collective_flows
-from sim.engine import Compute, Flow, simulate
 from sim.errors import SimError
 from sim.topology import Slice, load_slice, make_slice
 
 __all__ = [
     "COLLECTIVE_KINDS",
     "COLUMNS",
-    "DIMWISE",
     "ROW_KINDS",
     "SPREAD_KINDS",
     "CollectiveCase",
-    "GateFailure",
-    "GroupReport",
+    "Coord",
     "Measurement",
-    "Predictor",
-    "RowPrediction",
     "StepCase",
-    "Thresholds",
-    "ValidationReport",
-    "collective_nodes",
-    "default_predictors",
     "format_measurements",
-    "gate",
-    "mape_percent",
     "parse_group_spec",
     "parse_measurements",
-    "predict_collective",
-    "rank_average",
     "read_measurements",
     "row_slice",
-    "spearman",
-    "top1_agreement",
-    "validate",
 ]
 
 ROW_KINDS: tuple[str, ...] = ("collective", "step")
@@ -118,6 +88,7 @@ COLUMNS: tuple[str, ...] = (
     "mesh_shape",
     "mesh_axes",
     "rules_id",
+    "attention",
     "device_order",
     "measured_s",
     "spread_s",
@@ -130,9 +101,12 @@ COLUMNS: tuple[str, ...] = (
 _REQUIRED = ("row_id", "kind", "slice", "measured_s", "spread_kind", "source")
 _COLLECTIVE_ONLY = ("collective", "groups", "size_bytes", "algorithm")
 _STEP_ONLY = ("model", "clip", "mesh_shape", "mesh_axes", "rules_id", "device_order")
+# Optional step columns (added after the first format; files without them still parse).
+_STEP_OPTIONAL = ("attention",)
 _ROW_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
 _SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 Coord = tuple[int, ...]
 
@@ -160,6 +134,9 @@ class StepCase:
     ``clip`` is ``FRAMESxHEIGHTxWIDTH`` (e.g. ``81x480x832``); ``device_order``
     lists libtpu device ids in mesh-flat (row-major) order, as
     :meth:`aoizora.device_order.DeviceOrder.from_physical_ids` takes them.
+    ``attention`` is the attention kind (``gather_kv``, ``ulysses``, ``ring``
+    for Wan); ``None`` when the row leaves it empty -- the step predictor then
+    takes maxdiffusion's default (see :mod:`aoizora.validation.step`).
     """
 
     model: str
@@ -168,6 +145,7 @@ class StepCase:
     mesh_axes: tuple[str, ...]
     rules_id: str
     device_order: tuple[int, ...]
+    attention: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,10 +189,6 @@ class Measurement:
     def group_key(self) -> tuple[str, str, str]:
         """(kind, workload, slice label): rows with equal keys form one report group."""
         return (self.kind, self.workload, self.slice_label)
-
-
-# A predictor takes one row and returns the predicted latency in seconds.
-Predictor = Callable[[Measurement], float]
 
 
 # --------------------------------------------------------------------------- parsing
@@ -398,7 +372,7 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
             f"wraparound={cell['wraparound']!r} has {len(wrap)} flags but slice "
             f"{cell['slice']} has {len(shape)} dimensions",
         )
-    other = _STEP_ONLY if kind == "collective" else _COLLECTIVE_ONLY
+    other = _STEP_ONLY + _STEP_OPTIONAL if kind == "collective" else _COLLECTIVE_ONLY
     stray = [k for k in other if cell[k]]
     if stray:
         raise _err(name, line, f"a {kind!r} row must leave {stray} empty")
@@ -449,6 +423,14 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
                 f"mesh_axes={cell['mesh_axes']!r} must name each of the {len(mesh_shape)} "
                 "mesh dimensions once, separated by spaces, e.g. 'data context'",
             )
+        attention = cell["attention"] or None
+        if attention is not None and not _NAME_RE.match(attention):
+            raise _err(
+                name,
+                line,
+                f"attention={attention!r} must be one attention kind name, e.g. 'gather_kv', or "
+                "empty for maxdiffusion's default",
+            )
         order = _ints(cell["device_order"], column="device_order", name=name, line=line)
         chips = math.prod(shape)
         if sorted(order) != list(range(chips)) or math.prod(mesh_shape) != chips:
@@ -466,6 +448,7 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
             mesh_axes=axes,
             rules_id=cell["rules_id"],
             device_order=order,
+            attention=attention,
         )
     return Measurement(
         row_id=row_id,
@@ -562,6 +545,7 @@ def format_measurements(rows: Iterable[Measurement]) -> str:
             "mesh_shape": "x".join(str(n) for n in s.mesh_shape) if s else "",
             "mesh_axes": " ".join(s.mesh_axes) if s else "",
             "rules_id": s.rules_id if s else "",
+            "attention": (s.attention or "") if s else "",
             "device_order": " ".join(str(i) for i in s.device_order) if s else "",
             "measured_s": _fmt_float(r.measured_s),
             "spread_s": "" if r.spread_s is None else _fmt_float(r.spread_s),
@@ -575,11 +559,7 @@ def format_measurements(rows: Iterable[Measurement]) -> str:
     return buf.getvalue()
 
 
-# --------------------------------------------------------------------------- predicting
-
-# The one extra algorithm name this module understands on top of sim's: a
-# multi-dimensional collective done one slice dimension at a time.
-DIMWISE = "dimwise"
+# --------------------------------------------------------------------------- the slice
 
 
 def row_slice(
@@ -608,409 +588,3 @@ def row_slice(
         chip=base.chip,
         name=base.name,
     )
-
-
-def _spec_dims(spec: str, num_dims: int) -> tuple[int, ...] | None:
-    if spec == "all":
-        return tuple(range(num_dims))
-    if spec.startswith("dims:"):
-        return tuple(int(d) for d in spec[5:].split("+"))
-    return None
-
-
-def collective_nodes(
-    row: Measurement, slice_: Slice, *, id_prefix: str | None = None
-) -> tuple[tuple[Flow | Compute, ...], str]:
-    """The simulator nodes of a ``collective`` row and the id of the node that ends it.
-
-    ``algorithm`` empty: sim's default for the kind. ``dimwise`` (all-gather,
-    reduce-scatter, all-reduce over ``dims:``/``all`` groups): one phase per
-    slice dimension, each phase waiting for the previous one --
-    reduce-scatter over the first dimension on the whole buffer, then over the
-    next on the already-scattered ``1/n`` of it, and so on; all-gather runs the
-    same phases in reverse; all-reduce is the reduce-scatter phases followed by
-    the all-gather phases. A ``collective-permute`` row sends the whole buffer
-    from every group member to the next one (a cyclic shift per group).
-    """
-    case = row.collective
-    if case is None:
-        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
-    prefix = id_prefix if id_prefix is not None else row.row_id
-    groups = parse_group_spec(case.groups, shape=slice_.shape)
-    kind = case.collective
-    size = float(case.size_bytes)
-    if kind == "collective-permute":
-        if case.algorithm not in (None, "direct"):
-            raise ValidationError(
-                f"row {row.row_id!r}: collective-permute only has algorithm 'direct' (or empty)"
-            )
-        pairs = [(g[i], g[(i + 1) % len(g)]) for g in groups for i in range(len(g))]
-        plan = collective_flows(kind, (), pairs=pairs, buffer_bytes=size, id_prefix=prefix)
-        return plan.nodes, plan.done_id
-    if case.algorithm != DIMWISE:
-        plan = collective_flows(
-            kind, groups, buffer_bytes=size, algorithm=case.algorithm, id_prefix=prefix
-        )
-        return plan.nodes, plan.done_id
-    dims = _spec_dims(case.groups, slice_.num_dims)
-    if dims is None or kind not in ("all-gather", "reduce-scatter", "all-reduce"):
-        raise ValidationError(
-            f"row {row.row_id!r}: algorithm 'dimwise' needs an all-gather, reduce-scatter or "
-            f"all-reduce over 'all' or 'dims:' groups, got {kind} over {case.groups!r}; "
-            "leave algorithm empty for the simulator's default"
-        )
-    # Phase list: (kind, dim, buffer bytes). Reduce-scatter phases shrink the
-    # buffer by each dimension's length; all-gather phases grow it back.
-    phases: list[tuple[str, int, float]] = []
-    held = size
-    if kind in ("reduce-scatter", "all-reduce"):
-        for d in dims:
-            phases.append(("reduce-scatter", d, held))
-            held /= slice_.shape[d]
-    if kind in ("all-gather", "all-reduce"):
-        gathered: list[tuple[str, int, float]] = []
-        out = size
-        for d in dims:
-            gathered.append(("all-gather", d, out))
-            out /= slice_.shape[d]
-        phases.extend(reversed(gathered))
-    nodes: list[Flow | Compute] = []
-    after: tuple[str, ...] = ()
-    done = ""
-    for k, (phase_kind, d, buffer_bytes) in enumerate(phases):
-        plan = collective_flows(
-            phase_kind,
-            parse_group_spec(f"dims:{d}", shape=slice_.shape),
-            buffer_bytes=buffer_bytes,
-            id_prefix=f"{prefix}/ph{k}",
-            after=after,
-        )
-        nodes.extend(plan.nodes)
-        after = (plan.done_id,)
-        done = plan.done_id
-    return tuple(nodes), done
-
-
-def predict_collective(
-    row: Measurement,
-    *,
-    link_bandwidth_bytes_per_s: float | None = None,
-    hop_latency_s: float | None = None,
-) -> float:
-    """Simulated latency of a ``collective`` row: the finish of its last node.
-
-    The two keywords replace the generation's link numbers (calibration).
-    """
-    slice_ = row_slice(
-        row, link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s, hop_latency_s=hop_latency_s
-    )
-    nodes, done = collective_nodes(row, slice_)
-    return simulate(slice_, nodes).finish_s(done)
-
-
-def default_predictors() -> dict[str, Predictor]:
-    """The predictors available without the planner: ``collective`` rows only."""
-    return {"collective": predict_collective}
-
-
-# --------------------------------------------------------------------------- metrics
-
-
-def rank_average(values: Sequence[float]) -> np.ndarray:
-    """Ranks 1..n, ties sharing the average of the ranks they span.
-
-    >>> rank_average([10.0, 30.0, 20.0, 20.0]).tolist()
-    [1.0, 4.0, 2.5, 2.5]
-    """
-    x = np.asarray(values, dtype=float)
-    order = np.argsort(x, kind="stable")
-    ranks = np.empty(len(x), dtype=float)
-    i = 0
-    n = len(x)
-    while i < n:
-        j = i
-        while j + 1 < n and x[order[j + 1]] == x[order[i]]:
-            j += 1
-        # Positions i..j (0-based) hold equal values: ranks i+1..j+1, average.
-        ranks[order[i : j + 1]] = (i + j + 2) / 2.0
-        i = j + 1
-    return ranks
-
-
-def spearman(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
-    """Spearman's rho: Pearson correlation of the average ranks.
-
-    ``None`` when it is undefined: fewer than two rows, or all values on one
-    side equal (zero rank variance).
-
-    >>> spearman([1.0, 2.0, 3.0], [10.0, 20.0, 30.0])
-    1.0
-    >>> spearman([1.0, 2.0, 3.0], [30.0, 20.0, 10.0])
-    -1.0
-    >>> spearman([1.0], [2.0]) is None
-    True
-    """
-    if len(predicted) != len(measured):
-        raise ValueError(f"{len(predicted)} predictions for {len(measured)} measurements")
-    if len(predicted) < 2:
-        return None
-    a = rank_average(predicted)
-    b = rank_average(measured)
-    a = a - a.mean()
-    b = b - b.mean()
-    denom = math.sqrt(float(np.dot(a, a)) * float(np.dot(b, b)))
-    if denom == 0.0:
-        return None
-    rho = float(np.dot(a, b)) / denom
-    return max(-1.0, min(1.0, rho))
-
-
-def top1_agreement(
-    predicted: Sequence[float],
-    measured: Sequence[float],
-    spread: Sequence[float | None] | None = None,
-) -> bool:
-    """True when the row predicted fastest is measured fastest, within the measurements' spread.
-
-    The predicted-fastest row (ties: the first such row) agrees when its
-    measured interval ``[m - s, m + s]`` reaches down to the fastest row's
-    interval, i.e. the measurement cannot tell the two apart; a missing
-    spread counts as 0, so without spreads this is strict "is it the measured
-    minimum".
-
-    >>> top1_agreement([3.0, 1.0, 2.0], [30.0, 10.0, 20.0])
-    True
-    >>> top1_agreement([1.0, 3.0], [30.0, 10.0])
-    False
-    >>> top1_agreement([1.0, 3.0], [30.0, 10.0], spread=[15.0, 6.0])  # 15 <= 16: a tie
-    True
-    """
-    if not predicted or len(predicted) != len(measured):
-        raise ValueError("top-1 agreement needs equally many (>= 1) predictions and measurements")
-    s = [0.0] * len(measured) if spread is None else [0.0 if v is None else v for v in spread]
-    if len(s) != len(measured):
-        raise ValueError(f"{len(s)} spreads for {len(measured)} measurements")
-    best_pred = int(np.argmin(np.asarray(predicted, dtype=float)))
-    fastest_upper = min(m + e for m, e in zip(measured, s, strict=True))
-    return bool(measured[best_pred] - s[best_pred] <= fastest_upper)
-
-
-def mape_percent(predicted: Sequence[float], measured: Sequence[float]) -> float:
-    """Mean absolute percentage error, ``100 * mean(|p - m| / m)``.
-
-    >>> round(mape_percent([1.1, 1.8], [1.0, 2.0]), 9)
-    10.0
-    """
-    p = np.asarray(predicted, dtype=float)
-    m = np.asarray(measured, dtype=float)
-    if len(p) == 0 or p.shape != m.shape or np.any(m <= 0):
-        raise ValueError("MAPE needs equally many predictions and positive measurements")
-    return float(100.0 * np.mean(np.abs(p - m) / m))
-
-
-# --------------------------------------------------------------------------- reports
-
-
-@dataclass(frozen=True)
-class RowPrediction:
-    """One row's prediction next to its measurement."""
-
-    row_id: str
-    predicted_s: float
-    measured_s: float
-    spread_s: float | None
-
-    @property
-    def error_percent(self) -> float:
-        """Signed error, ``100 * (predicted - measured) / measured``."""
-        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s
-
-    @property
-    def within_spread(self) -> bool | None:
-        """Whether the prediction lies within measured +- spread (None without a spread)."""
-        if self.spread_s is None:
-            return None
-        return abs(self.predicted_s - self.measured_s) <= self.spread_s
-
-
-@dataclass(frozen=True)
-class GroupReport:
-    """Metrics of one group of rows (same kind, workload and slice)."""
-
-    kind: str
-    workload: str
-    slice_label: str
-    rows: tuple[RowPrediction, ...]
-    spearman: float | None
-    top1: bool
-    mape_percent: float
-
-    @property
-    def n(self) -> int:
-        return len(self.rows)
-
-    def to_json_dict(self) -> dict[str, object]:
-        return {
-            "kind": self.kind,
-            "workload": self.workload,
-            "slice": self.slice_label,
-            "n": self.n,
-            "spearman": self.spearman,
-            "top1": self.top1,
-            "mape_percent": self.mape_percent,
-            "rows": [
-                {
-                    "row_id": r.row_id,
-                    "predicted_s": r.predicted_s,
-                    "measured_s": r.measured_s,
-                    "spread_s": r.spread_s,
-                    "error_percent": r.error_percent,
-                    "within_spread": r.within_spread,
-                }
-                for r in self.rows
-            ],
-        }
-
-
-@dataclass(frozen=True)
-class ValidationReport:
-    """Every group's metrics, in first-appearance order of the groups in the file."""
-
-    groups: tuple[GroupReport, ...]
-
-    @property
-    def num_rows(self) -> int:
-        return sum(g.n for g in self.groups)
-
-    @property
-    def overall_mape_percent(self) -> float:
-        """MAPE over every row of every group."""
-        rows = [r for g in self.groups for r in g.rows]
-        return mape_percent([r.predicted_s for r in rows], [r.measured_s for r in rows])
-
-    @property
-    def top1_rate(self) -> float:
-        """Fraction of groups whose predicted fastest row is measured fastest."""
-        return sum(g.top1 for g in self.groups) / len(self.groups)
-
-    def to_json_dict(self) -> dict[str, object]:
-        return {
-            "num_rows": self.num_rows,
-            "overall_mape_percent": self.overall_mape_percent,
-            "top1_rate": self.top1_rate,
-            "groups": [g.to_json_dict() for g in self.groups],
-        }
-
-
-def validate(
-    rows: Sequence[Measurement], *, predictors: Mapping[str, Predictor]
-) -> ValidationReport:
-    """Predict every row with ``predictors[row.kind]`` and compute each group's metrics.
-
-    Raises :class:`ValidationError` when a row's kind has no predictor (the
-    message names the row) or a predictor returns a non-positive latency.
-    """
-    if not rows:
-        raise ValidationError("no measurement rows to validate")
-    order: list[tuple[str, str, str]] = []
-    grouped: dict[tuple[str, str, str], list[RowPrediction]] = {}
-    for row in rows:
-        predictor = predictors.get(row.kind)
-        if predictor is None:
-            raise ValidationError(
-                f"row {row.row_id!r} (line {row.line}) is a {row.kind!r} row but no {row.kind!r} "
-                f"predictor is registered (have: {sorted(predictors)}); step rows need the "
-                "planner's predictor, or drop them from the file"
-            )
-        predicted = float(predictor(row))
-        if not (math.isfinite(predicted) and predicted > 0):
-            raise ValidationError(
-                f"the {row.kind!r} predictor returned {predicted!r} for row {row.row_id!r}; "
-                "a predicted latency must be a positive number of seconds"
-            )
-        key = row.group_key
-        if key not in grouped:
-            grouped[key] = []
-            order.append(key)
-        grouped[key].append(
-            RowPrediction(
-                row_id=row.row_id,
-                predicted_s=predicted,
-                measured_s=row.measured_s,
-                spread_s=row.spread_s,
-            )
-        )
-    groups: list[GroupReport] = []
-    for key in order:
-        preds = grouped[key]
-        p = [r.predicted_s for r in preds]
-        m = [r.measured_s for r in preds]
-        groups.append(
-            GroupReport(
-                kind=key[0],
-                workload=key[1],
-                slice_label=key[2],
-                rows=tuple(preds),
-                spearman=spearman(p, m),
-                top1=top1_agreement(p, m, [r.spread_s for r in preds]),
-                mape_percent=mape_percent(p, m),
-            )
-        )
-    return ValidationReport(groups=tuple(groups))
-
-
-# --------------------------------------------------------------------------- the gate
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Gate limits; ``None`` switches a check off.
-
-    ``min_top1`` applies to each group's top-1 agreement as 1.0 (agree) or
-    0.0 (disagree), so ``min_top1=1`` demands agreement in every group.
-    Groups whose Spearman rho is undefined (fewer than two rows, or constant
-    values) are not held to ``min_spearman``.
-    """
-
-    min_spearman: float | None = None
-    min_top1: float | None = None
-    max_mape_percent: float | None = None
-
-
-@dataclass(frozen=True)
-class GateFailure:
-    """One metric of one group outside its threshold."""
-
-    workload: str
-    slice_label: str
-    metric: str
-    value: float
-    limit: float
-
-    def __str__(self) -> str:
-        side = ">=" if self.metric != "mape_percent" else "<="
-        return (
-            f"{self.workload} on {self.slice_label}: {self.metric} = {self.value:.4g} "
-            f"(needs {side} {self.limit:g})"
-        )
-
-
-def gate(report: ValidationReport, thresholds: Thresholds) -> tuple[GateFailure, ...]:
-    """Every (group, metric) outside ``thresholds``; empty means the gate passes."""
-    failures: list[GateFailure] = []
-    t = thresholds
-    for g in report.groups:
-        if t.min_spearman is not None and g.spearman is not None and g.spearman < t.min_spearman:
-            failures.append(
-                GateFailure(g.workload, g.slice_label, "spearman", g.spearman, t.min_spearman)
-            )
-        top1 = 1.0 if g.top1 else 0.0
-        if t.min_top1 is not None and top1 < t.min_top1:
-            failures.append(GateFailure(g.workload, g.slice_label, "top1", top1, t.min_top1))
-        if t.max_mape_percent is not None and g.mape_percent > t.max_mape_percent:
-            failures.append(
-                GateFailure(
-                    g.workload, g.slice_label, "mape_percent", g.mape_percent, t.max_mape_percent
-                )
-            )
-    return tuple(failures)

@@ -1,0 +1,79 @@
+"""The regression gate: each group's metrics against thresholds.
+
+``aoizora validate FILE --min-spearman X --min-top1 X --max-mape X`` exits 1
+when :func:`gate` returns any failure.
+
+Example
+-------
+>>> from aoizora.validation.report import GroupReport, RowPrediction, ValidationReport
+>>> g = GroupReport(
+...     kind="collective", workload="all-gather dims:0", slice_label="v5e:2x2",
+...     rows=(RowPrediction("a", 1.1, 1.0, None), RowPrediction("b", 2.2, 2.0, None)),
+...     spearman=1.0, top1=True, mape_percent=10.0)
+>>> gate(ValidationReport(groups=(g,)), Thresholds(min_spearman=0.9, max_mape_percent=20))
+()
+>>> print(gate(ValidationReport(groups=(g,)), Thresholds(max_mape_percent=5.0))[0])
+all-gather dims:0 on v5e:2x2: mape_percent = 10 (needs <= 5)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aoizora.validation.report import ValidationReport
+
+__all__ = ["GateFailure", "Thresholds", "gate"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Gate limits; ``None`` switches a check off.
+
+    ``min_top1`` applies to each group's top-1 agreement as 1.0 (agree) or
+    0.0 (disagree), so ``min_top1=1`` demands agreement in every group.
+    Groups whose Spearman rho is undefined (fewer than two rows, or constant
+    values) are not held to ``min_spearman``.
+    """
+
+    min_spearman: float | None = None
+    min_top1: float | None = None
+    max_mape_percent: float | None = None
+
+
+@dataclass(frozen=True)
+class GateFailure:
+    """One metric of one group outside its threshold."""
+
+    workload: str
+    slice_label: str
+    metric: str
+    value: float
+    limit: float
+
+    def __str__(self) -> str:
+        side = ">=" if self.metric != "mape_percent" else "<="
+        return (
+            f"{self.workload} on {self.slice_label}: {self.metric} = {self.value:.4g} "
+            f"(needs {side} {self.limit:g})"
+        )
+
+
+def gate(report: ValidationReport, thresholds: Thresholds) -> tuple[GateFailure, ...]:
+    """Every (group, metric) outside ``thresholds``; empty means the gate passes."""
+    failures: list[GateFailure] = []
+    t = thresholds
+    for g in report.groups:
+        if t.min_spearman is not None and g.spearman is not None and g.spearman < t.min_spearman:
+            failures.append(
+                GateFailure(g.workload, g.slice_label, "spearman", g.spearman, t.min_spearman)
+            )
+        top1 = 1.0 if g.top1 else 0.0
+        if t.min_top1 is not None and top1 < t.min_top1:
+            failures.append(GateFailure(g.workload, g.slice_label, "top1", top1, t.min_top1))
+        if t.max_mape_percent is not None and g.mape_percent > t.max_mape_percent:
+            failures.append(
+                GateFailure(
+                    g.workload, g.slice_label, "mape_percent", g.mape_percent, t.max_mape_percent
+                )
+            )
+    return tuple(failures)

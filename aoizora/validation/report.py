@@ -1,0 +1,182 @@
+"""Predict every row of a measurement file and compute each group's metrics.
+
+Rows are grouped by :attr:`~aoizora.validation.format.Measurement.group_key`
+(kind, workload, slice): a group is one question -- "rank these placements of
+one step", "follow this size sweep of one collective". Each group gets
+Spearman's rho, top-1 agreement and MAPE (:mod:`aoizora.metrics`); the gate
+(:mod:`aoizora.validation.gate`) holds them against thresholds.
+
+Example
+-------
+>>> from aoizora.validation.format import parse_measurements
+>>> text = '''row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_s,spread_kind,source
+... a,collective,v5e:2x2,all-gather,dims:0,1000000,2.0e-05,,unreported,https://example.org
+... b,collective,v5e:2x2,all-gather,dims:0,4000000,5.0e-05,,unreported,https://example.org
+... '''
+>>> rows = parse_measurements(text, name="doc")
+>>> report = validate(rows, predictors={"collective": lambda r: r.measured_s * 1.1})
+>>> g = report.groups[0]
+>>> g.n, g.spearman, g.top1, round(g.mape_percent, 6)
+(2, 1.0, True, 10.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aoizora.errors import ValidationError
+from aoizora.metrics import mape_percent, spearman, top1_agreement
+from aoizora.validation.format import Measurement
+from aoizora.validation.predict import Predictor
+
+__all__ = ["GroupReport", "RowPrediction", "ValidationReport", "validate"]
+
+
+@dataclass(frozen=True)
+class RowPrediction:
+    """One row's prediction next to its measurement."""
+
+    row_id: str
+    predicted_s: float
+    measured_s: float
+    spread_s: float | None
+
+    @property
+    def error_percent(self) -> float:
+        """Signed error, ``100 * (predicted - measured) / measured``."""
+        return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s
+
+    @property
+    def within_spread(self) -> bool | None:
+        """Whether the prediction lies within measured +- spread (None without a spread)."""
+        if self.spread_s is None:
+            return None
+        return abs(self.predicted_s - self.measured_s) <= self.spread_s
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    """Metrics of one group of rows (same kind, workload and slice)."""
+
+    kind: str
+    workload: str
+    slice_label: str
+    rows: tuple[RowPrediction, ...]
+    spearman: float | None
+    top1: bool
+    mape_percent: float
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "workload": self.workload,
+            "slice": self.slice_label,
+            "n": self.n,
+            "spearman": self.spearman,
+            "top1": self.top1,
+            "mape_percent": self.mape_percent,
+            "rows": [
+                {
+                    "row_id": r.row_id,
+                    "predicted_s": r.predicted_s,
+                    "measured_s": r.measured_s,
+                    "spread_s": r.spread_s,
+                    "error_percent": r.error_percent,
+                    "within_spread": r.within_spread,
+                }
+                for r in self.rows
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Every group's metrics, in first-appearance order of the groups in the file."""
+
+    groups: tuple[GroupReport, ...]
+
+    @property
+    def num_rows(self) -> int:
+        return sum(g.n for g in self.groups)
+
+    @property
+    def overall_mape_percent(self) -> float:
+        """MAPE over every row of every group."""
+        rows = [r for g in self.groups for r in g.rows]
+        return mape_percent([r.predicted_s for r in rows], [r.measured_s for r in rows])
+
+    @property
+    def top1_rate(self) -> float:
+        """Fraction of groups whose predicted fastest row is measured fastest."""
+        return sum(g.top1 for g in self.groups) / len(self.groups)
+
+    def to_json_dict(self) -> dict[str, object]:
+        return {
+            "num_rows": self.num_rows,
+            "overall_mape_percent": self.overall_mape_percent,
+            "top1_rate": self.top1_rate,
+            "groups": [g.to_json_dict() for g in self.groups],
+        }
+
+
+def validate(
+    rows: Sequence[Measurement], *, predictors: Mapping[str, Predictor]
+) -> ValidationReport:
+    """Predict every row with ``predictors[row.kind]`` and compute each group's metrics.
+
+    Raises :class:`ValidationError` when a row's kind has no predictor (the
+    message names the row) or a predictor returns a non-positive latency.
+    """
+    if not rows:
+        raise ValidationError("no measurement rows to validate")
+    order: list[tuple[str, str, str]] = []
+    grouped: dict[tuple[str, str, str], list[RowPrediction]] = {}
+    for row in rows:
+        predictor = predictors.get(row.kind)
+        if predictor is None:
+            raise ValidationError(
+                f"row {row.row_id!r} (line {row.line}) is a {row.kind!r} row but no {row.kind!r} "
+                f"predictor is registered (have: {sorted(predictors)}); step rows need the "
+                "planner's predictor, or drop them from the file"
+            )
+        predicted = float(predictor(row))
+        if not (math.isfinite(predicted) and predicted > 0):
+            raise ValidationError(
+                f"the {row.kind!r} predictor returned {predicted!r} for row {row.row_id!r}; "
+                "a predicted latency must be a positive number of seconds"
+            )
+        key = row.group_key
+        if key not in grouped:
+            grouped[key] = []
+            order.append(key)
+        grouped[key].append(
+            RowPrediction(
+                row_id=row.row_id,
+                predicted_s=predicted,
+                measured_s=row.measured_s,
+                spread_s=row.spread_s,
+            )
+        )
+    groups: list[GroupReport] = []
+    for key in order:
+        preds = grouped[key]
+        p = [r.predicted_s for r in preds]
+        m = [r.measured_s for r in preds]
+        groups.append(
+            GroupReport(
+                kind=key[0],
+                workload=key[1],
+                slice_label=key[2],
+                rows=tuple(preds),
+                spearman=spearman(p, m),
+                top1=top1_agreement(p, m, [r.spread_s for r in preds]),
+                mape_percent=mape_percent(p, m),
+            )
+        )
+    return ValidationReport(groups=tuple(groups))

@@ -1,0 +1,174 @@
+"""Step rows: predict one denoising step the way the planner scores a placement (Q2).
+
+A ``step`` row names a model, a clip, a slice, a logical mesh (shape and axis
+names), a sharding rule set, an attention kind and the device order the
+measurement ran with. :func:`predict_step` answers with the planner's own
+Stage-2 pipeline (:mod:`aoizora.planner`):
+
+1. the Wan workload ``wan_workload(model, clip)``;
+2. the candidate ``make_candidate(workload, mesh_shape, rules_id, attention)``
+   on the planner's four mesh axes (:func:`canonical_mesh`);
+3. ``compile_candidate`` for the row's slice with the default device order --
+   the device order does not change the compiled program (FACTS.md), so rows
+   that differ only in their order share one compile, as the planner's
+   placements do; with ``cache_dir`` the result is kept in the planner's
+   compile cache (``<cache_dir>/compiled``) and each graph is also memoised
+   for the process (:func:`step_graph`);
+4. ``graph_from_text`` of the compiled HLO, then ``replay`` on the row's slice
+   with ``DeviceOrder.from_physical_ids(device_order)``: the prediction is
+   the replay's ``step_time_s``.
+
+An empty ``attention`` cell means maxdiffusion's default, :data:`DEFAULT_ATTENTION`.
+
+Example
+-------
+>>> from aoizora.validation.format import StepCase
+>>> canonical_mesh(StepCase("wan-tiny", "5x256x256", (2, 2), ("context", "data"),
+...                         "maxdiffusion", (0, 1, 3, 2)))
+((2, 1, 2, 1), (0, 3, 1, 2))
+>>> step_clip("5x256x480")
+Clip(width=480, height=256, frames=5)
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from aoizora.candidates import DEFAULT_MESH_AXIS_NAMES, check_candidate, make_candidate
+from aoizora.compile import compile_candidate
+from aoizora.device_order import DeviceOrder
+from aoizora.errors import AoizoraError, ValidationError
+from aoizora.hlo.graph import CollectiveGraph, graph_from_text
+from aoizora.replay import replay
+from aoizora.validation.format import Measurement, StepCase, row_slice
+from aoizora.workload import wan_workload
+from aoizora.workloads.wan import WAN_CONFIGS, Clip, parse_resolution
+
+__all__ = [
+    "DEFAULT_ATTENTION",
+    "canonical_mesh",
+    "predict_step",
+    "step_clip",
+    "step_graph",
+]
+
+# maxdiffusion's Wan default: flash (splash) attention with uniform sharding,
+# Q split over `context` and K/V all-gathered (configs/base_wan_14b.yml; FACTS.md
+# "Today's TPU deployment") -- what a measurement that does not say ran.
+DEFAULT_ATTENTION = "gather_kv"
+
+# Memoised compiles per process; each entry holds one parsed HLO module's graph.
+_GRAPH_CACHE_SIZE = 32
+
+
+def step_clip(clip: str) -> Clip:
+    """The :class:`~aoizora.workloads.wan.Clip` of a row's ``FRAMESxHEIGHTxWIDTH``."""
+    frames, height, width = (int(n) for n in clip.split("x"))
+    return parse_resolution(f"{width}x{height}", frames=frames)
+
+
+def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The row's mesh on the planner's axes ``(data, fsdp, context, tensor)``.
+
+    Returns the four axis sizes (axes the row does not name get size 1) and the
+    device order re-listed in the canonical mesh's flat (row-major) order: a row
+    whose axes come in another order (``context data``) has its ids transposed
+    accordingly, so the same chips sit at the same mesh positions. Size-1 axes
+    do not change a row-major order, and the canonical form makes the candidate
+    the planner's own (same id, same compile-cache entry).
+    """
+    axes = step.mesh_axes
+    unknown = [a for a in axes if a not in DEFAULT_MESH_AXIS_NAMES]
+    if unknown:
+        raise ValidationError(
+            f"mesh_axes={' '.join(axes)!r}: axes {unknown} are not Wan mesh axes; name some of "
+            f"{list(DEFAULT_MESH_AXIS_NAMES)}, e.g. 'data context'"
+        )
+    ids = np.asarray(step.device_order, dtype=np.int64).reshape(step.mesh_shape)
+    perm = sorted(range(len(axes)), key=lambda i: DEFAULT_MESH_AXIS_NAMES.index(axes[i]))
+    flat = tuple(int(i) for i in ids.transpose(perm).reshape(-1))
+    sizes = dict(zip(axes, step.mesh_shape, strict=True))
+    shape = tuple(sizes.get(a, 1) for a in DEFAULT_MESH_AXIS_NAMES)
+    return shape, flat
+
+
+@functools.lru_cache(maxsize=_GRAPH_CACHE_SIZE)
+def _compiled_graph(
+    model: str,
+    clip: str,
+    slice_name: str,
+    mesh_shape: tuple[int, ...],
+    rules_id: str,
+    attention: str,
+    compile_dir: str | None,
+) -> CollectiveGraph:
+    """Compile one candidate for ``slice_name`` (default device order) and parse its graph."""
+    if model not in WAN_CONFIGS:
+        raise ValidationError(
+            f"model={model!r} is not a Wan config; use one of {sorted(WAN_CONFIGS)}, "
+            "e.g. 'wan2.1-14b'"
+        )
+    workload = wan_workload(model, step_clip(clip))
+    candidate = make_candidate(workload, mesh_shape, rules_id, attention)
+    reasons = check_candidate(workload, candidate)
+    if reasons:
+        raise ValidationError(
+            f"the sharding {candidate.id} is illegal for {workload.name}: {'; '.join(reasons)}"
+        )
+    result = compile_candidate(workload, candidate, slice_name, cache_dir=compile_dir)
+    if not result.ok:
+        raise ValidationError(f"compiling {candidate.id} for {slice_name} failed: {result.error}")
+    if result.backend != "tpu":
+        # A host-CPU program is not the TPU's: its collectives and kernels differ,
+        # so a gate over it would judge the wrong program.
+        raise ValidationError(
+            f"{candidate.id} was compiled for the CPU, not {slice_name}: "
+            f"{'; '.join(result.warnings)}"
+        )
+    return graph_from_text(result.hlo_text)
+
+
+def step_graph(row: Measurement, *, cache_dir: str | None = None) -> CollectiveGraph:
+    """The collective graph of ``row``'s compiled step (memoised per candidate and slice).
+
+    ``cache_dir`` is the planner's cache directory; compile results live in its
+    ``compiled/`` folder, shared with ``aoizora plan``.
+    """
+    step = _step_of(row)
+    shape, _ = canonical_mesh(step)
+    compile_dir = None if cache_dir is None else str(Path(cache_dir) / "compiled")
+    return _compiled_graph(
+        step.model,
+        step.clip,
+        row.slice_name,
+        shape,
+        step.rules_id,
+        step.attention or DEFAULT_ATTENTION,
+        compile_dir,
+    )
+
+
+def predict_step(row: Measurement, *, cache_dir: str | None = None) -> float:
+    """Simulated latency (seconds) of ``row``'s step with its device order: the planner's Q2.
+
+    Raises :class:`~aoizora.errors.ValidationError` naming the row when the
+    model, clip, rules, attention or mesh cannot be built, or the compile fails.
+    """
+    try:
+        step = _step_of(row)
+        graph = step_graph(row, cache_dir=cache_dir)
+        shape, ids = canonical_mesh(step)
+        slice_ = row_slice(row)
+        order = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=slice_)
+        return replay(graph, slice_, order).step_time_s
+    except AoizoraError as exc:
+        raise ValidationError(f"row {row.row_id!r} (line {row.line}): {exc}") from exc
+
+
+def _step_of(row: Measurement) -> StepCase:
+    if row.step is None:
+        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a step row")
+    return row.step
