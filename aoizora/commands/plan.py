@@ -12,10 +12,19 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_CACHE_DIR", "register", "run"]
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "add_search_arguments",
+    "add_workload_arguments",
+    "check_search_arguments",
+    "progress_printer",
+    "register",
+    "run",
+]
 
 DEFAULT_CACHE_DIR = os.path.join(
     os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
@@ -23,25 +32,22 @@ DEFAULT_CACHE_DIR = os.path.join(
 )
 
 
-def register(subparsers: Any) -> None:
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--resolution``, ``--frames``: the Wan workload a planning command plans."""
     from aoizora.workloads.wan import WAN_CONFIGS
 
-    p = subparsers.add_parser(
-        "plan",
-        help="pick the best (sharding, placement) for a model, clip and slice",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
     p.add_argument("--model", required=True, choices=sorted(WAN_CONFIGS), help="Wan 2.1 config")
-    p.add_argument("--slice", required=True, dest="slice_name", help="TPU slice, e.g. v5e:2x4")
     p.add_argument("--resolution", default="480p", help="480p, 720p or WIDTHxHEIGHT (pixels)")
     p.add_argument("--frames", type=int, default=81, help="clip frames, 4k+1 (default 81)")
-    p.add_argument("--top-k", type=int, default=3, help="candidates Stage 1 keeps (default 3)")
-    p.add_argument("--out", default="plan.json", help="plan file to write (default plan.json)")
+
+
+def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> None:
+    """``--top-k``, ``--max-placements``, ``--cache-dir``, ``--quiet``: how the planner searches."""
     p.add_argument(
-        "--exhaustive",
-        action="store_true",
-        help="compile every candidate and report Stage 1's recall and Spearman rho",
+        "--top-k",
+        type=int,
+        default=top_k_default,
+        help="candidates Stage 1 keeps (default %(default)s)",
     )
     p.add_argument(
         "--max-placements",
@@ -57,24 +63,12 @@ def register(subparsers: Any) -> None:
             "(default $AOIZORA_CACHE_DIR or %(default)s)"
         ),
     )
-    p.add_argument(
-        "--report",
-        metavar="DIR",
-        help="also write a link heatmap, Perfetto traces and a ranking plot into DIR",
-    )
-    p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def check_search_arguments(args: argparse.Namespace) -> None:
+    """Reject a non-positive ``--top-k`` or ``--max-placements`` (:class:`WorkloadError`)."""
     from aoizora.errors import WorkloadError
-    from aoizora.plan import Clip as PlanClip
-    from aoizora.planner import outcome_summary, run_plan
-    from aoizora.report import render_report
-    from aoizora.workload import wan_workload
-    from aoizora.workloads.wan import parse_resolution
-    from sim.topology import load_slice
 
     if args.top_k < 1:
         raise WorkloadError(f"--top-k {args.top_k}: must be a positive integer, e.g. --top-k 3")
@@ -82,14 +76,56 @@ def run(args: argparse.Namespace) -> int:
         raise WorkloadError(
             f"--max-placements {args.max_placements}: must be a positive integer, e.g. 32"
         )
+
+
+def progress_printer(*, quiet: bool) -> Callable[[str], None]:
+    """The planner's ``progress`` callback: one line on stderr each, nothing when ``quiet``."""
+
+    def progress(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    return progress
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="pick the best (sharding, placement) for a model, clip and slice",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_workload_arguments(p)
+    p.add_argument("--slice", required=True, dest="slice_name", help="TPU slice, e.g. v5e:2x4")
+    add_search_arguments(p, top_k_default=3)
+    p.add_argument("--out", default="plan.json", help="plan file to write (default plan.json)")
+    p.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="compile every candidate and report Stage 1's recall and Spearman rho",
+    )
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write a link heatmap, Perfetto traces and a ranking plot into DIR",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aoizora.plan import Clip as PlanClip
+    from aoizora.planner import outcome_summary, run_plan
+    from aoizora.report import render_report
+    from aoizora.workload import wan_workload
+    from aoizora.workloads.wan import parse_resolution
+    from sim.topology import load_slice
+
+    check_search_arguments(args)
     slice_ = load_slice(args.slice_name)
     clip = parse_resolution(args.resolution, frames=args.frames)
     workload = wan_workload(args.model, clip)
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(message, file=sys.stderr, flush=True)
-
+    progress = progress_printer(quiet=args.quiet)
     outcome = run_plan(
         workload,
         slice_,

@@ -15,41 +15,32 @@ import json
 import sys
 from typing import Any
 
-from aoizora.commands.plan import DEFAULT_CACHE_DIR
+from aoizora.commands.plan import (
+    add_search_arguments,
+    add_workload_arguments,
+    check_search_arguments,
+    progress_printer,
+)
 
 __all__ = ["register", "render_rows", "rows_to_csv", "run"]
 
 
 def register(subparsers: Any) -> None:
-    import os
-
-    from aoizora.workloads.wan import WAN_CONFIGS
-
     p = subparsers.add_parser(
         "whatif",
         help="compare the best plan across slice shapes and chip generations (simulated)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", required=True, choices=sorted(WAN_CONFIGS))
-    p.add_argument("--resolution", default="480p", help="480p, 720p or WIDTHxHEIGHT")
-    p.add_argument("--frames", type=int, default=81)
+    add_workload_arguments(p)
     p.add_argument(
         "--slices",
         required=True,
         help="comma-separated slice specs NAME[+wrap[=FLAGS]], e.g. v5e:4x4,v5e:4x4+wrap,v6e:4x4",
     )
-    p.add_argument("--top-k", type=int, default=1, help="Stage-1 candidates per slice (default 1)")
-    p.add_argument(
-        "--max-placements",
-        type=int,
-        default=None,
-        help="placements ranked per sharding (simplest first; default all)",
-    )
-    p.add_argument("--cache-dir", default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR))
+    add_search_arguments(p, top_k_default=1)
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
 
@@ -153,21 +144,15 @@ def run(args: argparse.Namespace) -> int:
     specs = [s.strip() for s in args.slices.split(",") if s.strip()]
     if not specs:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
-    if args.top_k < 1:
-        raise WorkloadError(f"--top-k {args.top_k}: must be a positive integer, e.g. 1")
+    check_search_arguments(args)
     workload = wan_workload(args.model, parse_resolution(args.resolution, frames=args.frames))
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(message, file=sys.stderr, flush=True)
-
     rows = run_whatif(
         workload,
         specs,
         top_k=args.top_k,
         max_placements=args.max_placements,
         cache_dir=args.cache_dir,
-        progress=progress,
+        progress=progress_printer(quiet=args.quiet),
     )
     if args.csv:
         Path(args.csv).write_text(rows_to_csv(rows), encoding="utf-8")
