@@ -23,7 +23,7 @@ allowed.
 Example:
     >>> from sim.topology import load_slice
     >>> from aoizora.device_order import DeviceOrder
-    >>> from aoizora.rules import Rules
+    >>> from aoizora.rules import Rules, rule_pair_from_json, rule_pairs_to_json
     >>> order = DeviceOrder.from_physical_ids((0, 1, 3, 2), mesh_shape=(2, 2),
     ...                                       slice_=load_slice("v5e:2x2"))
     >>> plan = Plan.create(model="wan2.1-1.3b", clip=Clip(832, 480, 81),
@@ -57,7 +57,7 @@ import numpy as np
 
 from aoizora.device_order import Coord, DeviceOrder
 from aoizora.errors import PlanError
-from aoizora.rules import Rules
+from aoizora.rules import Rules, rule_pair_from_json, rule_pairs_to_json
 from aoizora.workloads.attention import ATTENTION_KINDS
 from sim.errors import TopologyError
 from sim.topology import Slice, load_slice
@@ -437,7 +437,7 @@ class Plan:
             "slice": self.slice_name,
             "mesh": {"axis_names": list(self.mesh_axis_names), "shape": list(self.mesh_shape)},
             "rules_name": self.rules_name,
-            "rules": [[name, list(axes)] for name, axes in self.logical_rules],
+            "rules": rule_pairs_to_json(self.logical_rules),
             "attention": self.attention,
             "candidate": self.candidate_id,
             "placement": self.placement_id,
@@ -598,20 +598,14 @@ def _text(value: Any, field: str) -> str:
 
 def _rules(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     out: list[tuple[str, tuple[str, ...]]] = []
-    for i, pair in enumerate(_list(value, "rules")):
-        ok = (
-            isinstance(pair, list)
-            and len(pair) == 2
-            and isinstance(pair[0], str)
-            and isinstance(pair[1], list)
-            and all(isinstance(a, str) for a in pair[1])
-        )
-        if not ok:
+    for i, item in enumerate(_list(value, "rules")):
+        pair = rule_pair_from_json(item)
+        if pair is None:
             raise PlanError(
-                f"rules[{i}] is {pair!r}; each rule is [logical name, [mesh axes...]], e.g. "
+                f"rules[{i}] is {item!r}; each rule is [logical name, [mesh axes...]], e.g. "
                 "['activation_length', ['context']]"
             )
-        out.append((pair[0], tuple(pair[1])))
+        out.append(pair)
     return tuple(out)
 
 

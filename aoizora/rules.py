@@ -47,6 +47,8 @@ __all__ = [
     "logical_to_mesh_axes",
     "logical_to_pspec",
     "sharding_degree",
+    "rule_pair_from_json",
+    "rule_pairs_to_json",
     "rules_to_json",
     "rules_from_json",
 ]
@@ -245,6 +247,34 @@ def _size_map(
     return {n: int(s) for n, s in zip(names, sizes, strict=True)}
 
 
+def rule_pairs_to_json(pairs: Sequence[tuple[str, tuple[str, ...]]]) -> list[list[Any]]:
+    """Rule pairs as JSON lists ``[[logical name, [mesh axes...]], ...]`` (rules and plan files).
+
+    >>> rule_pairs_to_json((("heads", ("tensor",)), ("embed", ())))
+    [['heads', ['tensor']], ['embed', []]]
+    """
+    return [[logical, list(axes)] for logical, axes in pairs]
+
+
+def rule_pair_from_json(item: object) -> tuple[str, tuple[str, ...]] | None:
+    """The pair a JSON ``[logical name, [mesh axes...]]`` spells, or ``None`` if it is not one.
+
+    The caller raises its own error (with its own context) on ``None``:
+
+    >>> rule_pair_from_json(["heads", ["tensor"]]), rule_pair_from_json(["heads", "tensor"])
+    (('heads', ('tensor',)), None)
+    """
+    if (
+        not isinstance(item, list)
+        or len(item) != 2
+        or not isinstance(item[0], str)
+        or not isinstance(item[1], list)
+        or not all(isinstance(a, str) for a in item[1])
+    ):
+        return None
+    return item[0], tuple(item[1])
+
+
 def rules_to_json(rules: Rules) -> dict[str, Any]:
     """A JSON-ready value for a plan file (``json.dumps`` it or embed it).
 
@@ -254,7 +284,7 @@ def rules_to_json(rules: Rules) -> dict[str, Any]:
     return {
         "format": _JSON_FORMAT,
         "name": rules.name,
-        "rules": [[logical, list(axes)] for logical, axes in rules.pairs],
+        "rules": rule_pairs_to_json(rules.pairs),
     }
 
 
@@ -275,16 +305,11 @@ def rules_from_json(value: str | Mapping[str, Any]) -> Rules:
         raise WorkloadError(f"rules JSON needs a string 'name' and a list 'rules': {example}")
     pairs: list[tuple[str, tuple[str, ...]]] = []
     for item in raw:
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not isinstance(item[0], str)
-            or not isinstance(item[1], list)
-            or not all(isinstance(a, str) for a in item[1])
-        ):
+        pair = rule_pair_from_json(item)
+        if pair is None:
             raise WorkloadError(
                 f"rule {item!r} in rules JSON {name!r} is not [logical name, [mesh axes]]: "
                 f"{example}"
             )
-        pairs.append((item[0], tuple(item[1])))
+        pairs.append(pair)
     return Rules(name=name, pairs=tuple(pairs))
