@@ -6,6 +6,11 @@ agreement and MAPE, and exits 1 when any is outside the thresholds given on the
 command line -- a regression gate. Exit 0: within thresholds; exit 2: the file
 is malformed or a row cannot be predicted.
 
+Collective rows are replayed in the simulator; step rows are compiled for
+their slice (AOT, libtpu) and replayed with their device order, like the
+planner's Q2. Compile results are kept in the planner's cache (``--cache-dir``,
+shared with ``aoizora plan``).
+
     aoizora validate validation/measurements.csv --min-spearman 0.9 --min-top1 1 --max-mape 35
 """
 
@@ -13,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from aoizora.commands.plan import DEFAULT_CACHE_DIR
 from aoizora.validation import (
     GroupReport,
     Thresholds,
@@ -58,6 +65,14 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="X",
         help="fail when a group's mean absolute percentage error exceeds X percent",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR),
+        help=(
+            "the planner's cache; step rows keep their compile results in its compiled/ "
+            "folder (default $AOIZORA_CACHE_DIR or %(default)s)"
+        ),
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
@@ -107,7 +122,7 @@ def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Predict, report, and return 1 when the gate fails."""
     rows = read_measurements(args.file)
-    report = validate(rows, predictors=default_predictors())
+    report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
     thresholds = Thresholds(
         min_spearman=args.min_spearman,
         min_top1=args.min_top1,
