@@ -23,7 +23,7 @@ allowed.
 Example:
     >>> from sim.topology import load_slice
     >>> from aoizora.device_order import DeviceOrder
-    >>> from aoizora.rules import Rules, rule_pair_from_json, rule_pairs_to_json
+    >>> from aoizora.rules import Rules
     >>> order = DeviceOrder.from_physical_ids((0, 1, 3, 2), mesh_shape=(2, 2),
     ...                                       slice_=load_slice("v5e:2x2"))
     >>> plan = Plan.create(model="wan2.1-1.3b", clip=Clip(832, 480, 81),
