@@ -55,8 +55,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from aoizora.clip import Clip
 from aoizora.device_order import Coord, DeviceOrder
-from aoizora.errors import PlanError
+from aoizora.errors import PlanError, WorkloadError
 from aoizora.rules import Rules, rule_pair_from_json, rule_pairs_to_json
 from aoizora.workloads.attention import ATTENTION_KINDS
 from sim.errors import TopologyError
@@ -92,19 +93,6 @@ _TOP_KEYS = (
     "schema",
     "slice",
 )
-
-
-@dataclass(frozen=True)
-class Clip:
-    """The video clip a plan is for: pixel ``width`` x ``height``, ``frames`` frames."""
-
-    width: int
-    height: int
-    frames: int
-
-    def __post_init__(self) -> None:
-        for name in ("width", "height", "frames"):
-            _check_positive_int(getattr(self, name), f"clip.{name}", "e.g. 832, 480 or 81")
 
 
 @dataclass(frozen=True)
@@ -501,9 +489,14 @@ class Plan:
             data["provenance"], "provenance", ("aoizora", "jax", "jaxlib", "libtpu")
         )
         baselines = _object(predicted["baselines"], "predicted_latency_s.baselines", None)
+        model = _text(data["model"], "model")
+        try:
+            clip_value = Clip(width=clip["width"], height=clip["height"], frames=clip["frames"])
+        except WorkloadError as exc:  # a bad field of the plan file, reported as such
+            raise PlanError(str(exc)) from None
         return cls(
-            model=_text(data["model"], "model"),
-            clip=Clip(width=clip["width"], height=clip["height"], frames=clip["frames"]),
+            model=model,
+            clip=clip_value,
             slice_name=_text(data["slice"], "slice"),
             mesh_axis_names=tuple(_list(mesh["axis_names"], "mesh.axis_names")),
             mesh_shape=tuple(_list(mesh["shape"], "mesh.shape")),

@@ -42,7 +42,7 @@ from aoizora.errors import WorkloadError
 from aoizora.rules import LogicalAxes, Rules, is_logical_axes
 
 if TYPE_CHECKING:
-    from aoizora.workloads.wan import Clip
+    from aoizora.clip import Clip
 
 __all__ = [
     "Backend",

@@ -23,7 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from aoizora.plan import Clip as PlanClip
 from aoizora.planner import PlanOutcome, run_plan
 from aoizora.workload import wan_workload
 from aoizora.workloads.wan import parse_resolution
@@ -62,8 +61,7 @@ def main() -> int:
         print(f"cold plan   {cold_s:8.1f} s  ({label})", flush=True)
         warm_s, warm = _run(args, cache, exhaustive=False)
         print(f"warm plan   {warm_s:8.1f} s", flush=True)
-        wan_clip = parse_resolution(args.resolution, frames=args.frames)
-        clip = PlanClip(wan_clip.width, wan_clip.height, wan_clip.frames)
+        clip = parse_resolution(args.resolution, frames=args.frames)
         same = (
             cold.plan(model=args.model, clip=clip).to_json()
             == warm.plan(model=args.model, clip=clip).to_json()

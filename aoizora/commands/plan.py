@@ -114,7 +114,6 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aoizora.plan import Clip as PlanClip
     from aoizora.planner import outcome_summary, run_plan
     from aoizora.report import render_report
     from aoizora.workload import wan_workload
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         max_placements=args.max_placements,
         progress=progress,
     )
-    plan = outcome.plan(model=args.model, clip=PlanClip(clip.width, clip.height, clip.frames))
+    plan = outcome.plan(model=args.model, clip=clip)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.save(out)

@@ -20,7 +20,7 @@ bf16 (norms, RoPE and modulation math in f32, as Wan does under autocast); the
 timestep is f32 (bf16 cannot hold timesteps up to 1000 to one step).
 
     >>> clip = parse_resolution("480p")
-    >>> clip, clip.token_grid, clip.num_tokens
+    >>> clip, token_grid(clip), num_tokens(clip)
     (Clip(width=832, height=480, frames=81), (21, 30, 52), 32760)
 """
 
@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from aoizora.clip import Clip
 from aoizora.errors import WorkloadError
 from aoizora.rules import LogicalAxes, Rules, logical_to_pspec, sharding_degree
 from aoizora.workload import BuildContext, Probe, Workload
@@ -45,6 +46,10 @@ __all__ = [
     "WanConfig",
     "WAN_CONFIGS",
     "Clip",
+    "check_wan_clip",
+    "latent_shape",
+    "token_grid",
+    "num_tokens",
     "parse_resolution",
     "RESOLUTIONS",
     "WAN_RULE_SETS",
@@ -115,69 +120,71 @@ VAE_STRIDE: tuple[int, int, int] = (4, 8, 8)
 RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 720)}
 
 
-@dataclass(frozen=True)
-class Clip:
-    """A video clip in pixels: ``width x height``, ``frames`` (4k+1, as the VAE needs)."""
+def check_wan_clip(clip: Clip) -> Clip:
+    """``clip`` if Wan can take it: sizes multiples of 16, ``4k+1`` frames; else WorkloadError.
 
-    width: int
-    height: int
-    frames: int
-
-    def __post_init__(self) -> None:
-        if self.width <= 0 or self.height <= 0 or self.width % 16 or self.height % 16:
-            raise WorkloadError(
-                f"clip {self.width}x{self.height}: width and height must be positive multiples "
-                f"of 16 (VAE stride 8 x patch 2), e.g. 832x480"
-            )
-        if self.frames < 1 or (self.frames - 1) % VAE_STRIDE[0]:
-            raise WorkloadError(
-                f"clip frames {self.frames}: must be 4k+1 (the VAE keeps frame 0 and compresses "
-                f"4:1 after it), e.g. 81"
-            )
-
-    @property
-    def latent_shape(self) -> tuple[int, int, int]:
-        """(frames, height, width) of the VAE latent: frames (F-1)/4+1, pixels / 8."""
-        return (
-            (self.frames - 1) // VAE_STRIDE[0] + 1,
-            self.height // VAE_STRIDE[1],
-            self.width // VAE_STRIDE[2],
+    >>> check_wan_clip(Clip(832, 480, 80))
+    Traceback (most recent call last):
+    ...
+    aoizora.errors.WorkloadError: clip frames 80: must be 4k+1 (the VAE keeps frame 0 ...), e.g. 81
+    """
+    if clip.width % 16 or clip.height % 16:
+        raise WorkloadError(
+            f"clip {clip.width}x{clip.height}: width and height must be positive multiples "
+            f"of 16 (VAE stride 8 x patch 2), e.g. 832x480"
         )
+    if (clip.frames - 1) % VAE_STRIDE[0]:
+        raise WorkloadError(
+            f"clip frames {clip.frames}: must be 4k+1 (the VAE keeps frame 0 and compresses "
+            f"4:1 after it), e.g. 81"
+        )
+    return clip
 
-    @property
-    def token_grid(self) -> tuple[int, int, int]:
-        """(frames, height, width) in tokens after the (1, 2, 2) patch."""
-        f, h, w = self.latent_shape
-        return (f, h // 2, w // 2)
 
-    @property
-    def num_tokens(self) -> int:
-        return math.prod(self.token_grid)
+def latent_shape(clip: Clip) -> tuple[int, int, int]:
+    """(frames, height, width) of Wan's VAE latent: frames (F-1)/4+1, pixels / 8.
 
-    @property
-    def label(self) -> str:
-        return f"{self.width}x{self.height}x{self.frames}"
+    >>> latent_shape(Clip(832, 480, 81))
+    (21, 60, 104)
+    """
+    check_wan_clip(clip)
+    return (
+        (clip.frames - 1) // VAE_STRIDE[0] + 1,
+        clip.height // VAE_STRIDE[1],
+        clip.width // VAE_STRIDE[2],
+    )
+
+
+def token_grid(clip: Clip) -> tuple[int, int, int]:
+    """(frames, height, width) in tokens after the (1, 2, 2) patch."""
+    f, h, w = latent_shape(clip)
+    return (f, h // 2, w // 2)
+
+
+def num_tokens(clip: Clip) -> int:
+    """Tokens in Wan's sequence for ``clip`` (the product of :func:`token_grid`)."""
+    return math.prod(token_grid(clip))
 
 
 def parse_resolution(text: str, *, frames: int = 81) -> Clip:
     """``"480p"``, ``"720p"`` or ``"WxH"`` (pixels) -> :class:`Clip` with ``frames`` frames.
 
-    >>> parse_resolution("720p").num_tokens
+    >>> num_tokens(parse_resolution("720p"))
     75600
-    >>> parse_resolution("256x256", frames=5).token_grid
+    >>> token_grid(parse_resolution("256x256", frames=5))
     (2, 16, 16)
     """
     key = text.strip().lower()
     if key in RESOLUTIONS:
         width, height = RESOLUTIONS[key]
-        return Clip(width, height, frames)
+        return check_wan_clip(Clip(width, height, frames))
     m = re.fullmatch(r"(\d+)x(\d+)", key)
     if not m:
         raise WorkloadError(
             f"resolution {text!r} is not one of {sorted(RESOLUTIONS)} or WIDTHxHEIGHT; "
             f"e.g. '480p' or '832x480'"
         )
-    return Clip(int(m.group(1)), int(m.group(2)), frames)
+    return check_wan_clip(Clip(int(m.group(1)), int(m.group(2)), frames))
 
 
 # ---------------------------------------------------------------------------------------
@@ -315,9 +322,9 @@ def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, Any, Any, Any]:
     latents ``(2, 16, F', H/8, W/8)`` bf16, timestep ``(2,)`` f32, text
     ``(2, text_len, text_dim)`` bf16 (umT5 output, both CFG prompts).
     """
-    f, h, w = clip.latent_shape
+    f, h, w = latent_shape(clip)
     if h % cfg.patch[1] or w % cfg.patch[2] or f % cfg.patch[0]:
-        raise WorkloadError(f"latent {clip.latent_shape} is not divisible by patch {cfg.patch}")
+        raise WorkloadError(f"latent {latent_shape(clip)} is not divisible by patch {cfg.patch}")
     params = _param_shapes(cfg, jnp.bfloat16)
     latents = jax.ShapeDtypeStruct((CFG_BATCH, cfg.in_channels, f, h, w), jnp.bfloat16)
     timestep = jax.ShapeDtypeStruct((CFG_BATCH,), jnp.float32)
@@ -437,8 +444,8 @@ def wan_step(
             f"Wan step: attention {ctx.attention!r} unknown; use one of {ATTENTION_KINDS}"
         )
     shard = _Shard(ctx)
-    grid = clip.token_grid
-    n_tok = clip.num_tokens
+    grid = token_grid(clip)
+    n_tok = num_tokens(clip)
     seq_deg = sharding_degree(shard.spec(_HIDDEN)[1], ctx.mesh_sizes)
     s_pad = padded_tokens(n_tok, seq_deg)
     q_spec = shard.spec(_QKV)
@@ -583,7 +590,7 @@ def wan_flops(cfg: WanConfig, clip: Clip, *, batch: int = CFG_BATCH, tokens: int
         >>> round(f.total / 2 / 1e15, 2), round(f.self_attention / f.total, 2)
         (6.52, 0.72)
     """
-    s = clip.num_tokens if tokens is None else tokens
+    s = num_tokens(clip) if tokens is None else tokens
     d, f, t, n = cfg.dim, cfg.ffn_dim, cfg.text_len, cfg.num_layers
     p_in = cfg.in_channels * cfg.patch_size
     p_out = cfg.out_channels * cfg.patch_size
@@ -610,6 +617,8 @@ MAX_PAD_FRACTION = 0.01
 
 def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules, str],
                                                         tuple[str, ...]]:  # fmt: skip
+    tokens = num_tokens(clip)
+
     def check(sizes: Mapping[str, int], rules: Rules, attention: str) -> tuple[str, ...]:
         names = tuple(sizes)
         reasons: list[str] = []
@@ -631,11 +640,11 @@ def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules
                 f"{attention} attention needs a sharded sequence (activation_length degree 1 "
                 f"here); it would equal gather_kv"
             )
-        pad = padded_tokens(clip.num_tokens, seq_deg) - clip.num_tokens
-        if pad > MAX_PAD_FRACTION * clip.num_tokens:
+        pad = padded_tokens(tokens, seq_deg) - tokens
+        if pad > MAX_PAD_FRACTION * tokens:
             reasons.append(
-                f"sequence of {clip.num_tokens} tokens over degree {seq_deg} needs {pad} padding "
-                f"tokens (> {MAX_PAD_FRACTION:.0%}); choose a degree dividing {clip.num_tokens}"
+                f"sequence of {tokens} tokens over degree {seq_deg} needs {pad} padding "
+                f"tokens (> {MAX_PAD_FRACTION:.0%}); choose a degree dividing {tokens}"
             )
         return tuple(reasons)
 
@@ -675,7 +684,7 @@ def make_wan_workload(
             k = kernel
         return wan_step(cfg, clip, ctx, kernel=k, scan_layers=scan_layers)
 
-    b, s, d, t = CFG_BATCH, clip.num_tokens, cfg.dim, cfg.text_len
+    b, s, d, t = CFG_BATCH, num_tokens(clip), cfg.dim, cfg.text_len
     probes = (
         Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
         Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),
@@ -698,7 +707,7 @@ def make_wan_workload(
             "kind": "wan",
             "model": cfg.name,
             "clip": clip.label,
-            "tokens": clip.num_tokens,
+            "tokens": num_tokens(clip),
             "num_heads": cfg.num_heads,
             "num_layers": cfg.num_layers,
             "num_params": cfg.num_params,

@@ -19,9 +19,13 @@ from aoizora.workloads.wan import (
     WAN_RULE_SETS,
     Clip,
     WanConfig,
+    check_wan_clip,
+    latent_shape,
     make_wan_workload,
+    num_tokens,
     padded_tokens,
     parse_resolution,
+    token_grid,
     wan_flops,
 )
 
@@ -30,10 +34,10 @@ def test_clip_tokens_match_facts() -> None:
     # FACTS.md: 81 frames 480p -> 21x30x52 = 32,760 tokens; 720p -> 21x45x80 = 75,600.
     c480, c720 = parse_resolution("480p"), parse_resolution("720p")
     assert (c480.width, c480.height, c480.frames) == (832, 480, 81)
-    assert c480.latent_shape == (21, 60, 104)
-    assert (c480.token_grid, c480.num_tokens) == ((21, 30, 52), 32760)
-    assert (c720.token_grid, c720.num_tokens) == ((21, 45, 80), 75600)
-    assert parse_resolution("1280X720", frames=33).token_grid == (9, 45, 80)
+    assert latent_shape(c480) == (21, 60, 104)
+    assert (token_grid(c480), num_tokens(c480)) == ((21, 30, 52), 32760)
+    assert (token_grid(c720), num_tokens(c720)) == ((21, 45, 80), 75600)
+    assert token_grid(parse_resolution("1280X720", frames=33)) == (9, 45, 80)
 
 
 @pytest.mark.parametrize("text", ["481p", "800x", "x480"])
@@ -44,9 +48,13 @@ def test_parse_resolution_errors(text: str) -> None:
 
 def test_clip_validation() -> None:
     with pytest.raises(WorkloadError, match="4k\\+1"):
-        Clip(832, 480, 80)
+        check_wan_clip(Clip(832, 480, 80))
     with pytest.raises(WorkloadError, match="multiples of 16"):
-        Clip(840, 480, 81)
+        check_wan_clip(Clip(840, 480, 81))
+    with pytest.raises(WorkloadError, match="4k\\+1"):
+        parse_resolution("832x480", frames=80)
+    with pytest.raises(WorkloadError, match="clip.width is 0"):
+        Clip(0, 480, 81)
 
 
 def test_param_counts_match_published_sizes() -> None:
@@ -145,7 +153,7 @@ def _run(mesh_shape: tuple[int, ...], rules_id: str, attention: str, inputs: tup
 
 @pytest.mark.slow
 def test_every_attention_kind_computes_the_same_step() -> None:
-    assert SMALL_CLIP.num_tokens == 12
+    assert num_tokens(SMALL_CLIP) == 12
     wl = make_wan_workload("small", SMALL_CLIP, config=SMALL, kernel="xla")
     leaves, tree = jax.tree.flatten(wl.abstract_args)
     keys = jax.random.split(jax.random.key(1), len(leaves))
