@@ -91,6 +91,22 @@ def _meta(pid: int, tid: int | None, kind: str, name: str) -> dict[str, Any]:
     return event
 
 
+def _span(
+    name: str, cat: str, start_s: float, end_s: float, pid: int, tid: int, args: dict[str, Any]
+) -> dict[str, Any]:
+    """A complete (``"ph": "X"``) event from ``start_s`` to ``end_s`` on thread ``(pid, tid)``."""
+    return {
+        "name": name,
+        "cat": cat,
+        "ph": "X",
+        "ts": start_s * _US,
+        "dur": (end_s - start_s) * _US,
+        "pid": pid,
+        "tid": tid,
+        "args": args,
+    }
+
+
 def _link_name(slice_: Slice, i: int) -> str:
     link = slice_.links[i]
     axis = "xyz"[link.dim]
@@ -138,21 +154,8 @@ def chrome_trace(
             pid, tid = JOINS_PID, 0
         else:
             pid, tid = chip_pid(slice_.physical_id(c.chip)), compute_lane[k]
-        events.append(
-            {
-                "name": c.id,
-                "cat": "compute",
-                "ph": "X",
-                "ts": c.release_s * _US,
-                "dur": (c.finish_s - c.release_s) * _US,
-                "pid": pid,
-                "tid": tid,
-                "args": {
-                    "duration_s": c.duration_s,
-                    "chip": None if c.chip is None else list(c.chip),
-                },
-            }
-        )
+        args = {"duration_s": c.duration_s, "chip": None if c.chip is None else list(c.chip)}
+        events.append(_span(c.id, "compute", c.release_s, c.finish_s, pid, tid, args))
     # Flows: lanes per sending chip, threads numbered after the compute lanes.
     per_chip_flows: dict[int, list[tuple[float, float, int]]] = {}
     for k, f in enumerate(result.flows):
@@ -167,23 +170,15 @@ def chrome_trace(
             events.append(_meta(chip_pid(pid), first + lane, "thread_name", f"send {lane}"))
         for _, _, k in sorted(per_chip_flows[pid]):
             f = result.flows[k]
+            args = {
+                "src": list(f.src),
+                "dst": list(f.dst),
+                "size_bytes": f.size_bytes,
+                "hops": f.hops,
+                "drain_us": f.drain_s * _US,
+            }
             events.append(
-                {
-                    "name": f.id,
-                    "cat": "flow",
-                    "ph": "X",
-                    "ts": f.release_s * _US,
-                    "dur": (f.finish_s - f.release_s) * _US,
-                    "pid": chip_pid(pid),
-                    "tid": first + lanes[k],
-                    "args": {
-                        "src": list(f.src),
-                        "dst": list(f.dst),
-                        "size_bytes": f.size_bytes,
-                        "hops": f.hops,
-                        "drain_us": f.drain_s * _US,
-                    },
-                }
+                _span(f.id, "flow", f.release_s, f.finish_s, chip_pid(pid), first + lanes[k], args)
             )
             if f.finish_s > f.drain_s and f.hops > 0:
                 for link in route_link_ids(slice_, f.src, f.dst, order=routing_order).tolist():
@@ -192,18 +187,8 @@ def chrome_trace(
         events.append(_meta(LINKS_PID, i, "thread_name", _link_name(slice_, i)))
     for i in sorted(link_busy):
         for start, end, count in _union(link_busy[i]):
-            events.append(
-                {
-                    "name": "busy",
-                    "cat": "link",
-                    "ph": "X",
-                    "ts": start * _US,
-                    "dur": (end - start) * _US,
-                    "pid": LINKS_PID,
-                    "tid": i,
-                    "args": {"flows": count, "bytes_carried_total": result.links[i].bytes_carried},
-                }
-            )
+            args = {"flows": count, "bytes_carried_total": result.links[i].bytes_carried}
+            events.append(_span("busy", "link", start, end, LINKS_PID, i, args))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ns",
