@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from aoizora.errors import PlacementError
 from sim.topology import Slice
 
-__all__ = ["Coord", "DeviceOrder"]
+__all__ = ["Coord", "DeviceOrder", "check_mesh_shape"]
 
 Coord = tuple[int, ...]
 
@@ -92,7 +92,7 @@ class DeviceOrder:
         slice's chips and their count equals the mesh size.
         """
         ids = tuple(int(i) for i in physical_ids)
-        shape = _check_mesh_shape(mesh_shape, slice_)
+        shape = check_mesh_shape(mesh_shape, slice_)
         if sorted(ids) != list(range(slice_.num_chips)):
             raise PlacementError(
                 f"device order {list(ids)} is not a permutation of the {slice_.num_chips} chip "
@@ -125,12 +125,18 @@ class DeviceOrder:
         return cls.from_physical_ids(range(slice_.num_chips), mesh_shape=mesh_shape, slice_=slice_)
 
 
-def _check_mesh_shape(mesh_shape: Sequence[int], slice_: Slice) -> tuple[int, ...]:
+def check_mesh_shape(mesh_shape: Sequence[int], slice_: Slice) -> tuple[int, ...]:
+    """``mesh_shape`` as ints if its sizes are positive and multiply to the slice's chip count.
+
+    >>> from sim.topology import load_slice
+    >>> check_mesh_shape([2, 4], load_slice("v5e:2x4"))
+    (2, 4)
+    """
     shape = tuple(int(s) for s in mesh_shape)
     if not shape or any(s < 1 for s in shape) or math.prod(shape) != slice_.num_chips:
         raise PlacementError(
             f"mesh shape {list(shape)} does not cover {slice_.name}: its sizes must be positive "
             f"and multiply to {slice_.num_chips} chips (e.g. [{slice_.num_chips}] or "
-            f"{list(slice_.shape)})"
+            f"{list(slice_.shape)}); change mesh_shape or the slice"
         )
     return shape

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aoizora.device_order import DeviceOrder
+from aoizora.device_order import DeviceOrder, check_mesh_shape
 from aoizora.errors import PlacementError
 from sim.topology import Slice
 
@@ -394,13 +394,7 @@ def _traversal_digits(sizes: Sequence[int], traversal: str) -> list[list[int]] |
 def _check_inputs(
     mesh_shape: Sequence[int], slice_: Slice, mesh_axis_names: Sequence[str] | None
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    shape = tuple(int(s) for s in mesh_shape)
-    if not shape or any(s < 1 for s in shape) or math.prod(shape) != slice_.num_chips:
-        raise PlacementError(
-            f"mesh shape {list(shape)} does not cover {slice_.name}: its sizes must be positive "
-            f"and multiply to {slice_.num_chips} chips (e.g. [{slice_.num_chips}] or "
-            f"{list(slice_.shape)}); change mesh_shape or the slice"
-        )
+    shape = check_mesh_shape(mesh_shape, slice_)
     names = (
         tuple(f"axis_{i}" for i in range(len(shape)))
         if mesh_axis_names is None
