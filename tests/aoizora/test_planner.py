@@ -27,6 +27,7 @@ from aoizora.planner import (
     CandidateScores,
     PlanOutcome,
     _exhaustive_check,
+    network_footprint,
     run_plan,
 )
 from aoizora.replay import replay
@@ -80,6 +81,41 @@ def test_winner_is_the_minimum_over_every_scored_pair(cold: PlanOutcome) -> None
         qs = [p.q2_s for p in c.placements]
         assert qs == sorted(qs)
         assert c.best.q2_s == qs[0] and c.worst.q2_s == qs[-1]
+
+
+def test_footprint_sharing_is_exact(cold: PlanOutcome) -> None:
+    # Every placement's Q2 (possibly shared through an equal network footprint)
+    # equals a fresh replay of that placement, by brute force.
+    for c in cold.scored:
+        graph = graph_from_text(c.compile.hlo_text)
+        for p in c.placements:
+            assert replay(graph, cold.slice_, p.order).step_time_s == p.q2_s
+
+
+_ONE_AXIS_HLO = """HloModule m, num_partitions=4
+ENTRY %e (p: f32[262144]) -> f32[524288] {
+  %p = f32[262144]{0} parameter(0)
+  ROOT %ag = f32[524288]{0} all-gather(%p), channel_id=1, replica_groups={{0,1},{2,3}}, \
+dimensions={0}, use_global_device_ids=true
+}"""
+
+
+def test_footprint_merges_orders_that_only_move_an_idle_axis() -> None:
+    # The all-gather spans the second mesh axis only: swapping the two rows of the
+    # mesh (the first axis) moves no flow, so the footprint is equal -- and so is
+    # a fresh replay. Reversing a row changes the ring order: a different footprint.
+    slice_ = load_slice("v5e:2x2")
+    graph = graph_from_text(_ONE_AXIS_HLO)
+
+    def order(ids: tuple[int, ...]) -> DeviceOrder:
+        return DeviceOrder.from_physical_ids(ids, mesh_shape=(2, 2), slice_=slice_)
+
+    base, rows_swapped, row_reversed = order((0, 1, 2, 3)), order((2, 3, 0, 1)), order((1, 0, 2, 3))
+    assert network_footprint(graph, base) == network_footprint(graph, rows_swapped)
+    assert network_footprint(graph, base) != network_footprint(graph, row_reversed)
+    assert (
+        replay(graph, slice_, base).step_time_s == replay(graph, slice_, rows_swapped).step_time_s
+    )
 
 
 def test_stage1_keeps_top_k_by_q1_and_compiles_them(cold: PlanOutcome) -> None:
