@@ -76,6 +76,7 @@ from aoizora.stage1.shardy import (
 
 __all__ = [
     "COLLECTIVES",
+    "RELAYOUT_PASSES",
     "Node",
     "PredictionDag",
     "build_dag",
@@ -101,6 +102,9 @@ _SDY_RESHARD_COLLECTIVES = (
 _RETURNS = ("func.return", "stablehlo.return", "sdy.return")
 # Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
 _ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
+# An all-to-all costs two transposes (before and after), each reading and writing
+# the buffer once: 4 x V bytes of HBM traffic (see _Builder._relayout).
+RELAYOUT_PASSES = 4
 # Dependency lists are truncated to the latest producers: enough for ordering,
 # and it keeps the DAG linear in the program size.
 _MAX_DEPS = 16
@@ -129,6 +133,8 @@ class Node:
     deps: tuple[int, ...]
     op: str
     reason: str
+    # The loop body this node runs in (0 = not in a loop); see PredictionDag.regions.
+    region: int = 0
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -145,6 +151,7 @@ class Node:
             "deps": list(self.deps),
             "op": self.op,
             "reason": self.reason,
+            "region": self.region,
         }
 
 
@@ -166,6 +173,10 @@ class PredictionDag:
     argument_bytes_per_chip: int
     peak_temp_bytes_per_chip: int
     warnings: tuple[str, ...] = field(default=())
+    # (region, parent region, trip count) of every stablehlo.while body (and its
+    # condition), in program order; region 0, the step itself, is implicit. A node
+    # of region r runs trip(r) times per execution of its parent.
+    regions: tuple[tuple[int, int, int], ...] = field(default=())
 
     @property
     def memory_bytes_per_chip(self) -> int:
@@ -262,6 +273,7 @@ class _Ctx:
     count: int
     manual: frozenset[str]
     depth: int = 0
+    region: int = 0
 
 
 class _Builder:
@@ -276,6 +288,7 @@ class _Builder:
         self.warnings: list[str] = []
         self.transient: dict[int, int] = {}  # id(op) -> resharded operand bytes at that op
         self._sharding_cache: dict[int, Sharding] = {}
+        self.regions: list[tuple[int, int, int]] = []
         for fn in module.functions.values():
             self._index(fn.body)
 
@@ -352,6 +365,7 @@ class _Builder:
                 deps=deps,
                 op=op.name,
                 reason=reason,
+                region=ctx.region,
             )
         )
         return nid
@@ -376,10 +390,34 @@ class _Builder:
                 op=op,
                 reason=f"{reason}: {src.label()} -> {dst.label()}",
             )
+            if coll == "all-to-all":
+                last = self._relayout(last, nbytes, ctx, op)
             deps = (last,)
         if last is not None:
             self.transient[id(op)] = self.transient.get(id(op), 0) + self._type(v).shard_bytes(dst)
         return last
+
+    def _relayout(self, a2a: int, nbytes: int, ctx: _Ctx, op: Op) -> int:
+        """The memory-bound copies around an all-to-all; returns the new last node.
+
+        XLA's TPU all-to-all exchanges chunks of the *major* dimension, so the
+        partitioner transposes the split dimension to the front before it and
+        the concatenated dimension back after it (``AllToAllDecomposer`` /
+        SPMD ``AllToAll`` resharding in openxla/xla). Each transpose reads and
+        writes the buffer: ``RELAYOUT_PASSES * V`` HBM bytes per chip for
+        ``V = bytes_per_device`` (a copy fusion at HBM bandwidth).
+        """
+        return self._add(
+            kind="compute",
+            collective="",
+            axes=(),
+            nbytes=0,
+            ctx=ctx,
+            deps=(a2a,),
+            op=op,
+            reason="relayout around all-to-all",
+            hbm_bytes=RELAYOUT_PASSES * nbytes,
+        )
 
     def _reshard_operands(
         self, op: Op, wanted: Sequence[Sharding | None], ctx: _Ctx, reason: str
@@ -450,7 +488,7 @@ class _Builder:
         body = op.regions[0]
         for a, f in zip(body.args, fronts, strict=False):
             self.frontier[a] = f
-        inner = _Ctx(ctx.count, ctx.manual | frozenset(op.manual_axes), ctx.depth)
+        inner = _Ctx(ctx.count, ctx.manual | frozenset(op.manual_axes), ctx.depth, ctx.region)
         self._block(body, inner)
         self._set_results(op, self._return_front(body))
 
@@ -459,14 +497,18 @@ class _Builder:
         loop_sh = [self._sharding(r) for r in op.results]
         fronts = self._reshard_operands(op, loop_sh, ctx, "loop carry")
         cond, body = op.regions[0], op.regions[1]
+        # Condition and body share one region: Q1's schedule runs the body once
+        # per trip (the condition's one extra evaluation is left out there).
+        rid = len(self.regions) + 1
+        self.regions.append((rid, ctx.region, trip))
         for region, count in ((cond, ctx.count * (trip + 1)), (body, ctx.count * trip)):
             for a, f in zip(region.args, fronts, strict=False):
                 self.frontier[a] = f
-            self._block(region, _Ctx(count, ctx.manual, ctx.depth))
+            self._block(region, _Ctx(count, ctx.manual, ctx.depth, rid))
         ret = body.ops[-1] if body.ops else None
         if ret is not None and ret.name in _RETURNS and trip > 0:
             self._reshard_operands(
-                ret, loop_sh, _Ctx(ctx.count * trip, ctx.manual), "loop carry back"
+                ret, loop_sh, _Ctx(ctx.count * trip, ctx.manual, ctx.depth, rid), "loop carry back"
             )
         self._set_results(op, self._return_front(body) or self._deps(op.operands))
 
@@ -480,7 +522,7 @@ class _Builder:
         fronts = self._reshard_operands(op, wanted, ctx, f"arguments of @{fn.name}")
         for a, f in zip(fn.body.args, fronts, strict=False):
             self.frontier[a] = f
-        self.build_function(fn, _Ctx(ctx.count, ctx.manual, ctx.depth + 1))
+        self.build_function(fn, _Ctx(ctx.count, ctx.manual, ctx.depth + 1, ctx.region))
         self._set_results(op, self._return_front(fn.body))
 
     # ---- loops
@@ -571,6 +613,8 @@ class _Builder:
             op=op,
             reason=f"{op.name} in shard_map",
         )
+        if collective == "all-to-all":
+            nid = self._relayout(nid, nbytes, ctx, op)
         self._set_results(op, (nid,))
 
     def _sdy_reduce(self, op: Op, ctx: _Ctx) -> None:
@@ -822,4 +866,5 @@ def build_dag(module: ShardyModule) -> PredictionDag:
         argument_bytes_per_chip=args,
         peak_temp_bytes_per_chip=peak,
         warnings=tuple(dict.fromkeys(b.warnings)),
+        regions=tuple(b.regions),
     )

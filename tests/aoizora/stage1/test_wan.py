@@ -65,7 +65,9 @@ def test_tiny_wan_estimates(
         # Well under a second on a quiet machine (~0.1-0.3 s); 2 s leaves room for a busy CI box.
         assert elapsed_s < 2.0, (cand.id, elapsed_s)
         assert not est.warnings, (cand.id, est.warnings)
-        assert est.q1_s == pytest.approx(est.compute_s + est.comm_s)
+        # The overlap schedule lies between full overlap and none (schedule.py).
+        assert max(est.compute_s, est.comm_s) * (1 - 1e-9) <= est.q1_s
+        assert est.q1_s <= (est.compute_s + est.comm_s) * (1 + 1e-9)
         assert est.compute_s > 0 and est.comm_s > 0
         # No FLOP is lost: the chips together do at least the model's analytic work;
         # more where small ops are replicated and where the tiny clip's 64-token
