@@ -1,21 +1,24 @@
 """Q1, the placement-oblivious step-time bound of Stage 1, and the top-K pruning.
 
-``Q1 = compute_s + comm_s`` (seconds per step, lower is better):
+``Q1`` (seconds per step, lower is better) is the makespan of the two-stream
+overlap schedule of :mod:`aoizora.stage1.schedule` over these durations:
 
-* ``compute_s`` -- every compute node at the chip's peak, as a per-op roofline:
-  ``sum(count * max(flops / bf16_flops_per_s, hbm_bytes / hbm_bandwidth_bytes_per_s))``
+* compute nodes -- a per-op roofline
+  ``max(flops / bf16_flops_per_s, hbm_bytes / hbm_bandwidth_bytes_per_s)``
   (Williams et al., "Roofline", CACM 2009; scaling-book "roofline" chapter).
-  Only matmuls, convolutions and kernels are counted, elementwise work is
-  assumed fused into them, so this side is a lower bound.
-* ``comm_s`` -- every communication node at ideal per-axis bandwidth, no
-  overlap with compute and no contention between axes (placement-oblivious).
-  Each mesh axis is costed as a line of ``n`` chips (a sub-slice of v5e/v6e has
-  no wrap-around, FACTS.md) with full-duplex links of one-way bandwidth ``W``
-  (``chip.link_bandwidth_bytes_per_s``). See :func:`collective_time_s`.
+  Matmuls, convolutions, kernels and the relayout copies around all-to-alls
+  (:data:`aoizora.stage1.dag.RELAYOUT_PASSES`); other elementwise work is
+  not counted, so this side is a lower bound.
+* communication nodes -- ideal per-axis bandwidth, no contention between axes
+  (placement-oblivious). Each mesh axis is costed as a line of ``n`` chips (a
+  sub-slice of v5e/v6e has no wrap-around, FACTS.md) with full-duplex links of
+  one-way bandwidth ``W`` (``chip.link_bandwidth_bytes_per_s``). See
+  :func:`collective_time_s`.
 
-Summing compute and communication (instead of taking the max, as perfect overlap
-would) keeps Q1 an upper-side estimate that still ranks shardings by both
-terms; Stage 2 replaces it with the simulated, placement-aware latency.
+Async collectives overlap independent compute, synchronous all-to-alls block
+it, so ``max(compute_s, comm_s) <= q1_s <= compute_s + comm_s``;
+``compute_s``/``comm_s`` are the plain sums. Stage 2 replaces Q1 with the
+simulated, placement-aware latency.
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True)
