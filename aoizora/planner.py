@@ -46,8 +46,14 @@ from aoizora.metrics import spearman
 from aoizora.placements import Placement, enumerate_placements
 from aoizora.plan import Plan, PredictedLatencies
 from aoizora.replay import ReplayResult, replay
+from aoizora.result_cache import (
+    JsonCache,
+    estimate_from_json,
+    estimate_to_json,
+    q2_key,
+    stage1_key,
+)
 from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, estimate, rank_stage1
-from aoizora.stage1_cache import Stage1Cache, stage1_key
 from aoizora.workload import Workload
 from sim.topology import Slice
 
@@ -188,7 +194,7 @@ def _stage1(
     candidates: Sequence[Candidate],
     slice_: Slice,
     progress: Progress,
-    cache: Stage1Cache | None,
+    cache: JsonCache | None,
 ) -> tuple[list[Stage1Estimate], list[tuple[str, str]]]:
     estimates: list[Stage1Estimate] = []
     failed: list[tuple[str, str]] = []
@@ -201,10 +207,10 @@ def _stage1(
             slice_name=slice_.name,
             chip=slice_.chip,
         )
-        est = cache.get(key) if cache is not None else None
-        if est is not None:
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
             hits += 1
-            estimates.append(est)
+            estimates.append(estimate_from_json(cached))
             continue
         try:
             lowered = lower(workload, cand, slice_.name)
@@ -216,7 +222,7 @@ def _stage1(
             progress(f"[stage 1 {i}/{len(candidates)}] {cand.id}: failed: {exc}")
             continue
         if cache is not None:
-            cache.put(key, est)
+            cache.put(key, estimate_to_json(est))
         estimates.append(est)
         progress(
             f"[stage 1 {i}/{len(candidates)}] {cand.id}: Q1 {est.q1_s * 1e3:.2f} ms "
@@ -254,6 +260,7 @@ def _score_candidate(
     in_top_k: bool,
     extra_orders: Sequence[tuple[str, DeviceOrder]],
     max_placements: int | None,
+    q2_cache: JsonCache | None,
 ) -> CandidateScores:
     graph: CollectiveGraph = graph_from_text(result.hlo_text)
     placements: tuple[Placement, ...] = enumerate_placements(
@@ -269,8 +276,15 @@ def _score_candidate(
     for p in placements:
         key = network_footprint(graph, p.order)
         if key not in q2_by_footprint:
-            run: ReplayResult = replay(graph, slice_, p.order)
-            q2_by_footprint[key] = run.step_time_s
+            disk_key = q2_key(hlo_text=result.hlo_text, slice_=slice_, footprint=key)
+            cached = q2_cache.get(disk_key) if q2_cache is not None else None
+            if cached is not None:
+                q2_by_footprint[key] = float(cached["step_time_s"])
+            else:
+                run: ReplayResult = replay(graph, slice_, p.order)
+                q2_by_footprint[key] = run.step_time_s
+                if q2_cache is not None:
+                    q2_cache.put(disk_key, {"step_time_s": run.step_time_s})
         scores.append(
             PlacementScore(
                 placement_id=p.id,
@@ -304,8 +318,9 @@ def run_plan(
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
     ``progress`` receives one line per step of long work (lowering, compiling,
-    simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``) and compile
-    results (``compiled/``) across runs. Raises :class:`PlanError` when no candidate survives.
+    simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``), compile
+    results (``compiled/``) and Q2 step times (``q2/``) across runs
+    (:mod:`aoizora.result_cache`). Raises :class:`PlanError` when no candidate survives.
     """
     say = progress or _quiet
     timings: list[tuple[str, float]] = []
@@ -325,7 +340,8 @@ def run_plan(
 
     # Stage 1 -------------------------------------------------------------------
     t0 = time.perf_counter()
-    cache = Stage1Cache(Path(cache_dir) / "stage1") if cache_dir is not None else None
+    cache = JsonCache(Path(cache_dir) / "stage1") if cache_dir is not None else None
+    q2_cache = JsonCache(Path(cache_dir) / "q2") if cache_dir is not None else None
     estimates, stage1_failed = _stage1(workload, space.legal, slice_, say, cache)
     if not estimates:
         raise PlanError(
@@ -398,6 +414,7 @@ def run_plan(
             in_top_k=cand.id in kept_ids,
             extra_orders=((DEFAULT_ORDER_LABEL, default),),
             max_placements=max_placements,
+            q2_cache=q2_cache,
         )
         say(
             f"[rank] {cand.id}: {len(scores.placements)} placements, best "
