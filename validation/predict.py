@@ -1,12 +1,13 @@
 """Predict every row of the validation set with the simulator and print a CSV.
 
     python validation/predict.py                      # validation/measurements.csv
-    python validation/predict.py FILE --out preds.csv
+    python validation/predict.py FILE --out preds.csv [--cache-dir DIR]
 
 Columns: row_id, kind, slice, workload, measured_s, spread_s, predicted_s,
-error_percent. Step rows need the planner's predictor (see docs/validation.md);
-this script handles the collective rows and reports step rows as skipped. The
-gate over the same predictions is `aoizora validate FILE`.
+error_percent. Collective rows are replayed with the simulator; step rows are
+compiled for their slice and replayed (compile results kept in the planner's
+cache, ``--cache-dir``). The gate over the same predictions is
+`aoizora validate FILE`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import csv
 import sys
 from pathlib import Path
 
+from aoizora.commands.plan import add_cache_argument
 from aoizora.validation import default_predictors, read_measurements
 
 __all__ = ["main"]
@@ -27,8 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("file", nargs="?", default=str(_DEFAULT), help="measurement CSV")
     parser.add_argument("--out", default=None, help="write the CSV here instead of stdout")
+    add_cache_argument(parser)
     args = parser.parse_args(argv)
-    predictors = default_predictors()
+    predictors = default_predictors(cache_dir=args.cache_dir)
     rows = read_measurements(args.file)
     out = open(args.out, "w", newline="", encoding="utf-8") if args.out else sys.stdout
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
+    "add_cache_argument",
     "add_search_arguments",
     "add_workload_arguments",
     "check_search_arguments",
@@ -41,6 +42,18 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frames", type=int, default=81, help="clip frames, 4k+1 (default 81)")
 
 
+def add_cache_argument(p: argparse.ArgumentParser) -> None:
+    """``--cache-dir``: the planner's cache (Stage-1 estimates, compile results, Q2 times)."""
+    p.add_argument(
+        "--cache-dir",
+        default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR),
+        help=(
+            "cache of Stage-1 estimates, compile results and simulated step times "
+            "(default $AOIZORA_CACHE_DIR or %(default)s)"
+        ),
+    )
+
+
 def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> None:
     """``--top-k``, ``--max-placements``, ``--cache-dir``, ``--quiet``: how the planner searches."""
     p.add_argument(
@@ -55,14 +68,7 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
         default=None,
         help="rank at most this many placements per sharding (simplest first; default all)",
     )
-    p.add_argument(
-        "--cache-dir",
-        default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR),
-        help=(
-            "cache of Stage-1 estimates and compile results "
-            "(default $AOIZORA_CACHE_DIR or %(default)s)"
-        ),
-    )
+    add_cache_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 

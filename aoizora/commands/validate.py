@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
-from aoizora.commands.plan import DEFAULT_CACHE_DIR
+from aoizora.commands.plan import add_cache_argument
 from aoizora.validation import (
     GroupReport,
     Thresholds,
@@ -66,14 +65,7 @@ def register(subparsers: Any) -> None:
         metavar="X",
         help="fail when a group's mean absolute percentage error exceeds X percent",
     )
-    p.add_argument(
-        "--cache-dir",
-        default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR),
-        help=(
-            "the planner's cache; step rows keep their compile results in its compiled/ "
-            "folder (default $AOIZORA_CACHE_DIR or %(default)s)"
-        ),
-    )
+    add_cache_argument(p)  # step rows share the planner's compile results
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
