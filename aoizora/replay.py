@@ -1,6 +1,6 @@
 """Replay a compiled step on a slice: collective graph + placement → simulated time.
 
-:func:`replay` turns a :class:`~aoizora.hlo.graph.CollectiveGraph` into the
+:func:`replay` turns a :class:`~aoizora.hlo.nodes.CollectiveGraph` into the
 simulator's DAG (:mod:`sim.engine`) for one device order and runs it.
 
 Model, per region (the entry computation, a while body, a call, a branch):
@@ -58,7 +58,7 @@ import numpy as np
 
 from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlacementError
-from aoizora.hlo.graph import (
+from aoizora.hlo.nodes import (
     Collective,
     CollectiveDone,
     CollectiveGraph,

@@ -3,7 +3,7 @@
 :func:`build_graph` walks the call graph from the ENTRY computation. Every
 non-fused computation that runs is a :class:`Region` (the entry, a ``while``
 body, a ``call`` target, a ``conditional`` branch) holding its *steps* in
-schedule order:
+schedule order (the node types are in :mod:`.nodes`):
 
 - :class:`ComputeSegment` — the instructions between two communication events,
   with flops and HBM bytes per kernel (:mod:`.costs`);
@@ -35,7 +35,8 @@ Rules that decide what a logical collective is:
 - A ``while`` runs ``trip_count`` times: ``known_trip_count`` from its
   backend_config when present, else derived from the condition
   (``compare(induction, constant)``), the induction variable's initial value in
-  the init tuple and its increment in the body. Counts multiply through nesting.
+  the init tuple and its increment in the body (:mod:`.loops`). Counts multiply
+  through nesting.
 
 Example:
     >>> from aoizora.hlo.text import parse_module
@@ -57,34 +58,32 @@ Example:
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from aoizora.errors import HloParseError
 from aoizora.hlo.costs import CostModel, collective_base
-from aoizora.hlo.groups import ReplicaGroupError, parse_pairs, parse_replica_groups
-from aoizora.hlo.shapes import Shape
+from aoizora.hlo.loops import trip_count
+from aoizora.hlo.nodes import (
+    Collective,
+    CollectiveDone,
+    CollectiveGraph,
+    CollectiveStart,
+    ComputeSegment,
+    OpaqueCall,
+    OpaqueNode,
+    Region,
+    Step,
+    SubRegion,
+    instruction_error,
+    read_collective,
+)
 from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
 
-__all__ = [
-    "Collective",
-    "CollectiveDone",
-    "CollectiveGraph",
-    "CollectiveStart",
-    "ComputeSegment",
-    "OpaqueCall",
-    "OpaqueNode",
-    "Region",
-    "Step",
-    "SubRegion",
-    "build_graph",
-    "graph_from_text",
-]
+# CollectiveGraph is re-exported: it is what build_graph returns, and callers
+# import it from here beside graph_from_text.
+__all__ = ["CollectiveGraph", "build_graph", "graph_from_text"]
 
-_KNOWN_TRIP_RE = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
-_PAIRS_ATTR_RE = re.compile(r'_xla_send_recv_source_target_pairs\s*=\s*"([^"]*)"')
-_PASS_THROUGH = frozenset({"copy", "bitcast", "convert", "reshape"})
 _MARKERS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
 # Compiler-internal custom calls that launch no kernel (buffer bookkeeping,
 # sharding annotations): not opaque nodes, and free.
@@ -103,155 +102,6 @@ _BOOKKEEPING = frozenset(
         "MoveToDevice",
     }
 )
-_FLIP = {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE", "EQ": "EQ", "NE": "NE"}
-
-
-@dataclass(frozen=True)
-class Collective:
-    """One logical collective (counted ``count`` times per step).
-
-    ``groups`` are logical device ids (``mesh.devices.flat`` positions);
-    a ``collective-permute``/``send`` carries ``pairs`` instead (``groups`` empty).
-    ``operand_bytes``/``result_bytes`` are per device; ``buffer_bytes`` is the
-    size the simulator's collective model takes (all-gather: output; others:
-    input). ``depends_on`` lists the nearest upstream nodes its operands come
-    from: ``"c<id>"`` collectives, ``"o<id>"`` opaque calls, ``"r<id>"`` regions.
-    """
-
-    id: int
-    kind: str
-    name: str
-    computation: str
-    line: int
-    region: int
-    channel_id: int | None
-    group_form: str
-    groups: tuple[tuple[int, ...], ...]
-    pairs: tuple[tuple[int, int], ...]
-    operand_bytes: int
-    result_bytes: int
-    is_async: bool
-    via: str
-    count: int
-    depends_on: tuple[str, ...]
-    scatter: bool = False
-
-    @property
-    def buffer_bytes(self) -> int:
-        if self.kind == "all-gather":
-            return self.result_bytes
-        return self.operand_bytes
-
-    @property
-    def group_size(self) -> int:
-        if self.pairs:
-            return 2
-        return max((len(g) for g in self.groups), default=1)
-
-
-@dataclass(frozen=True)
-class OpaqueNode:
-    """A custom call kept whole (e.g. a Pallas kernel); the caller costs it."""
-
-    id: int
-    name: str
-    target: str
-    op_name: str
-    computation: str
-    line: int
-    region: int
-    operand_shapes: tuple[Shape, ...]
-    result_shape: Shape
-    count: int
-    depends_on: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ComputeSegment:
-    """Compute between communication events: per-kernel ``(flops, bytes)``."""
-
-    flops: float
-    bytes_accessed: float
-    kernels: tuple[tuple[float, float], ...]
-    first: str
-    last: str
-
-
-@dataclass(frozen=True)
-class CollectiveStart:
-    collective: int
-
-
-@dataclass(frozen=True)
-class CollectiveDone:
-    collective: int
-
-
-@dataclass(frozen=True)
-class OpaqueCall:
-    opaque: int
-
-
-@dataclass(frozen=True)
-class SubRegion:
-    """A ``while`` (``regions`` = its body), ``call`` or ``conditional`` (one per branch)."""
-
-    kind: str
-    name: str
-    regions: tuple[int, ...]
-    trip_count: int
-
-
-Step = ComputeSegment | CollectiveStart | CollectiveDone | OpaqueCall | SubRegion
-
-
-@dataclass(frozen=True)
-class Region:
-    """A computation execution context and its steps in schedule order."""
-
-    id: int
-    computation: str
-    kind: str
-    parent: int | None
-    trip_count: int
-    trip_count_source: str
-    count: int
-    steps: tuple[Step, ...]
-
-
-@dataclass(frozen=True)
-class CollectiveGraph:
-    """Collectives, opaque calls and regions of one compiled module."""
-
-    module_name: str
-    num_partitions: int
-    replica_count: int
-    regions: tuple[Region, ...]
-    collectives: tuple[Collective, ...]
-    opaques: tuple[OpaqueNode, ...]
-    warnings: tuple[str, ...] = field(default=())
-
-    @property
-    def num_devices(self) -> int:
-        return self.num_partitions * self.replica_count
-
-    def total_collective_bytes(self) -> int:
-        """Sum over collectives of ``buffer_bytes * count`` (per device)."""
-        return sum(c.buffer_bytes * c.count for c in self.collectives)
-
-    def to_json_dict(self) -> dict[str, object]:
-        """The item-6 JSON shape without ``step_time_s`` (the replay adds it)."""
-        out: list[dict[str, object]] = []
-        for c in self.collectives:
-            entry: dict[str, object] = {"kind": c.kind}
-            if c.pairs or c.kind in ("collective-permute", "send", "recv"):
-                entry["pairs"] = [list(p) for p in c.pairs]
-            else:
-                entry["groups"] = [list(g) for g in c.groups]
-            entry["bytes_per_device"] = c.buffer_bytes
-            entry["count"] = c.count
-            out.append(entry)
-        return {"num_partitions": self.num_partitions, "collectives": out}
 
 
 class _Builder:
@@ -279,7 +129,7 @@ class _Builder:
 
     # ----------------------------------------------------------------- helpers
     def _fail(self, instr: Instruction, problem: str) -> HloParseError:
-        return HloParseError(f"line {instr.line}: %{instr.name} ({instr.opcode}): {problem}")
+        return instruction_error(instr, problem)
 
     def _new_collective(
         self,
@@ -292,55 +142,17 @@ class _Builder:
         is_async: bool,
         depends_on: frozenset[str],
     ) -> int:
-        kind = collective_base(instr.opcode) or instr.opcode
-        channel = instr.attrs.get("channel_id")
-        channel_id = int(channel) if channel is not None and channel.isdigit() else None
-        n = self.module.num_devices
-        groups: tuple[tuple[int, ...], ...] = ()
-        pairs: tuple[tuple[int, int], ...] = ()
-        try:
-            if kind == "collective-permute":
-                text = instr.attrs.get("source_target_pairs")
-                if text is None:
-                    raise self._fail(instr, "collective-permute without source_target_pairs")
-                pairs, form = parse_pairs(text, num_devices=n), "pairs"
-            elif kind in ("send", "recv"):
-                m = _PAIRS_ATTR_RE.search(instr.attrs.get("frontend_attributes", ""))
-                pairs = parse_pairs(m.group(1), num_devices=n) if m else ()
-                form = "pairs"
-            else:
-                rg = parse_replica_groups(instr.attrs.get("replica_groups", "{}"), num_devices=n)
-                groups, form = rg.groups, rg.form
-        except ReplicaGroupError as exc:
-            raise self._fail(instr, str(exc)) from None
-        operands = instr.operands[:1] if kind == "collective-permute" else instr.operands
-        if kind == "recv":
-            operand_bytes = 0
-        else:
-            operand_bytes = sum(comp.by_name[o].shape.size_bytes for o in operands)
-            if kind == "send":
-                operand_bytes = comp.by_name[instr.operands[0]].shape.size_bytes
-        result_bytes = _result_bytes(kind, instr)
-        if kind == "recv":
-            operand_bytes = result_bytes
         self.collectives.append(
-            Collective(
-                id=len(self.collectives),
-                kind=kind,
-                name=instr.name,
-                computation=comp.name,
-                line=instr.line,
+            read_collective(
+                comp,
+                instr,
+                collective_id=len(self.collectives),
+                num_devices=self.module.num_devices,
                 region=region,
-                channel_id=channel_id,
-                group_form=form,
-                groups=groups,
-                pairs=pairs,
-                operand_bytes=operand_bytes,
-                result_bytes=result_bytes,
-                is_async=is_async,
-                via=via,
                 count=count,
-                depends_on=tuple(sorted(depends_on)),
+                via=via,
+                is_async=is_async,
+                depends_on=depends_on,
             )
         )
         return len(self.collectives) - 1
@@ -381,19 +193,6 @@ class _Builder:
         )
         self._stack.pop()
         return region_id
-
-
-def _result_bytes(kind: str, instr: Instruction) -> int:
-    shape = instr.shape
-    if kind == "recv" and shape.is_tuple:
-        return shape.tuple_shapes[0].size_bytes
-    if instr.opcode.endswith("-start") and shape.is_tuple and shape.tuple_shapes:
-        # (operands..., outputs..., context scalars): the done's shape is exact;
-        # until then take the largest non-scalar element as the output.
-        return max(s.size_bytes for s in shape.tuple_shapes)
-    if kind == "send":
-        return 0
-    return shape.size_bytes
 
 
 class _RegionWalk:
@@ -735,7 +534,7 @@ class _RegionWalk:
     def visit_while(self, instr: Instruction, deps: frozenset[str]) -> None:
         self.flush()
         b = self.b
-        trip, source = _trip_count(b.module, self.comp, instr)
+        trip, source = trip_count(b.module, self.comp, instr)
         if trip is None:
             b.warnings.append(
                 f"line {instr.line}: the trip count of while %{instr.name} could not be derived "
@@ -769,135 +568,6 @@ def _scatters(comp: Computation, allreduce: Instruction) -> bool:
     if len(users) != 1 or users[0].opcode != "dynamic-slice":
         return False
     return any(i.opcode == "partition-id" for i in comp.instructions)
-
-
-# ------------------------------------------------------------------ trip counts
-def _scalar_constant(instr: Instruction) -> int | None:
-    if instr.opcode != "constant" or instr.literal is None or instr.shape.dims:
-        return None
-    text = instr.literal.strip()
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            value = float(text)
-        except ValueError:
-            return None
-        return int(value) if value.is_integer() else None
-
-
-def _resolve(comp: Computation, name: str, module: HloModule) -> tuple[str, int] | None:
-    """``('const', v)``, ``('index', k)`` for gte(k) of parameter 0, else None."""
-    for _ in range(64):
-        instr = comp.by_name[name]
-        value = _scalar_constant(instr)
-        if value is not None:
-            return ("const", value)
-        if instr.opcode == "get-tuple-element" and instr.operands:
-            src = comp.by_name[instr.operands[0]]
-            if src.opcode == "parameter":
-                return ("index", int(instr.attrs.get("index", "-1")))
-            return None
-        if instr.opcode == "parameter" and not instr.shape.is_tuple:
-            return ("param", int((instr.literal or "-1").strip()))
-        if instr.opcode in _PASS_THROUGH and instr.operands:
-            name = instr.operands[0]
-            continue
-        return None
-    return None
-
-
-def _compare_of(
-    comp: Computation, module: HloModule
-) -> tuple[str, tuple[str, int] | None, tuple[str, int] | None] | None:
-    root = comp.root
-    if root.opcode == "compare" and len(root.operands) == 2:
-        lhs = _resolve(comp, root.operands[0], module)
-        rhs = _resolve(comp, root.operands[1], module)
-        return root.attrs.get("direction", ""), lhs, rhs
-    if root.opcode == "fusion":
-        inner = module.computations[root.called()[0]]
-        found = _compare_of(inner, module)
-        if found is None:
-            return None
-        direction, lhs, rhs = found
-
-        def outer(value: tuple[str, int] | None) -> tuple[str, int] | None:
-            if value is not None and value[0] == "param":
-                return _resolve(comp, root.operands[int(value[1])], module)
-            return value
-
-        return direction, outer(lhs), outer(rhs)
-    return None
-
-
-def _init_value(parent: Computation, init_name: str, index: int) -> int | None:
-    tup = parent.by_name[init_name]
-    while tup.opcode in _PASS_THROUGH and tup.operands:
-        tup = parent.by_name[tup.operands[0]]
-    if tup.opcode != "tuple" or index >= len(tup.operands):
-        return None
-    name = tup.operands[index]
-    for _ in range(64):
-        instr = parent.by_name[name]
-        value = _scalar_constant(instr)
-        if value is not None:
-            return value
-        if instr.opcode in _PASS_THROUGH and instr.operands:
-            name = instr.operands[0]
-            continue
-        return None
-    return None
-
-
-def _step_value(body: Computation, index: int, module: HloModule) -> int | None:
-    root = body.root
-    if root.opcode != "tuple" or index >= len(root.operands):
-        return None
-    update = body.by_name[root.operands[index]]
-    while update.opcode in _PASS_THROUGH and update.operands:
-        update = body.by_name[update.operands[0]]
-    if update.opcode not in ("add", "subtract") or len(update.operands) != 2:
-        return None
-    a = _resolve(body, update.operands[0], module)
-    c = _resolve(body, update.operands[1], module)
-    if update.opcode == "add" and c == ("index", index) and a and a[0] == "const":
-        a, c = c, a
-    if a != ("index", index) or not c or c[0] != "const":
-        return None
-    return c[1] if update.opcode == "add" else -c[1]
-
-
-def _trip_count(
-    module: HloModule, parent: Computation, instr: Instruction
-) -> tuple[int | None, str]:
-    m = _KNOWN_TRIP_RE.search(instr.attrs.get("backend_config", ""))
-    if m is not None:
-        return int(m.group(1)), "known_trip_count"
-    cond = module.computations[instr.attrs.get("condition", "").strip().lstrip("%")]
-    body = module.computations[instr.attrs.get("body", "").strip().lstrip("%")]
-    found = _compare_of(cond, module)
-    if found is None or not instr.operands:
-        return None, "unknown"
-    direction, lhs, rhs = found
-    if lhs is not None and lhs[0] == "const" and rhs is not None:
-        lhs, rhs, direction = rhs, lhs, _FLIP.get(direction, direction)
-    if lhs is None or rhs is None or lhs[0] != "index" or rhs[0] != "const":
-        return None, "unknown"
-    index, bound = int(lhs[1]), int(rhs[1])
-    init = _init_value(parent, instr.operands[0], index)
-    step = _step_value(body, index, module)
-    if init is None or step is None or step == 0:
-        return None, "unknown"
-    if direction in ("LT", "LE") and step > 0:
-        span = bound - init + (1 if direction == "LE" else 0)
-        return max(0, math.ceil(span / step)), "derived"
-    if direction in ("GT", "GE") and step < 0:
-        span = init - bound + (1 if direction == "GE" else 0)
-        return max(0, math.ceil(span / -step)), "derived"
-    if direction == "NE" and (bound - init) % step == 0 and (bound - init) // step >= 0:
-        return (bound - init) // step, "derived"
-    return None, "unknown"
 
 
 # ------------------------------------------------------------------ entry points

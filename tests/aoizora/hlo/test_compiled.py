@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from aoizora.hlo.graph import (
+from aoizora.hlo.graph import build_graph
+from aoizora.hlo.nodes import (
     CollectiveDone,
     CollectiveGraph,
     CollectiveStart,
     ComputeSegment,
     SubRegion,
-    build_graph,
 )
 from aoizora.hlo.text import parse_module
 from tests.aoizora.hlo import compiled

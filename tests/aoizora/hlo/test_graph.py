@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from aoizora.hlo.graph import (
-    CollectiveDone,
-    CollectiveStart,
-    ComputeSegment,
-    SubRegion,
-    graph_from_text,
-)
+from aoizora.hlo.graph import graph_from_text
+from aoizora.hlo.nodes import CollectiveDone, CollectiveStart, ComputeSegment, SubRegion
 from tests.aoizora.hlo.compiled import jaxlib_groups
 
 ASYNC = """HloModule m, is_scheduled=true, num_partitions=8

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from aoizora.errors import HloParseError
-from aoizora.hlo.graph import ComputeSegment, graph_from_text
+from aoizora.hlo.graph import graph_from_text
+from aoizora.hlo.nodes import ComputeSegment
 from aoizora.hlo.shapes import Shape, ShapeSyntaxError, parse_shape
 from aoizora.hlo.text import parse_module, split_top_level
 
