@@ -8,7 +8,7 @@ estimate, the placement-oblivious bound Q1, and the top-K by Q1. See
 
 from __future__ import annotations
 
-from aoizora.stage1.dag import Node, PredictionDag, build_dag, reshard_collectives
+from aoizora.stage1.dag import Node, PredictionDag, build_dag
 from aoizora.stage1.q1 import (
     ChipLike,
     Stage1Estimate,
@@ -19,6 +19,7 @@ from aoizora.stage1.q1 import (
     estimate_module,
     rank_stage1,
 )
+from aoizora.stage1.reshard import reshard_collectives
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
 
 __all__ = [

@@ -21,7 +21,7 @@ Input is a propagated :class:`~aoizora.stage1.shardy.ShardyModule`; output a
     outside ``shard_map``): its operands must arrive replicated.
 
 How the partitioner's choice is predicted (Shardy's factor model, the same
-idea as ``sdy-insert-explicit-reshards``): every op has a sharding rule that
+idea as ``sdy-insert-explicit-reshards``; :mod:`.reshard`): every op has a sharding rule that
 names *factors* of its dimensions. The op runs in its *own* (propagated) result
 sharding, which fixes the axes of every factor that appears in a result. A
 factor only in operands (a contracting factor) keeps the axes of the largest
@@ -55,20 +55,21 @@ trip count derived from the loop (``count``).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from aoizora.stage1.costs import conv_flops, kernel_cost
+from aoizora.stage1.memory import peak_temp_bytes
+from aoizora.stage1.reshard import computing_target, project, reshard_collectives
 from aoizora.stage1.shardy import (
     AxisRef,
     Block,
     Function,
     Op,
     Sharding,
-    ShardingRule,
     ShardyModule,
     Stage1Error,
     TensorType,
@@ -80,7 +81,6 @@ __all__ = [
     "Node",
     "PredictionDag",
     "build_dag",
-    "reshard_collectives",
 ]
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -100,8 +100,6 @@ _SDY_RESHARD_COLLECTIVES = (
     "sdy.collective_permute",
 )
 _RETURNS = ("func.return", "stablehlo.return", "sdy.return")
-# Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
-_ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
 # An all-to-all costs two transposes (before and after), each reading and writing
 # the buffer once: 4 x V bytes of HBM traffic (see _Builder._relayout).
 RELAYOUT_PASSES = 4
@@ -189,80 +187,6 @@ class PredictionDag:
     @property
     def flops_per_chip(self) -> float:
         return sum(n.flops_per_chip * n.count for n in self.nodes)
-
-
-# --------------------------------------------------------------------------- resharding
-
-
-def _positions(s: Sharding) -> dict[AxisRef, tuple[int, int]]:
-    return {a: (d, i) for d, axes in enumerate(s.dims) for i, a in enumerate(axes)}
-
-
-def reshard_collectives(
-    src: Sharding, dst: Sharding, tensor: TensorType
-) -> list[tuple[str, tuple[AxisRef, ...], int]]:
-    """The collectives that turn a ``src``-sharded tensor into ``dst``: (kind, axes, bytes).
-
-    Added axes are sliced first (free), moved axes go through one all-to-all on
-    the sliced buffer, dropped axes are all-gathered last (output = ``dst``
-    shard). The same decomposition as Shardy's ``sdy-reshard-to-collectives``.
-
-    >>> x, y = AxisRef("x", 2), AxisRef("y", 4)
-    >>> t = TensorType((8, 16), 2)
-    >>> reshard_collectives(Sharding(((x,), ())), Sharding(((), ())), t)
-    [('all-gather', (AxisRef(name='x', size=2, pre_size=1, is_sub_axis=False),), 256)]
-    >>> [(k, b) for k, _, b in reshard_collectives(Sharding(((y,), ())), Sharding(((), (y,))), t)]
-    [('all-to-all', 64)]
-    >>> reshard_collectives(Sharding(((), ())), Sharding(((x,), (y,))), t)
-    []
-    """
-    if len(src.dims) != len(dst.dims) or src == dst:
-        return []
-    sp, dp = _positions(src), _positions(dst)
-    removed = [a for a in sp if a not in dp]
-    moved = [a for a in sp if a in dp and sp[a][0] != dp[a][0]]
-    # Same dimension but a different major-to-minor order is a permutation: all-to-all.
-    for d in range(len(src.dims)):
-        kept_src = [a for a in src.dims[d] if a in dp and dp[a][0] == d]
-        kept_dst = [a for a in dst.dims[d] if a in sp and sp[a][0] == d]
-        if kept_src != kept_dst:
-            moved.extend(a for a in kept_src if a not in moved)
-    added = [a for a in dp if a not in sp]
-    out: list[tuple[str, tuple[AxisRef, ...], int]] = []
-    if moved:
-        inter = [list(axes) for axes in src.dims]
-        for a in added:
-            inter[dp[a][0]].append(a)
-        nbytes = tensor.shard_bytes(Sharding(tuple(tuple(d) for d in inter)))
-        out.append(("all-to-all", tuple(moved), nbytes))
-    if removed:
-        out.append(("all-gather", tuple(removed), tensor.shard_bytes(dst)))
-    return out
-
-
-def _factor_axes(
-    sharding: Sharding, mapping: Sequence[Sequence[int]], factor_sizes: Sequence[int]
-) -> dict[int, tuple[AxisRef, ...]]:
-    """Split each dimension's axes among its factors, major factor first (Shardy's rule)."""
-    out: dict[int, tuple[AxisRef, ...]] = {}
-    for d, factors in enumerate(mapping):
-        if not factors or d >= len(sharding.dims):
-            continue
-        remaining = [factor_sizes[f] for f in factors]
-        fi = 0
-        for a in sharding.dims[d]:
-            while fi < len(factors) - 1 and (remaining[fi] <= 1 or remaining[fi] % a.size):
-                fi += 1
-            f = factors[fi]
-            out[f] = out.get(f, ()) + (a,)
-            remaining[fi] = max(1, remaining[fi] // a.size)
-    return out
-
-
-def _project(target: dict[int, tuple[AxisRef, ...]], mapping: Sequence[Sequence[int]]) -> Sharding:
-    return Sharding(
-        tuple(tuple(a for f in factors for a in target.get(f, ())) for factors in mapping)
-    )
 
 
 # --------------------------------------------------------------------------- builder
@@ -634,64 +558,28 @@ class _Builder:
         self._set_results(op, (nid,))
 
     # ---- ops with a sharding rule
-    def _target(self, op: Op, rule: ShardingRule) -> dict[int, tuple[AxisRef, ...]]:
-        target: dict[int, tuple[AxisRef, ...]] = {}
-        for ri, r in enumerate(op.results):
-            if ri < len(rule.result_factors):
-                fa = _factor_axes(self._sharding(r), rule.result_factors[ri], rule.factor_sizes)
-                for factors in rule.result_factors[ri]:
-                    for f in factors:
-                        target.setdefault(f, fa.get(f, ()))
-        order = sorted(
-            range(min(len(op.operands), len(rule.operand_factors))),
-            key=lambda i: (-self._type(op.operands[i]).size_bytes, i),
-        )
-        operand_fa = {
-            i: _factor_axes(
-                self._sharding(op.operands[i]), rule.operand_factors[i], rule.factor_sizes
-            )
-            for i in order
-        }
-        # Operand-driven exception (what GSPMD does for dots and reductions): an
-        # axis that shards a reduction factor in an operand but, in the result,
-        # a factor no operand shards with it, stays on the reduction factor. The
-        # op then computes partial sums, all-reduces them and slices the result
-        # locally, instead of moving both operands.
-        for f in rule.reduction:
-            for i in order:
-                for a in operand_fa[i].get(f, ()):
-                    holder = next((g for g, axes in target.items() if a in axes), None)
-                    if holder is None or holder in rule.reduction:
-                        continue
-                    if not any(a in operand_fa[j].get(holder, ()) for j in order):
-                        target[holder] = tuple(x for x in target[holder] if x != a)
-        used = {a.name for axes in target.values() for a in axes}
-        for f in range(len(rule.factor_sizes)):
-            if f in target:
-                continue
-            chosen: tuple[AxisRef, ...] = ()
-            if f not in rule.need_replication:
-                for i in order:
-                    cand = tuple(a for a in operand_fa[i].get(f, ()) if a.name not in used)
-                    if cand:
-                        chosen = cand
-                        break
-            target[f] = chosen
-            used.update(a.name for a in chosen)
-        return target
-
     def _ruled(self, op: Op, ctx: _Ctx) -> None:
         rule = op.rule
         assert rule is not None
-        target = self._target(op, rule)
-        wanted = [_project(target, m) for m in rule.operand_factors]
+        operands = op.operands[: len(rule.operand_factors)]
+        target = computing_target(
+            rule,
+            [self._sharding(r) for r in op.results[: len(rule.result_factors)]],
+            [self._sharding(v) for v in operands],
+            [self._type(v).size_bytes for v in operands],
+        )
+        wanted = [project(target, m) for m in rule.operand_factors]
         fronts = self._reshard_operands(op, wanted, ctx, op.name)
         deps = tuple(sorted({d for f in fronts for d in f})[-_MAX_DEPS:])
         last: int | None = None
         if op.name in ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
             shards = math.prod(a.size for axes in target.values() for a in axes)
             if op.name == "stablehlo.convolution":
-                flops = self._conv_flops(op)
+                flops = conv_flops(
+                    self._type(op.results[0]),
+                    self._type(op.operands[1]),
+                    output_feature_dim=op.kernel_output_feature_dim,
+                )
             else:
                 # 2 FLOPs per multiply-add over every (batch, free, contracting) index.
                 flops = 2.0 * math.prod(rule.factor_sizes)
@@ -720,7 +608,7 @@ class _Builder:
                 # The partial result is reduced in the op's computing sharding
                 # (the target), before any local slicing to the result's own.
                 nbytes=sum(
-                    self._type(r).shard_bytes(_project(target, m))
+                    self._type(r).shard_bytes(project(target, m))
                     for r, m in zip(op.results, rule.result_factors, strict=False)
                 ),
                 ctx=ctx,
@@ -731,19 +619,6 @@ class _Builder:
         for region in op.regions:
             self._block(region, ctx)
         self._set_results(op, (last,) if last is not None else deps)
-
-    def _conv_flops(self, op: Op) -> float:
-        """2 x output elements x (kernel elements / output features), global.
-
-        Each output element is a dot product over the kernel window and the
-        input features of its group; the kernel holds exactly that many weights
-        per output feature (StableHLO convolution semantics).
-        """
-        out = self._type(op.results[0])
-        kernel = self._type(op.operands[1])
-        d = op.kernel_output_feature_dim
-        out_features = kernel.shape[d] if 0 <= d < len(kernel.shape) else 1
-        return 2.0 * out.num_elements * kernel.num_elements / max(1, out_features)
 
     # ---- opaque kernels
     def _custom_call(self, op: Op, ctx: _Ctx) -> None:
@@ -760,7 +635,10 @@ class _Builder:
                 op, wanted, ctx, f"opaque custom call {op.call_target} needs replicated operands"
             )
             deps = tuple(sorted({d for f in fronts for d in f})[-_MAX_DEPS:])
-        flops, hbm = self._kernel_cost(op)
+        io = sum(self._bytes(v) for v in op.operands) + sum(self._bytes(r) for r in op.results)
+        flops, hbm = kernel_cost(
+            op, operand_types=[self._type(v) for v in op.operands], io_bytes=io
+        )
         if flops is None:
             self._set_results(op, deps)
             if op.call_target == "tpu_custom_call":
@@ -783,67 +661,6 @@ class _Builder:
         )
         self._set_results(op, (nid,))
 
-    def _kernel_cost(self, op: Op) -> tuple[float | None, float]:
-        """(FLOPs, HBM bytes) per chip of one kernel call.
-
-        A Pallas ``CostEstimate`` wins. Otherwise an attention kernel (name
-        matches splash/flash/mha...) with (q, k, v) operands ``[..., S_q, D]``,
-        ``[..., S_kv, D]``, ``[..., S_kv, D_v]`` costs ``2*S_q*S_kv*D`` for
-        Q.K^T plus ``2*S_q*S_kv*D_v`` for P.V per leading (batch x head) index
-        -- the standard count (FlashAttention paper, Dao et al. 2022, sec. 3.1);
-        no mask sparsity is assumed (Wan's self-attention is full).
-        """
-        io = sum(self._bytes(v) for v in op.operands) + sum(self._bytes(r) for r in op.results)
-        if op.cost_estimate_flops is not None:
-            return op.cost_estimate_flops, op.cost_estimate_bytes or float(io)
-        if not _ATTENTION_KERNEL.search(op.kernel_name or op.call_target):
-            return None, float(io)
-        tensors = [self._type(v) for v in op.operands if len(self._type(v).shape) >= 3]
-        tensors = [t for t in tensors if t.element_bytes >= 2]
-        if len(tensors) < 3:
-            return None, float(io)
-        q, k, v = tensors[0], tensors[1], tensors[2]
-        lead = math.prod(q.shape[:-2])
-        s_q, d = q.shape[-2], q.shape[-1]
-        s_kv, d_v = k.shape[-2], v.shape[-1]
-        return 2.0 * lead * s_q * s_kv * (d + d_v), float(io)
-
-    # ---- memory
-    def peak_temp_bytes(self, block: Block, *, seen: tuple[str, ...] = ()) -> int:
-        """Peak of live non-argument bytes over ``block`` in program order (see PredictionDag)."""
-        last_use: dict[int, int] = {}
-        for i, op in enumerate(block.ops):
-            for v in self._uses(op):
-                last_use[v] = i
-        defined = {r for op in block.ops for r in op.results}
-        live = 0
-        peak = 0
-        for i, op in enumerate(block.ops):
-            inner = 0
-            for region in op.regions:
-                inner = max(inner, self.peak_temp_bytes(region, seen=seen))
-            if op.name in ("func.call", "call") and op.callee not in seen:
-                fn = self.m.functions.get(op.callee)
-                if fn is not None:
-                    inner = self.peak_temp_bytes(fn.body, seen=seen + (op.callee,))
-            res = sum(self._bytes(r) for r in op.results)
-            peak = max(peak, live + res + inner + self.transient.get(id(op), 0))
-            live += res
-            for v in op.results:
-                if v not in last_use:
-                    live -= self._bytes(v)  # dead on definition
-            for v in set(self._uses(op)):
-                if last_use.get(v) == i and v in defined:
-                    live -= self._bytes(v)
-        return peak
-
-    def _uses(self, op: Op) -> list[int]:
-        out = list(op.operands)
-        for region in op.regions:
-            for inner in region.ops:
-                out.extend(self._uses(inner))
-        return out
-
 
 def build_dag(module: ShardyModule) -> PredictionDag:
     """Build the prediction DAG and memory estimate of a propagated module.
@@ -859,7 +676,13 @@ def build_dag(module: ShardyModule) -> PredictionDag:
     main = module.functions[module.main]
     b.build_function(main, _Ctx(1, frozenset()))
     args = sum(b._bytes(a) for a in main.body.args)
-    peak = b.peak_temp_bytes(main.body, seen=(module.main,))
+    peak = peak_temp_bytes(
+        main.body,
+        functions=module.functions,
+        bytes_of=b._bytes,
+        transient_bytes=b.transient,
+        seen=(module.main,),
+    )
     return PredictionDag(
         nodes=tuple(b.nodes),
         mesh_axes=module.mesh_axes,

@@ -1,0 +1,95 @@
+"""The per-chip memory estimate of a Stage-1 program: a liveness scan in program order.
+
+``memory_bytes_per_chip = argument_bytes_per_chip + peak_temp_bytes_per_chip``
+(:class:`~aoizora.stage1.dag.PredictionDag`): arguments (sharded parameters and
+inputs) stay live for the whole step; the temporary peak is a liveness scan of
+the entry function in program order (a value lives from its definition to its
+last use; a loop, ``shard_map`` or call adds its body's own peak at that point,
+counted once, not per trip; each op adds the resharded copies of its operands,
+e.g. all-gathered weights). XLA's scheduler may do better or worse; this is an
+estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from aoizora.stage1.shardy import Block, Function, Op
+
+__all__ = ["peak_temp_bytes"]
+
+
+def peak_temp_bytes(
+    block: Block,
+    *,
+    functions: Mapping[str, Function],
+    bytes_of: Callable[[int], int],
+    transient_bytes: Mapping[int, int],
+    seen: tuple[str, ...] = (),
+) -> int:
+    """Peak of live non-argument bytes over ``block`` in program order.
+
+    ``bytes_of(v)`` is value ``v``'s bytes per chip; ``transient_bytes`` maps
+    ``id(op)`` to the resharded operand copies alive while ``op`` runs;
+    ``functions`` resolves ``call`` targets, and ``seen`` lists the functions
+    already on the call path (not entered again).
+
+    >>> ops = (
+    ...     Op(name="a", operands=(), results=(1,)),
+    ...     Op(name="b", operands=(1,), results=(2,)),
+    ...     Op(name="c", operands=(2,), results=(3,)),
+    ...     Op(name="func.return", operands=(3,), results=()),
+    ... )
+    >>> peak_temp_bytes(
+    ...     Block(args=(), ops=ops), functions={}, bytes_of=lambda v: 100 * v, transient_bytes={}
+    ... )
+    500
+    """
+    last_use: dict[int, int] = {}
+    for i, op in enumerate(block.ops):
+        for v in _uses(op):
+            last_use[v] = i
+    defined = {r for op in block.ops for r in op.results}
+    live = 0
+    peak = 0
+    for i, op in enumerate(block.ops):
+        inner = 0
+        for region in op.regions:
+            inner = max(
+                inner,
+                peak_temp_bytes(
+                    region,
+                    functions=functions,
+                    bytes_of=bytes_of,
+                    transient_bytes=transient_bytes,
+                    seen=seen,
+                ),
+            )
+        if op.name in ("func.call", "call") and op.callee not in seen:
+            fn = functions.get(op.callee)
+            if fn is not None:
+                inner = peak_temp_bytes(
+                    fn.body,
+                    functions=functions,
+                    bytes_of=bytes_of,
+                    transient_bytes=transient_bytes,
+                    seen=seen + (op.callee,),
+                )
+        res = sum(bytes_of(r) for r in op.results)
+        peak = max(peak, live + res + inner + transient_bytes.get(id(op), 0))
+        live += res
+        for v in op.results:
+            if v not in last_use:
+                live -= bytes_of(v)  # dead on definition
+        for v in set(_uses(op)):
+            if last_use.get(v) == i and v in defined:
+                live -= bytes_of(v)
+    return peak
+
+
+def _uses(op: Op) -> list[int]:
+    out = list(op.operands)
+    for region in op.regions:
+        for inner in region.ops:
+            out.extend(_uses(inner))
+    return out
