@@ -19,6 +19,9 @@ through :func:`jax.lax.scan` over stacked weights; weights and activations are
 bf16 (norms, RoPE and modulation math in f32, as Wan does under autocast); the
 timestep is f32 (bf16 cannot hold timesteps up to 1000 to one step).
 
+Model sizes, clip arithmetic, weight shapes, rule sets and analytic FLOPs are in
+:mod:`aoizora.workloads.wan_config` (re-exported here).
+
     >>> clip = parse_resolution("480p")
     >>> clip, token_grid(clip), num_tokens(clip)
     (Clip(width=832, height=480, frames=81), (21, 30, 52), 32760)
@@ -26,8 +29,6 @@ timestep is f32 (bf16 cannot hold timesteps up to 1000 to one step).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,6 +42,26 @@ from aoizora.errors import WorkloadError
 from aoizora.rules import LogicalAxes, Rules, logical_to_pspec, sharding_degree
 from aoizora.workload import BuildContext, Probe, Workload
 from aoizora.workloads.attention import ATTENTION_KINDS, Kernel, sharded_attention
+from aoizora.workloads.wan_config import (
+    CFG_BATCH,
+    MESH_AXIS_NAMES,
+    RESOLUTIONS,
+    WAN_CONFIGS,
+    WAN_RULE_SETS,
+    WanConfig,
+    WanFlops,
+    check_wan_clip,
+    latent_shape,
+    num_tokens,
+    parse_resolution,
+    token_grid,
+    wan_flops,
+    wan_param_axes,
+    wan_param_shapes,
+)
+
+# The configuration names are re-exported: the CLI commands, docs and many
+# callers import them from here beside make_wan_workload.
 
 __all__ = [
     "WanConfig",
@@ -63,179 +84,6 @@ __all__ = [
     "make_wan_workload",
 ]
 
-MESH_AXIS_NAMES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
-CFG_BATCH = 2  # classifier-free guidance: conditional and unconditional pass in one batch
-
-
-@dataclass(frozen=True)
-class WanConfig:
-    """Shape of a Wan 2.1 DiT (no weights). ``dim == num_heads * head_dim``."""
-
-    name: str
-    dim: int
-    ffn_dim: int
-    num_heads: int
-    head_dim: int
-    num_layers: int
-    text_len: int = 512
-    text_dim: int = 4096
-    in_channels: int = 16
-    out_channels: int = 16
-    patch: tuple[int, int, int] = (1, 2, 2)
-    freq_dim: int = 256
-    eps: float = 1e-6
-
-    def __post_init__(self) -> None:
-        if self.dim != self.num_heads * self.head_dim:
-            raise WorkloadError(
-                f"WanConfig {self.name!r}: dim {self.dim} != num_heads {self.num_heads} x "
-                f"head_dim {self.head_dim}; e.g. dim=1536, num_heads=12, head_dim=128"
-            )
-        if self.head_dim % 2:
-            raise WorkloadError(f"WanConfig {self.name!r}: head_dim {self.head_dim} must be even")
-
-    @property
-    def patch_size(self) -> int:
-        return math.prod(self.patch)
-
-    @property
-    def num_params(self) -> int:
-        """Parameter count (every weight and bias of :func:`wan_abstract_args`)."""
-        return sum(math.prod(s.shape) for s in jax.tree.leaves(_param_shapes(self, jnp.bfloat16)))
-
-
-WAN_CONFIGS: dict[str, WanConfig] = {
-    # Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py and wan_t2v_14B.py
-    "wan2.1-1.3b": WanConfig("wan2.1-1.3b", 1536, 8960, 12, 128, 30),
-    "wan2.1-14b": WanConfig("wan2.1-14b", 5120, 13824, 40, 128, 40),
-    # CI-sized: 8 heads (divisible by 1, 2, 4, 8); head_dim 128 = splash's lane width.
-    "wan-tiny": WanConfig(
-        "wan-tiny", 1024, 2048, 8, 128, 2, text_len=128, text_dim=256, freq_dim=256
-    ),
-}
-
-# VAE stride of Wan 2.1's causal video VAE (frames, height, width).
-VAE_STRIDE: tuple[int, int, int] = (4, 8, 8)
-
-RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 720)}
-
-
-def check_wan_clip(clip: Clip) -> Clip:
-    """``clip`` if Wan can take it: sizes multiples of 16, ``4k+1`` frames; else WorkloadError.
-
-    >>> check_wan_clip(Clip(832, 480, 80))
-    Traceback (most recent call last):
-    ...
-    aoizora.errors.WorkloadError: clip frames 80: must be 4k+1 (the VAE keeps frame 0 ...), e.g. 81
-    """
-    if clip.width % 16 or clip.height % 16:
-        raise WorkloadError(
-            f"clip {clip.width}x{clip.height}: width and height must be positive multiples "
-            f"of 16 (VAE stride 8 x patch 2), e.g. 832x480"
-        )
-    if (clip.frames - 1) % VAE_STRIDE[0]:
-        raise WorkloadError(
-            f"clip frames {clip.frames}: must be 4k+1 (the VAE keeps frame 0 and compresses "
-            f"4:1 after it), e.g. 81"
-        )
-    return clip
-
-
-def latent_shape(clip: Clip) -> tuple[int, int, int]:
-    """(frames, height, width) of Wan's VAE latent: frames (F-1)/4+1, pixels / 8.
-
-    >>> latent_shape(Clip(832, 480, 81))
-    (21, 60, 104)
-    """
-    check_wan_clip(clip)
-    return (
-        (clip.frames - 1) // VAE_STRIDE[0] + 1,
-        clip.height // VAE_STRIDE[1],
-        clip.width // VAE_STRIDE[2],
-    )
-
-
-def token_grid(clip: Clip) -> tuple[int, int, int]:
-    """(frames, height, width) in tokens after the (1, 2, 2) patch."""
-    f, h, w = latent_shape(clip)
-    return (f, h // 2, w // 2)
-
-
-def num_tokens(clip: Clip) -> int:
-    """Tokens in Wan's sequence for ``clip`` (the product of :func:`token_grid`)."""
-    return math.prod(token_grid(clip))
-
-
-def parse_resolution(text: str, *, frames: int = 81) -> Clip:
-    """``"480p"``, ``"720p"`` or ``"WxH"`` (pixels) -> :class:`Clip` with ``frames`` frames.
-
-    >>> num_tokens(parse_resolution("720p"))
-    75600
-    >>> token_grid(parse_resolution("256x256", frames=5))
-    (2, 16, 16)
-    """
-    key = text.strip().lower()
-    if key in RESOLUTIONS:
-        width, height = RESOLUTIONS[key]
-        return check_wan_clip(Clip(width, height, frames))
-    m = re.fullmatch(r"(\d+)x(\d+)", key)
-    if not m:
-        raise WorkloadError(
-            f"resolution {text!r} is not one of {sorted(RESOLUTIONS)} or WIDTHxHEIGHT; "
-            f"e.g. '480p' or '832x480'"
-        )
-    return check_wan_clip(Clip(int(m.group(1)), int(m.group(2)), frames))
-
-
-# ---------------------------------------------------------------------------------------
-# Rule sets over the mesh axes (data, fsdp, context, tensor).
-
-WAN_RULE_SETS: tuple[Rules, ...] = (
-    # maxdiffusion configs/base_wan_14b.yml logical_axis_rules (uniform attention sharding),
-    # with our activation names: batch over (data, fsdp), tokens over context, weights'
-    # embed dim over (context, fsdp) -> all-gathered every layer, heads/mlp over tensor.
-    Rules.of(
-        "maxdiffusion",
-        [
-            ("activation_batch", ("data", "fsdp")),
-            ("activation_length", "context"),
-            ("activation_heads", "tensor"),
-            ("activation_mlp", "tensor"),
-            ("mlp", "tensor"),
-            ("embed", ("context", "fsdp")),
-            ("heads", "tensor"),
-            ("norm", "tensor"),
-        ],
-    ),
-    # FSDP: weights' embed dim over fsdp only (context chips keep a copy), tokens over
-    # (context, fsdp) so FSDP chips share the work; heads/mlp over tensor.
-    Rules.of(
-        "fsdp",
-        [
-            ("activation_batch", "data"),
-            ("activation_length", ("context", "fsdp")),
-            ("activation_heads", "tensor"),
-            ("activation_mlp", "tensor"),
-            ("mlp", "tensor"),
-            ("embed", "fsdp"),
-            ("heads", "tensor"),
-            ("norm", "tensor"),
-        ],
-    ),
-    # Data + sequence + tensor (Megatron) parallelism with weights sharded only by tensor.
-    Rules.of(
-        "dp_sp_tp",
-        [
-            ("activation_batch", "data"),
-            ("activation_length", ("context", "fsdp")),
-            ("activation_heads", "tensor"),
-            ("activation_mlp", "tensor"),
-            ("mlp", "tensor"),
-            ("heads", "tensor"),
-            ("norm", "tensor"),
-        ],
-    ),
-)
 
 # Logical axes of activations inside the step.
 _HIDDEN: LogicalAxes = ("activation_batch", "activation_length", "activation_embed")
@@ -257,65 +105,6 @@ _LATENT: LogicalAxes = (
 )
 
 
-def _param_shapes(cfg: WanConfig, dtype: Any) -> dict[str, Any]:
-    """Abstract weights, keyed by name; ``blocks`` are stacked over layers for the scan."""
-    d, f, n = cfg.dim, cfg.ffn_dim, cfg.num_layers
-    p_in = cfg.in_channels * cfg.patch_size
-    p_out = cfg.out_channels * cfg.patch_size
-
-    def s(*shape: int) -> jax.ShapeDtypeStruct:
-        return jax.ShapeDtypeStruct(tuple(shape), dtype)
-
-    blocks: dict[str, jax.ShapeDtypeStruct] = {"modulation": s(n, 6, d)}
-    for pre in ("sa", "ca"):
-        for m in ("q", "k", "v", "o"):
-            blocks[f"{pre}_{m}_w"] = s(n, d, d)
-            blocks[f"{pre}_{m}_b"] = s(n, d)
-        blocks[f"{pre}_norm_q"] = s(n, d)
-        blocks[f"{pre}_norm_k"] = s(n, d)
-    blocks.update(
-        norm3_w=s(n, d), norm3_b=s(n, d),
-        ffn_w1=s(n, d, f), ffn_b1=s(n, f), ffn_w2=s(n, f, d), ffn_b2=s(n, d),
-    )  # fmt: skip
-    return {
-        "patch_w": s(p_in, d), "patch_b": s(d),
-        "text_w1": s(cfg.text_dim, d), "text_b1": s(d), "text_w2": s(d, d), "text_b2": s(d),
-        "time_w1": s(cfg.freq_dim, d), "time_b1": s(d), "time_w2": s(d, d), "time_b2": s(d),
-        "time_proj_w": s(d, 6 * d), "time_proj_b": s(6 * d),
-        "head_modulation": s(2, d), "head_w": s(d, p_out), "head_b": s(p_out),
-        "blocks": blocks,
-    }  # fmt: skip
-
-
-def _param_axes(cfg: WanConfig) -> dict[str, Any]:
-    """Logical axes of every weight (same keys as :func:`_param_shapes`)."""
-    blocks: dict[str, LogicalAxes] = {"modulation": ("layers", "modulation", "embed")}
-    for pre in ("sa", "ca"):
-        for m in ("q", "k", "v"):
-            blocks[f"{pre}_{m}_w"] = ("layers", "embed", "heads")
-            blocks[f"{pre}_{m}_b"] = ("layers", "heads")
-        blocks[f"{pre}_o_w"] = ("layers", "heads", "embed")
-        blocks[f"{pre}_o_b"] = ("layers", "embed")
-        blocks[f"{pre}_norm_q"] = ("layers", "norm")
-        blocks[f"{pre}_norm_k"] = ("layers", "norm")
-    blocks.update(
-        norm3_w=("layers", "norm"), norm3_b=("layers", "norm"),
-        ffn_w1=("layers", "embed", "mlp"), ffn_b1=("layers", "mlp"),
-        ffn_w2=("layers", "mlp", "embed"), ffn_b2=("layers", "embed"),
-    )  # fmt: skip
-    return {
-        "patch_w": ("patch_in", "embed"), "patch_b": ("embed",),
-        "text_w1": ("text_in", "embed"), "text_b1": ("embed",),
-        "text_w2": ("embed_in", "embed"), "text_b2": ("embed",),
-        "time_w1": ("freq", "embed"), "time_b1": ("embed",),
-        "time_w2": ("embed_in", "embed"), "time_b2": ("embed",),
-        "time_proj_w": ("embed_in", "modulation_out"), "time_proj_b": ("modulation_out",),
-        "head_modulation": ("modulation", "embed"),
-        "head_w": ("embed", "patch_out"), "head_b": ("patch_out",),
-        "blocks": blocks,
-    }  # fmt: skip
-
-
 def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, Any, Any, Any]:
     """``(params, latents, timestep, text)`` as :class:`jax.ShapeDtypeStruct` pytrees.
 
@@ -325,7 +114,7 @@ def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, Any, Any, Any]:
     f, h, w = latent_shape(clip)
     if h % cfg.patch[1] or w % cfg.patch[2] or f % cfg.patch[0]:
         raise WorkloadError(f"latent {latent_shape(clip)} is not divisible by patch {cfg.patch}")
-    params = _param_shapes(cfg, jnp.bfloat16)
+    params = wan_param_shapes(cfg, jnp.bfloat16)
     latents = jax.ShapeDtypeStruct((CFG_BATCH, cfg.in_channels, f, h, w), jnp.bfloat16)
     timestep = jax.ShapeDtypeStruct((CFG_BATCH,), jnp.float32)
     text = jax.ShapeDtypeStruct((CFG_BATCH, cfg.text_len, cfg.text_dim), jnp.bfloat16)
@@ -335,7 +124,7 @@ def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, Any, Any, Any]:
 def wan_logical_axes(cfg: WanConfig) -> tuple[tuple[Any, Any, Any, Any], LogicalAxes]:
     """Logical axes of ``(params, latents, timestep, text)`` and of the result."""
     args = (
-        _param_axes(cfg),
+        wan_param_axes(cfg),
         _LATENT,
         ("activation_batch",),
         ("activation_batch", "activation_text_length", "activation_text_embed"),
@@ -554,57 +343,6 @@ def wan_step(
         return shard(y, _LATENT)
 
     return step
-
-
-# ---------------------------------------------------------------------------------------
-# Analytic FLOPs.
-
-
-@dataclass(frozen=True)
-class WanFlops:
-    """Matmul FLOPs of one step (2 per multiply-add), split by where they come from.
-
-    ``linear``: every Linear (patch, text, time, per-block q/k/v/o, FFN, head);
-    ``self_attention`` and ``cross_attention``: the QK^T and PV products.
-    Elementwise work (norms, softmax, RoPE, GELU) is left out; it is < 1 % for Wan.
-    """
-
-    linear: int
-    self_attention: int
-    cross_attention: int
-
-    @property
-    def total(self) -> int:
-        return self.linear + self.self_attention + self.cross_attention
-
-
-def wan_flops(cfg: WanConfig, clip: Clip, *, batch: int = CFG_BATCH, tokens: int | None = None
-              ) -> WanFlops:  # fmt: skip
-    """Analytic FLOPs of one denoising step (both CFG passes), no padding by default.
-
-    Per token of S and layer (d = dim, f = ffn_dim, T = text_len): self q/k/v/o 4*2d^2,
-    cross q/o 2*2d^2, FFN 2*2df; per text token cross k/v 2*2d^2; attention scores and
-    values 2*2*S*d (self) and 2*2*T*d (cross). Source: the module structure above.
-
-        >>> f = wan_flops(WAN_CONFIGS["wan2.1-14b"], parse_resolution("720p"))
-        >>> round(f.total / 2 / 1e15, 2), round(f.self_attention / f.total, 2)
-        (6.52, 0.72)
-    """
-    s = num_tokens(clip) if tokens is None else tokens
-    d, f, t, n = cfg.dim, cfg.ffn_dim, cfg.text_len, cfg.num_layers
-    p_in = cfg.in_channels * cfg.patch_size
-    p_out = cfg.out_channels * cfg.patch_size
-    per_layer_linear = s * (2 * 4 * d * d + 2 * 2 * d * d + 2 * 2 * d * f) + t * 2 * 2 * d * d
-    outer_linear = (
-        s * 2 * p_in * d  # patch embedding
-        + t * (2 * cfg.text_dim * d + 2 * d * d)  # text embedding
-        + (2 * cfg.freq_dim * d + 2 * d * d + 2 * d * 6 * d)  # time embedding + projection
-        + s * 2 * d * p_out  # head
-    )
-    linear = batch * (n * per_layer_linear + outer_linear)
-    self_attn = batch * n * 2 * 2 * s * s * d
-    cross_attn = batch * n * 2 * 2 * s * t * d
-    return WanFlops(linear=linear, self_attention=self_attn, cross_attention=cross_attn)
 
 
 # ---------------------------------------------------------------------------------------

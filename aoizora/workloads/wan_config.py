@@ -1,0 +1,339 @@
+"""What a Wan 2.1 DiT is, without the JAX model: sizes, clips, weights, FLOPs, rule sets.
+
+* :class:`WanConfig` and :data:`WAN_CONFIGS` -- the model sizes (Wan-Video/Wan2.1
+  ``wan/configs``);
+* clip arithmetic -- :data:`RESOLUTIONS`, :func:`parse_resolution`,
+  :func:`check_wan_clip`, :func:`latent_shape`, :func:`token_grid`,
+  :func:`num_tokens` (VAE stride (4, 8, 8), patch (1, 2, 2));
+* :data:`WAN_RULE_SETS` -- logical-axis rule sets over :data:`MESH_AXIS_NAMES`;
+* :func:`wan_param_shapes` / :func:`wan_param_axes` -- every weight's shape and
+  logical axes;
+* :func:`wan_flops` -- the analytic matmul FLOPs of one step.
+
+The step itself (:func:`aoizora.workloads.wan.wan_step`) and the workload value
+are in :mod:`aoizora.workloads.wan`, which re-exports these names.
+
+    >>> clip = parse_resolution("480p")
+    >>> clip, token_grid(clip), num_tokens(clip)
+    (Clip(width=832, height=480, frames=81), (21, 30, 52), 32760)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from aoizora.clip import Clip
+from aoizora.errors import WorkloadError
+from aoizora.rules import LogicalAxes, Rules
+
+__all__ = [
+    "CFG_BATCH",
+    "Clip",
+    "MESH_AXIS_NAMES",
+    "RESOLUTIONS",
+    "VAE_STRIDE",
+    "WAN_CONFIGS",
+    "WAN_RULE_SETS",
+    "WanConfig",
+    "WanFlops",
+    "check_wan_clip",
+    "latent_shape",
+    "num_tokens",
+    "parse_resolution",
+    "token_grid",
+    "wan_flops",
+    "wan_param_axes",
+    "wan_param_shapes",
+]
+
+MESH_AXIS_NAMES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
+CFG_BATCH = 2  # classifier-free guidance: conditional and unconditional pass in one batch
+
+
+@dataclass(frozen=True)
+class WanConfig:
+    """Shape of a Wan 2.1 DiT (no weights). ``dim == num_heads * head_dim``."""
+
+    name: str
+    dim: int
+    ffn_dim: int
+    num_heads: int
+    head_dim: int
+    num_layers: int
+    text_len: int = 512
+    text_dim: int = 4096
+    in_channels: int = 16
+    out_channels: int = 16
+    patch: tuple[int, int, int] = (1, 2, 2)
+    freq_dim: int = 256
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.dim != self.num_heads * self.head_dim:
+            raise WorkloadError(
+                f"WanConfig {self.name!r}: dim {self.dim} != num_heads {self.num_heads} x "
+                f"head_dim {self.head_dim}; e.g. dim=1536, num_heads=12, head_dim=128"
+            )
+        if self.head_dim % 2:
+            raise WorkloadError(f"WanConfig {self.name!r}: head_dim {self.head_dim} must be even")
+
+    @property
+    def patch_size(self) -> int:
+        return math.prod(self.patch)
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count (every weight and bias of :func:`wan_param_shapes`)."""
+        return sum(
+            math.prod(s.shape) for s in jax.tree.leaves(wan_param_shapes(self, jnp.bfloat16))
+        )
+
+
+WAN_CONFIGS: dict[str, WanConfig] = {
+    # Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py and wan_t2v_14B.py
+    "wan2.1-1.3b": WanConfig("wan2.1-1.3b", 1536, 8960, 12, 128, 30),
+    "wan2.1-14b": WanConfig("wan2.1-14b", 5120, 13824, 40, 128, 40),
+    # CI-sized: 8 heads (divisible by 1, 2, 4, 8); head_dim 128 = splash's lane width.
+    "wan-tiny": WanConfig(
+        "wan-tiny", 1024, 2048, 8, 128, 2, text_len=128, text_dim=256, freq_dim=256
+    ),
+}
+
+# VAE stride of Wan 2.1's causal video VAE (frames, height, width).
+VAE_STRIDE: tuple[int, int, int] = (4, 8, 8)
+
+RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 720)}
+
+
+def check_wan_clip(clip: Clip) -> Clip:
+    """``clip`` if Wan can take it: sizes multiples of 16, ``4k+1`` frames; else WorkloadError.
+
+    >>> check_wan_clip(Clip(832, 480, 80))
+    Traceback (most recent call last):
+    ...
+    aoizora.errors.WorkloadError: clip frames 80: must be 4k+1 (the VAE keeps frame 0 ...), e.g. 81
+    """
+    if clip.width % 16 or clip.height % 16:
+        raise WorkloadError(
+            f"clip {clip.width}x{clip.height}: width and height must be positive multiples "
+            f"of 16 (VAE stride 8 x patch 2), e.g. 832x480"
+        )
+    if (clip.frames - 1) % VAE_STRIDE[0]:
+        raise WorkloadError(
+            f"clip frames {clip.frames}: must be 4k+1 (the VAE keeps frame 0 and compresses "
+            f"4:1 after it), e.g. 81"
+        )
+    return clip
+
+
+def latent_shape(clip: Clip) -> tuple[int, int, int]:
+    """(frames, height, width) of Wan's VAE latent: frames (F-1)/4+1, pixels / 8.
+
+    >>> latent_shape(Clip(832, 480, 81))
+    (21, 60, 104)
+    """
+    check_wan_clip(clip)
+    return (
+        (clip.frames - 1) // VAE_STRIDE[0] + 1,
+        clip.height // VAE_STRIDE[1],
+        clip.width // VAE_STRIDE[2],
+    )
+
+
+def token_grid(clip: Clip) -> tuple[int, int, int]:
+    """(frames, height, width) in tokens after the (1, 2, 2) patch."""
+    f, h, w = latent_shape(clip)
+    return (f, h // 2, w // 2)
+
+
+def num_tokens(clip: Clip) -> int:
+    """Tokens in Wan's sequence for ``clip`` (the product of :func:`token_grid`)."""
+    return math.prod(token_grid(clip))
+
+
+def parse_resolution(text: str, *, frames: int = 81) -> Clip:
+    """``"480p"``, ``"720p"`` or ``"WxH"`` (pixels) -> :class:`Clip` with ``frames`` frames.
+
+    >>> num_tokens(parse_resolution("720p"))
+    75600
+    >>> token_grid(parse_resolution("256x256", frames=5))
+    (2, 16, 16)
+    """
+    key = text.strip().lower()
+    if key in RESOLUTIONS:
+        width, height = RESOLUTIONS[key]
+        return check_wan_clip(Clip(width, height, frames))
+    m = re.fullmatch(r"(\d+)x(\d+)", key)
+    if not m:
+        raise WorkloadError(
+            f"resolution {text!r} is not one of {sorted(RESOLUTIONS)} or WIDTHxHEIGHT; "
+            f"e.g. '480p' or '832x480'"
+        )
+    return check_wan_clip(Clip(int(m.group(1)), int(m.group(2)), frames))
+
+
+# ---------------------------------------------------------------------------------------
+# Rule sets over the mesh axes (data, fsdp, context, tensor).
+
+WAN_RULE_SETS: tuple[Rules, ...] = (
+    # maxdiffusion configs/base_wan_14b.yml logical_axis_rules (uniform attention sharding),
+    # with our activation names: batch over (data, fsdp), tokens over context, weights'
+    # embed dim over (context, fsdp) -> all-gathered every layer, heads/mlp over tensor.
+    Rules.of(
+        "maxdiffusion",
+        [
+            ("activation_batch", ("data", "fsdp")),
+            ("activation_length", "context"),
+            ("activation_heads", "tensor"),
+            ("activation_mlp", "tensor"),
+            ("mlp", "tensor"),
+            ("embed", ("context", "fsdp")),
+            ("heads", "tensor"),
+            ("norm", "tensor"),
+        ],
+    ),
+    # FSDP: weights' embed dim over fsdp only (context chips keep a copy), tokens over
+    # (context, fsdp) so FSDP chips share the work; heads/mlp over tensor.
+    Rules.of(
+        "fsdp",
+        [
+            ("activation_batch", "data"),
+            ("activation_length", ("context", "fsdp")),
+            ("activation_heads", "tensor"),
+            ("activation_mlp", "tensor"),
+            ("mlp", "tensor"),
+            ("embed", "fsdp"),
+            ("heads", "tensor"),
+            ("norm", "tensor"),
+        ],
+    ),
+    # Data + sequence + tensor (Megatron) parallelism with weights sharded only by tensor.
+    Rules.of(
+        "dp_sp_tp",
+        [
+            ("activation_batch", "data"),
+            ("activation_length", ("context", "fsdp")),
+            ("activation_heads", "tensor"),
+            ("activation_mlp", "tensor"),
+            ("mlp", "tensor"),
+            ("heads", "tensor"),
+            ("norm", "tensor"),
+        ],
+    ),
+)
+
+
+def wan_param_shapes(cfg: WanConfig, dtype: Any) -> dict[str, Any]:
+    """Abstract weights, keyed by name; ``blocks`` are stacked over layers for the scan."""
+    d, f, n = cfg.dim, cfg.ffn_dim, cfg.num_layers
+    p_in = cfg.in_channels * cfg.patch_size
+    p_out = cfg.out_channels * cfg.patch_size
+
+    def s(*shape: int) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+    blocks: dict[str, jax.ShapeDtypeStruct] = {"modulation": s(n, 6, d)}
+    for pre in ("sa", "ca"):
+        for m in ("q", "k", "v", "o"):
+            blocks[f"{pre}_{m}_w"] = s(n, d, d)
+            blocks[f"{pre}_{m}_b"] = s(n, d)
+        blocks[f"{pre}_norm_q"] = s(n, d)
+        blocks[f"{pre}_norm_k"] = s(n, d)
+    blocks.update(
+        norm3_w=s(n, d), norm3_b=s(n, d),
+        ffn_w1=s(n, d, f), ffn_b1=s(n, f), ffn_w2=s(n, f, d), ffn_b2=s(n, d),
+    )  # fmt: skip
+    return {
+        "patch_w": s(p_in, d), "patch_b": s(d),
+        "text_w1": s(cfg.text_dim, d), "text_b1": s(d), "text_w2": s(d, d), "text_b2": s(d),
+        "time_w1": s(cfg.freq_dim, d), "time_b1": s(d), "time_w2": s(d, d), "time_b2": s(d),
+        "time_proj_w": s(d, 6 * d), "time_proj_b": s(6 * d),
+        "head_modulation": s(2, d), "head_w": s(d, p_out), "head_b": s(p_out),
+        "blocks": blocks,
+    }  # fmt: skip
+
+
+def wan_param_axes(cfg: WanConfig) -> dict[str, Any]:
+    """Logical axes of every weight (same keys as :func:`wan_param_shapes`)."""
+    blocks: dict[str, LogicalAxes] = {"modulation": ("layers", "modulation", "embed")}
+    for pre in ("sa", "ca"):
+        for m in ("q", "k", "v"):
+            blocks[f"{pre}_{m}_w"] = ("layers", "embed", "heads")
+            blocks[f"{pre}_{m}_b"] = ("layers", "heads")
+        blocks[f"{pre}_o_w"] = ("layers", "heads", "embed")
+        blocks[f"{pre}_o_b"] = ("layers", "embed")
+        blocks[f"{pre}_norm_q"] = ("layers", "norm")
+        blocks[f"{pre}_norm_k"] = ("layers", "norm")
+    blocks.update(
+        norm3_w=("layers", "norm"), norm3_b=("layers", "norm"),
+        ffn_w1=("layers", "embed", "mlp"), ffn_b1=("layers", "mlp"),
+        ffn_w2=("layers", "mlp", "embed"), ffn_b2=("layers", "embed"),
+    )  # fmt: skip
+    return {
+        "patch_w": ("patch_in", "embed"), "patch_b": ("embed",),
+        "text_w1": ("text_in", "embed"), "text_b1": ("embed",),
+        "text_w2": ("embed_in", "embed"), "text_b2": ("embed",),
+        "time_w1": ("freq", "embed"), "time_b1": ("embed",),
+        "time_w2": ("embed_in", "embed"), "time_b2": ("embed",),
+        "time_proj_w": ("embed_in", "modulation_out"), "time_proj_b": ("modulation_out",),
+        "head_modulation": ("modulation", "embed"),
+        "head_w": ("embed", "patch_out"), "head_b": ("patch_out",),
+        "blocks": blocks,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# Analytic FLOPs.
+
+
+@dataclass(frozen=True)
+class WanFlops:
+    """Matmul FLOPs of one step (2 per multiply-add), split by where they come from.
+
+    ``linear``: every Linear (patch, text, time, per-block q/k/v/o, FFN, head);
+    ``self_attention`` and ``cross_attention``: the QK^T and PV products.
+    Elementwise work (norms, softmax, RoPE, GELU) is left out; it is < 1 % for Wan.
+    """
+
+    linear: int
+    self_attention: int
+    cross_attention: int
+
+    @property
+    def total(self) -> int:
+        return self.linear + self.self_attention + self.cross_attention
+
+
+def wan_flops(cfg: WanConfig, clip: Clip, *, batch: int = CFG_BATCH, tokens: int | None = None
+              ) -> WanFlops:  # fmt: skip
+    """Analytic FLOPs of one denoising step (both CFG passes), no padding by default.
+
+    Per token of S and layer (d = dim, f = ffn_dim, T = text_len): self q/k/v/o 4*2d^2,
+    cross q/o 2*2d^2, FFN 2*2df; per text token cross k/v 2*2d^2; attention scores and
+    values 2*2*S*d (self) and 2*2*T*d (cross). Source: the module structure above.
+
+        >>> f = wan_flops(WAN_CONFIGS["wan2.1-14b"], parse_resolution("720p"))
+        >>> round(f.total / 2 / 1e15, 2), round(f.self_attention / f.total, 2)
+        (6.52, 0.72)
+    """
+    s = num_tokens(clip) if tokens is None else tokens
+    d, f, t, n = cfg.dim, cfg.ffn_dim, cfg.text_len, cfg.num_layers
+    p_in = cfg.in_channels * cfg.patch_size
+    p_out = cfg.out_channels * cfg.patch_size
+    per_layer_linear = s * (2 * 4 * d * d + 2 * 2 * d * d + 2 * 2 * d * f) + t * 2 * 2 * d * d
+    outer_linear = (
+        s * 2 * p_in * d  # patch embedding
+        + t * (2 * cfg.text_dim * d + 2 * d * d)  # text embedding
+        + (2 * cfg.freq_dim * d + 2 * d * d + 2 * d * 6 * d)  # time embedding + projection
+        + s * 2 * d * p_out  # head
+    )
+    linear = batch * (n * per_layer_linear + outer_linear)
+    self_attn = batch * n * 2 * 2 * s * s * d
+    cross_attn = batch * n * 2 * 2 * s * t * d
+    return WanFlops(linear=linear, self_attention=self_attn, cross_attention=cross_attn)
