@@ -269,11 +269,36 @@ def check_candidate(workload: Workload, candidate: Candidate) -> tuple[str, ...]
 
 
 def _signature(workload: Workload, candidate: Candidate) -> tuple[object, ...]:
+    """What decides the compiled program, up to the names of the mesh axes.
+
+    Axes of size 1 shard nothing (``logical_to_pspec`` drops them); the others are
+    named by their position among the non-trivial axes. So ``data2.fsdp2.context1``
+    under one rule set and ``data2.fsdp1.context2`` under another, sharding every
+    array the same way, share a signature: they compile to the same program with
+    other axis names (checked: their simulated step times are equal, and the
+    exhaustive planner benchmark shows every such pair tied), and one is enough.
+    """
+    sizes = candidate.mesh_sizes
+    live = [name for name in candidate.mesh_axis_names if sizes[name] > 1]
+    rename = {name: f"axis{i}" for i, name in enumerate(live)}
+
+    def canonical(entry: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        if entry is None:
+            return None
+        if isinstance(entry, str):
+            return rename[entry]
+        return tuple(rename[e] for e in entry)
+
     specs = tuple(
-        logical_to_pspec(axes, candidate.rules, candidate.mesh_axis_names, candidate.mesh_sizes)
+        tuple(
+            canonical(e)
+            for e in logical_to_pspec(
+                axes, candidate.rules, candidate.mesh_axis_names, candidate.mesh_sizes
+            )
+        )
         for _, _, axes, _ in _arrays(workload)
     )
-    return (candidate.mesh_shape, candidate.attention, specs)
+    return (tuple(sizes[name] for name in live), candidate.attention, specs)
 
 
 def enumerate_candidates(
