@@ -475,11 +475,12 @@ def run_plan(
 
 def _exhaustive_check(ranking: Stage1Ranking, scored: Sequence[CandidateScores]) -> ExhaustiveCheck:
     """Stage 1's recall against the exhaustive winner; Spearman rho of Q1 vs best Q2."""
-    best = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id))
     q1 = {e.candidate_id: e.q1_s for e in (*ranking.kept, *ranking.dropped_weak)}
-    pairs = sorted(
-        (s.candidate.id, q1[s.candidate.id], s.best.q2_s) for s in scored if s.candidate.id in q1
-    )
+    # Only candidates Stage 1 scored compete (a baseline folded into an equivalent
+    # legal candidate is compiled too, but has no Q1 of its own).
+    ranked = [s for s in scored if s.candidate.id in q1]
+    best = min(ranked, key=lambda s: (s.best.q2_s, s.candidate.id))
+    pairs = sorted((s.candidate.id, q1[s.candidate.id], s.best.q2_s) for s in ranked)
     rho = spearman([p[1] for p in pairs], [p[2] for p in pairs]) if len(pairs) > 1 else None
     kept = ranking.kept_ids
     return ExhaustiveCheck(
