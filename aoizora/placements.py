@@ -64,7 +64,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -74,6 +73,7 @@ import numpy as np
 
 from aoizora.device_order import DeviceOrder, check_mesh_shape
 from aoizora.errors import PlacementError
+from aoizora.slice_symmetry import canonical, canonical_rows, slice_automorphisms
 from sim.topology import Slice
 
 __all__ = [
@@ -189,93 +189,7 @@ def _dim_name(dim: int) -> str:
     return "xyz"[dim] if dim < 3 else f"d{dim}"
 
 
-# --- symmetry -----------------------------------------------------------------
-
-
-def _dim_maps(n: int, wrapped: bool) -> list[tuple[int, ...]]:
-    """Coordinate maps of one dimension that commute with its routing."""
-    identity = tuple(range(n))
-    if n == 1:
-        return [identity]
-    if not wrapped:
-        return [identity, tuple(n - 1 - c for c in range(n))]
-    maps = [tuple((c + t) % n for c in range(n)) for t in range(n)]
-    if n % 2 == 1:
-        # Odd rings have no half-way tie, so mirroring keeps shortest routes.
-        maps += [tuple((t - c) % n for c in range(n)) for t in range(n)]
-    return sorted(set(maps))
-
-
-def slice_automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
-    """The slice's route-preserving symmetries as permutations of physical ids.
-
-    ``perm[i]`` is the image of chip ``i``. The identity comes first; the rest
-    are sorted. Reflections per dimension (non-wrapped, or wrapped of odd
-    length) and translations of wrapped dimensions; no transpositions (routing
-    is dimension-ordered).
-
-    >>> from sim.topology import load_slice
-    >>> slice_automorphisms(load_slice("v5e:2x2"))
-    ((0, 1, 2, 3), (1, 0, 3, 2), (2, 3, 0, 1), (3, 2, 1, 0))
-    """
-    return _automorphisms(slice_)
-
-
-@functools.cache  # a Slice is a hashable value (name, chip, shape, wraparound)
-def _automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
-    per_dim = [_dim_maps(n, bool(w)) for n, w in zip(slice_.shape, slice_.wraparound, strict=True)]
-    perms: set[tuple[int, ...]] = set()
-    for maps in itertools.product(*per_dim):
-        perm = tuple(
-            slice_.physical_id(tuple(m[c] for m, c in zip(maps, coord, strict=True)))
-            for coord in slice_.coords
-        )
-        perms.add(perm)
-    identity = tuple(range(slice_.num_chips))
-    return (identity, *sorted(perms - {identity}))
-
-
-def _canonical_rows(ids: np.ndarray, perms: np.ndarray) -> np.ndarray:
-    """Lexicographically smallest image of every row of ``ids`` (P, N) under ``perms``."""
-    best = perms[0][ids]
-    rows = np.arange(ids.shape[0])
-    for perm in perms[1:]:
-        image = perm[ids]
-        differ = image != best
-        first = np.argmax(differ, axis=1)
-        smaller = differ.any(axis=1) & (image[rows, first] < best[rows, first])
-        best[smaller] = image[smaller]
-    return best
-
-
-def canonical(order: DeviceOrder, slice_: Slice) -> DeviceOrder:
-    """The class key of ``order``: its smallest physical-id image under the symmetries.
-
-    Two orders are equivalent (identical simulated latency for any program)
-    exactly when their canonical orders are equal.
-
-    >>> from sim.topology import load_slice
-    >>> s = load_slice("v5e:2x2")
-    >>> flipped = DeviceOrder.from_physical_ids((3, 2, 1, 0), mesh_shape=(4,), slice_=s)
-    >>> canonical(flipped, s).physical_ids
-    (0, 1, 2, 3)
-    """
-    _check_order_on(order, slice_)
-    perms = np.asarray(slice_automorphisms(slice_), dtype=np.int64)
-    ids = np.asarray([order.physical_ids], dtype=np.int64)
-    best = _canonical_rows(ids, perms)[0]
-    return DeviceOrder.from_physical_ids(
-        tuple(int(i) for i in best), mesh_shape=order.mesh_shape, slice_=slice_
-    )
-
-
-def _check_order_on(order: DeviceOrder, slice_: Slice) -> None:
-    if order.slice_name != slice_.name or order.num_devices != slice_.num_chips:
-        raise PlacementError(
-            f"device order for {order.slice_name} ({order.num_devices} devices) does not belong "
-            f"to slice {slice_.name} ({slice_.num_chips} chips); build it with "
-            f"DeviceOrder.from_physical_ids(..., slice_=load_slice({slice_.name!r}))"
-        )
+# --- symmetry classes ---------------------------------------------------------
 
 
 def class_of(
@@ -488,7 +402,7 @@ def raw_placements(
         )
     placements = list(found.values())
     perms = np.asarray(slice_automorphisms(slice_), dtype=np.int64)
-    keys = _canonical_rows(np.asarray([p.physical_ids for p in placements]), perms)
+    keys = canonical_rows(np.asarray([p.physical_ids for p in placements]), perms)
     placements = [
         dataclasses.replace(p, class_key=tuple(int(i) for i in key))
         for p, key in zip(placements, keys, strict=True)
