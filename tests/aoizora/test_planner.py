@@ -173,7 +173,6 @@ def test_warm_run_is_byte_identical_and_uses_the_cache(
     assert _plan_json(cold) == _plan_json(warm)
     assert all(c.compile.cache_hit for c in warm.scored)
     assert all(e.nodes == () for e in warm.stage1.kept)  # served from the Stage-1 cache
-    assert dict(warm.timings_s)["total"] < dict(cold.timings_s)["total"]
 
 
 def test_report_labels_latencies_as_simulated(cold: PlanOutcome) -> None:
