@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -490,10 +489,10 @@ def test_three_dimensional_slice() -> None:
     assert sum(p.num_raw for p in enumerate_placements((2, 4), s, directions=True)) == len(raws)
 
 
-def test_enumeration_is_fast_on_4x4() -> None:
+def test_enumeration_covers_4x4_mesh_shapes() -> None:
+    # Speed is a benchmark figure (docs/placements.md), not a test assertion.
     s = load_slice("v5e:4x4")
-    start = time.perf_counter()
     for shape in [(16,), (4, 4), (2, 8), (2, 2, 4)]:
-        enumerate_placements(shape, s)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, elapsed  # target 0.5 s for all four; slack for a shared CI box
+        ps = enumerate_placements(shape, s)
+        assert ps and all(sorted(p.physical_ids) == list(range(16)) for p in ps)
+        assert len({p.class_key for p in ps}) == len(ps)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from aoizora.device_order import DeviceOrder
@@ -193,16 +191,14 @@ def test_wrong_device_count_is_a_placement_error() -> None:
 
 
 @pytest.mark.slow
-def test_replay_of_a_compiled_transformer_is_fast_and_consistent() -> None:
+def test_replay_of_a_compiled_transformer_is_consistent() -> None:
     from tests.aoizora.hlo import compiled
 
     fixture = compiled.transformer_4x4()
     g = graph_from_text(fixture.text)
     s = load_slice("v5e:4x4")
     order = DeviceOrder.identity(mesh_shape=fixture.mesh_shape, slice_=s)
-    t0 = time.perf_counter()
-    r = replay(g, s, order)
-    assert time.perf_counter() - t0 < 2.0
+    r = replay(g, s, order)  # its speed is benchmarks/hlo_bench.py's figure
     assert len(r.collectives) == len(g.collectives)
     assert r.step_time_s >= r.compute_s > 0
     assert {sim_kind(c) for c in g.collectives} <= {"all-gather", "all-reduce", "reduce-scatter"}

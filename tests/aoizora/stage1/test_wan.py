@@ -61,9 +61,7 @@ def test_tiny_wan_estimates(
     tiny: Workload, estimates: list[tuple[Candidate, Stage1Estimate, float]]
 ) -> None:
     analytic = wan_flops(WAN_CONFIGS["wan-tiny"], CLIP).total
-    for cand, est, elapsed_s in estimates:
-        # Well under a second on a quiet machine (~0.1-0.3 s); 2 s leaves room for a busy CI box.
-        assert elapsed_s < 2.0, (cand.id, elapsed_s)
+    for cand, est, _elapsed_s in estimates:
         assert not est.warnings, (cand.id, est.warnings)
         # The overlap schedule lies between full overlap and none (schedule.py).
         assert max(est.compute_s, est.comm_s) * (1 - 1e-9) <= est.q1_s
