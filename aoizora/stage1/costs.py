@@ -15,13 +15,14 @@ is counted where :mod:`aoizora.stage1.dag` meets it. Here:
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Sequence
 
 from aoizora.stage1.shardy import Op, TensorType
 
-__all__ = ["conv_flops", "kernel_cost"]
+__all__ = ["attention_operands", "conv_flops", "kernel_cost"]
 
 # Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
 _ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
@@ -37,6 +38,32 @@ def conv_flops(out: TensorType, kernel: TensorType, *, output_feature_dim: int) 
     d = output_feature_dim
     out_features = kernel.shape[d] if 0 <= d < len(kernel.shape) else 1
     return 2.0 * out.num_elements * kernel.num_elements / max(1, out_features)
+
+
+def attention_operands(
+    operand_types: Sequence[TensorType],
+) -> tuple[TensorType, TensorType, TensorType] | None:
+    """The first (q, k, v) among the operands, in order, whose shapes fit attention.
+
+    q ``[..., S_q, D]``, k ``[..., S_kv, D]``, v ``[..., S_kv, D_v]`` with equal
+    leading dims. Shapes, not positions, decide: a splash kernel also takes
+    block-mask tables of rank 3 (int8 for small grids, int32 for large ones such
+    as Wan 14B at 720p), which must not be mistaken for q and k.
+
+    >>> mask, q = TensorType((1, 19, 74), 4), TensorType((5, 9456, 128), 2)
+    >>> kv = TensorType((5, 75648, 128), 2)
+    >>> [t.shape for t in attention_operands([mask, mask, q, kv, kv])]
+    [(5, 9456, 128), (5, 75648, 128), (5, 75648, 128)]
+    """
+    tensors = [t for t in operand_types if len(t.shape) >= 3 and t.element_bytes >= 2]
+    for q, k, v in itertools.combinations(tensors, 3):
+        if (
+            q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+            and q.shape[-1] == k.shape[-1]
+            and k.shape[-2] == v.shape[-2]
+        ):
+            return q, k, v
+    return None
 
 
 def kernel_cost(
@@ -59,11 +86,10 @@ def kernel_cost(
         return op.cost_estimate_flops, op.cost_estimate_bytes or float(io)
     if not _ATTENTION_KERNEL.search(op.kernel_name or op.call_target):
         return None, float(io)
-    tensors = [t for t in operand_types if len(t.shape) >= 3]
-    tensors = [t for t in tensors if t.element_bytes >= 2]
-    if len(tensors) < 3:
+    qkv = attention_operands(operand_types)
+    if qkv is None:
         return None, float(io)
-    q, k, v = tensors[0], tensors[1], tensors[2]
+    q, k, v = qkv
     lead = math.prod(q.shape[:-2])
     s_q, d = q.shape[-2], q.shape[-1]
     s_kv, d_v = k.shape[-2], v.shape[-1]
