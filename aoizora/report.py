@@ -47,8 +47,9 @@ def render_report(outcome: PlanOutcome) -> str:
         lines.append("!! CPU FALLBACK: libtpu was not available; these are CPU-compiled programs")
     lines.append(
         f"candidates: {outcome.num_legal} legal, {outcome.num_rejected} rejected; "
-        f"Stage 1 kept {len(outcome.stage1.kept)} of {outcome.num_legal} "
-        f"(K={outcome.stage1.k}, {len(outcome.stage1.dropped_infeasible)} over HBM) in "
+        f"Stage 1 kept {len(outcome.stage1_picks)} of {outcome.num_legal} "
+        f"(top-{outcome.stage1.k} by Q1 plus the best of each attention kind; "
+        f"{len(outcome.stage1.dropped_infeasible)} over HBM) in "
         f"{timings.get('stage1', 0.0):.1f} s; compiled {len(outcome.scored)} in "
         f"{timings.get('compile', 0.0):.1f} s; ranked "
         f"{sum(len(c.placements) for c in outcome.scored)} (sharding, placement) pairs in "
@@ -79,7 +80,7 @@ def render_report(outcome: PlanOutcome) -> str:
         f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} placements)"
     )
     if not outcome.winner.in_top_k:
-        lines.append("note: the winner is a baseline's sharding, not one of Stage 1's top-K")
+        lines.append("note: the winner is a baseline's sharding, not one Stage 1 kept")
     lines.append("")
     q1 = {e.candidate_id: e.q1_s for e in (*outcome.stage1.kept, *outcome.stage1.dropped_weak)}
     cand_rows: list[tuple[str, ...]] = []
@@ -100,7 +101,7 @@ def render_report(outcome: PlanOutcome) -> str:
     lines += _table(
         (
             "compiled sharding",
-            "top-K",
+            "Stage 1",
             "Q1",
             "compile",
             "HBM/chip",
@@ -118,7 +119,7 @@ def render_report(outcome: PlanOutcome) -> str:
         lines += [
             "",
             f"exhaustive check over {ex.num_compared} compiled candidates: best "
-            f"{ex.best_candidate_id}; Stage-1 top-1 recall {int(ex.top1_hit)}, top-K recall "
+            f"{ex.best_candidate_id}; Stage-1 top-1 recall {int(ex.top1_hit)}, kept-set recall "
             f"{int(ex.topk_hit)}; Spearman rho(Q1, best Q2) = {rho}",
         ]
     for w in outcome.warnings:

@@ -118,6 +118,12 @@ def test_footprint_merges_orders_that_only_move_an_idle_axis() -> None:
     )
 
 
+def everyone_sorted(outcome: PlanOutcome) -> list[str]:
+    """Feasible candidate ids in Q1 order (ties by id), as Stage 1 ranks them."""
+    ests = (*outcome.stage1.kept, *outcome.stage1.dropped_weak)
+    return [cid for _, cid in sorted((e.q1_s, e.candidate_id) for e in ests)]
+
+
 def test_stage1_keeps_top_k_by_q1_and_compiles_them(cold: PlanOutcome) -> None:
     kept = cold.stage1.kept
     assert len(kept) == 2
@@ -125,10 +131,18 @@ def test_stage1_keeps_top_k_by_q1_and_compiles_them(cold: PlanOutcome) -> None:
         (e.q1_s, e.candidate_id) for e in (*cold.stage1.kept, *cold.stage1.dropped_weak)
     )
     assert [e.candidate_id for e in kept] == [cid for _, cid in everyone[:2]]
+    # Stage 1 hands over its top-K plus the best-Q1 candidate of every attention kind
+    # the top-K lacks (recomputed here from the ranking and the candidate ids).
+    expected = [e.candidate_id for e in kept]
+    for e in everyone_sorted(cold):
+        kind = e.split("/")[-1]
+        if not any(cid.split("/")[-1] == kind for cid in expected):
+            expected.append(e)
+    assert list(cold.stage1_picks) == expected
     compiled = {c.candidate.id for c in cold.scored} | {cid for cid, _ in cold.failed}
-    assert set(cold.stage1.kept_ids) <= compiled
+    assert set(cold.stage1_picks) <= compiled
     for c in cold.scored:
-        assert c.in_top_k == (c.candidate.id in cold.stage1.kept_ids)
+        assert c.in_top_k == (c.candidate.id in cold.stage1_picks)
         assert c.compile.backend == "tpu"
         assert c.compile.feasible is True
 
