@@ -384,8 +384,9 @@ class _RegionWalk:
             ch = instr.attrs.get("channel_id", "")
             channel = int(ch) if ch.isdigit() else -1 - len(self.send_recv)
             cid_or_none = self.send_recv.get(channel)
-            if cid_or_none is None:
-                cid = b._new_collective(
+
+            def read_side() -> int:
+                return b._new_collective(
                     self.comp,
                     instr,
                     region=self.region,
@@ -394,22 +395,16 @@ class _RegionWalk:
                     is_async=True,
                     depends_on=deps,
                 )
+
+            if cid_or_none is None:
+                cid = read_side()
                 self.send_recv[channel] = cid
                 self.start(cid)
             else:
                 cid = cid_or_none
                 pending = b.collectives[cid]
                 if base == "send":  # the send side defines the payload and pairs
-                    other = b._new_collective(
-                        self.comp,
-                        instr,
-                        region=self.region,
-                        count=self.count,
-                        via="send-recv",
-                        is_async=True,
-                        depends_on=deps,
-                    )
-                    sent = b.collectives.pop(other)
+                    sent = b.collectives.pop(read_side())
                     pending = b.collectives[cid] = replace(
                         pending,
                         kind="send",
