@@ -212,7 +212,11 @@ def _stage1(
         try:
             lowered = lower(workload, cand, slice_)
             est = estimate(
-                lowered, mesh_axis_sizes=cand.mesh_sizes, chip=slice_.chip, candidate_id=cand.id
+                lowered,
+                mesh_axis_sizes=cand.mesh_sizes,
+                chip=slice_.chip,
+                candidate_id=cand.id,
+                slice_=slice_,
             )
         except AoizoraError as exc:
             failed.append((cand.id, str(exc)))

@@ -20,7 +20,6 @@ from aoizora.stage1.q1 import (
     estimate_module,
     rank_stage1,
 )
-from aoizora.stage1.reshard import reshard_collectives
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
 
 __all__ = [
@@ -38,5 +37,4 @@ __all__ = [
     "estimate_module",
     "rank_stage1",
     "read_lowered",
-    "reshard_collectives",
 ]

@@ -1,43 +1,40 @@
-"""The Stage-1 prediction DAG: explicit and implicit communication plus compute, per chip.
+"""The Stage-1 prediction DAG: the kernels and collectives of one step, per chip.
 
-Input is a propagated :class:`~aoizora.stage1.shardy.ShardyModule`; output a
-:class:`PredictionDag` whose :class:`Node` values are
+Input is a :class:`~aoizora.stage1.shardy.ShardyModule` read after Shardy's
+propagation and partitioner passes (:data:`~aoizora.stage1.shardy.PIPELINE`);
+output a :class:`PredictionDag` whose :class:`Node` values are
 
-* ``compute`` -- a ``dot_general``, ``convolution`` or opaque kernel
-  (``custom_call``) with its FLOPs and HBM bytes per chip;
-* ``explicit`` -- a collective the user wrote (``shard_map`` bodies:
-  ``all_gather``, ``psum`` -> ``all_reduce``, ``ppermute`` ->
-  ``collective_permute``, ``all_to_all``; Shardy's ``sdy.all_gather`` etc.);
-* ``implicit`` -- a collective the SPMD partitioner will have to insert:
+* ``compute`` -- one fused kernel (:mod:`aoizora.stage1.fusion`): its FLOPs
+  (matmuls and convolutions, :func:`sim.costs.matmul_flops` /
+  :func:`sim.costs.conv_flops`) and the HBM bytes it reads and writes; or an
+  opaque kernel (``custom_call``, e.g. Pallas splash attention) priced by
+  :func:`aoizora.stage1.flops.kernel_cost`;
+* ``implicit`` -- a collective the partitioner inserts: each ``sdy`` collective
+  Shardy's ``sdy-reshard-to-collectives`` emitted (``sdy.all_gather``,
+  ``sdy.all_to_all``, ``sdy.collective_permute``, ``sdy.all_reduce``,
+  ``sdy.reduce_scatter``; ``sdy.all_slice`` is a local slice, fused like one);
+* ``explicit`` -- a collective the user wrote inside a ``shard_map`` body
+  (``all_gather``, ``psum`` -> ``all_reduce``, ``ppermute`` ->
+  ``collective_permute``, ``all_to_all``, ``reduce_scatter``).
 
-  - a *reshard* where a value's sharding differs from what its user needs
-    (the user's sharding rule projected from the user's own sharding, a
-    ``with_sharding_constraint``, a ``shard_map`` ``in_specs``, a loop carry, a
-    function boundary, the jit's ``out_shardings``);
-  - a *reduction* over a sharded contracting (reduction) factor, e.g. a
-    ``dot_general`` whose contracting dimension is split over a mesh axis:
-    an all-reduce of the partial result over that axis;
-  - the boundary of an opaque kernel (``custom_call`` without a Shardy rule
-    outside ``shard_map``): its operands must arrive replicated.
+Hand models remain only where Shardy cannot answer, each marked in
+``Node.reason``:
 
-How the partitioner's choice is predicted (Shardy's factor model, the same
-idea as ``sdy-insert-explicit-reshards``; :mod:`.reshard`): every op has a sharding rule that
-names *factors* of its dimensions. The op runs in its *own* (propagated) result
-sharding, which fixes the axes of every factor that appears in a result. A
-factor only in operands (a contracting factor) keeps the axes of the largest
-operand that has it sharded, minus axes already used -- moving the big operand
-is what the partitioner avoids. Each operand is then resharded to the target
-projected on its dimensions:
+* ``shard_map`` bodies are opaque to Shardy: their collectives are read as
+  written (axes from the replica groups mapped to mesh coordinates);
+* an opaque ``custom_call`` outside ``shard_map`` without a sharding rule: Shardy
+  passes its sharding through, while XLA's SPMD partitioner runs it replicated,
+  so each sharded operand is all-gathered ("replicated operands of ...");
+* an all-to-all is followed by a relayout copy (:data:`RELAYOUT_PASSES`): TPU's
+  all-to-all exchanges chunks of the major dimension, so the partitioner
+  transposes the split dimension to the front and back (openxla/xla SPMD
+  all-to-all resharding), which the program before partitioning does not show.
 
-* axes the operand has but the target does not -> all-gather over them;
-* axes that change dimension -> all-to-all over them;
-* axes only the target has -> a local slice (free, no node).
-
-Per-node bytes follow the compiled-HLO convention, so they can be compared with
+Per-node bytes follow the compiled-HLO convention, so they compare with
 ``compiled.as_text()``: all-gather = its *output* per device, reduce-scatter =
 its *input*, all-reduce / all-to-all / collective-permute = the buffer.
-Everything inside a ``stablehlo.while`` (``jax.lax.scan``) is multiplied by the
-trip count derived from the loop (``count``).
+Everything inside a ``stablehlo.while`` (``jax.lax.scan``) runs ``count`` times,
+the trip count derived from the loop.
 
 >>> import jax, jax.numpy as jnp
 >>> from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
@@ -60,10 +57,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aoizora.stage1.flops import conv_flops, kernel_cost
+from aoizora.stage1.flops import kernel_cost
+from aoizora.stage1.fusion import Kernel, fuse_block, op_class
 from aoizora.stage1.memory import peak_temp_bytes
 from aoizora.stage1.prediction import RELAYOUT_PASSES, Node, PredictionDag
-from aoizora.stage1.reshard import computing_target, project, reshard_collectives
 from aoizora.stage1.shardy import (
     AxisRef,
     Block,
@@ -74,6 +71,7 @@ from aoizora.stage1.shardy import (
     Stage1Error,
     TensorType,
 )
+from sim.costs import conv_flops, matmul_flops
 
 __all__ = ["build_dag"]
 
@@ -85,12 +83,14 @@ _EXPLICIT_HLO = {
     "stablehlo.collective_permute": "collective-permute",
     "stablehlo.collective_broadcast": "collective-permute",
 }
-_SDY_RESHARD_COLLECTIVES = (
-    "sdy.all_gather",
-    "sdy.all_slice",
-    "sdy.all_to_all",
-    "sdy.collective_permute",
-)
+# Shardy's collectives: the kind and whether the HLO byte convention counts the result.
+_SDY = {
+    "sdy.all_gather": ("all-gather", True),
+    "sdy.all_reduce": ("all-reduce", True),
+    "sdy.reduce_scatter": ("reduce-scatter", False),
+    "sdy.all_to_all": ("all-to-all", False),
+    "sdy.collective_permute": ("collective-permute", False),
+}
 _RETURNS = ("func.return", "stablehlo.return", "sdy.return")
 # Dependency lists are truncated to the latest producers: enough for ordering,
 # and it keeps the DAG linear in the program size.
@@ -118,7 +118,6 @@ class _Builder:
         self.defs: dict[int, Op] = {}
         self.const_int: dict[int, int] = {}
         self.warnings: list[str] = []
-        self.transient: dict[int, int] = {}  # id(op) -> resharded operand bytes at that op
         self._sharding_cache: dict[int, Sharding] = {}
         self.regions: list[tuple[int, int, int]] = []
         for fn in module.functions.values():
@@ -150,6 +149,13 @@ class _Builder:
 
     def _bytes(self, v: int) -> int:
         return self._type(v).shard_bytes(self._sharding(v))
+
+    def _local_shape(self, v: int) -> tuple[int, ...]:
+        t, s = self._type(v), self._sharding(v)
+        return tuple(
+            -(-size // math.prod(a.size for a in axes)) if axes else size
+            for size, axes in zip(t.shape, s.dims, strict=True)
+        )
 
     def _axis_names(self, axes: Sequence[AxisRef] | Sequence[str]) -> tuple[str, ...]:
         names = {a.name if isinstance(a, AxisRef) else a for a in axes}
@@ -202,32 +208,24 @@ class _Builder:
         )
         return nid
 
-    def _reshard(
-        self, v: int, dst: Sharding, ctx: _Ctx, op: Op, reason: str, *, kind: str = "implicit"
-    ) -> int | None:
-        """Add the nodes moving value ``v`` to ``dst``; return the last node id, if any."""
-        src = self._sharding(v)
-        if len(dst.dims) != len(src.dims):
-            return None
-        last = None
-        deps = self._deps([v])
-        for coll, axes, nbytes in reshard_collectives(src, dst, self._type(v)):
-            last = self._add(
-                kind=kind,
-                collective=coll,
-                axes=self._extents(axes),
-                nbytes=nbytes,
-                ctx=ctx,
-                deps=deps,
-                op=op,
-                reason=f"{reason}: {src.label()} -> {dst.label()}",
-            )
-            if coll == "all-to-all":
-                last = self._relayout(last, nbytes, ctx, op)
-            deps = (last,)
-        if last is not None:
-            self.transient[id(op)] = self.transient.get(id(op), 0) + self._type(v).shard_bytes(dst)
-        return last
+    def _collective(
+        self, op: Op, ctx: _Ctx, *, collective: str, axes: Sequence[tuple[str, int]],
+        nbytes: int, kind: str, reason: str, deps: tuple[int, ...] | None = None,
+    ) -> int:  # fmt: skip
+        """A communication node (plus the relayout after an all-to-all); its last node id."""
+        nid = self._add(
+            kind=kind,
+            collective=collective,
+            axes=axes,
+            nbytes=nbytes,
+            ctx=ctx,
+            deps=self._deps(op.operands) if deps is None else deps,
+            op=op,
+            reason=reason,
+        )
+        if collective == "all-to-all":
+            nid = self._relayout(nid, nbytes, ctx, op)
+        return nid
 
     def _relayout(self, a2a: int, nbytes: int, ctx: _Ctx, op: Op) -> int:
         """The memory-bound copies around an all-to-all; returns the new last node.
@@ -237,7 +235,7 @@ class _Builder:
         the concatenated dimension back after it (``AllToAllDecomposer`` /
         SPMD ``AllToAll`` resharding in openxla/xla). Each transpose reads and
         writes the buffer: ``RELAYOUT_PASSES * V`` HBM bytes per chip for
-        ``V = bytes_per_device`` (a copy fusion at HBM bandwidth).
+        ``V = bytes_per_device`` (a copy kernel at HBM bandwidth).
         """
         return self._add(
             kind="compute",
@@ -251,19 +249,6 @@ class _Builder:
             hbm_bytes=RELAYOUT_PASSES * nbytes,
         )
 
-    def _reshard_operands(
-        self, op: Op, wanted: Sequence[Sharding | None], ctx: _Ctx, reason: str
-    ) -> list[tuple[int, ...]]:
-        """Reshard every operand to ``wanted`` (None = leave); the operands' new frontiers."""
-        fronts = []
-        for i, v in enumerate(op.operands):
-            dst = wanted[i] if i < len(wanted) else None
-            last = None
-            if dst is not None:
-                last = self._reshard(v, dst, ctx, op, f"{reason} (operand {i})")
-            fronts.append((last,) if last is not None else self.frontier.get(v, ()))
-        return fronts
-
     def _set_results(self, op: Op, front: tuple[int, ...]) -> None:
         for r in op.results:
             self.frontier[r] = front
@@ -273,22 +258,60 @@ class _Builder:
         for a in fn.body.args:
             self.frontier.setdefault(a, ())
         self._block(fn.body, ctx)
-        ret = fn.body.ops[-1] if fn.body.ops else None
-        if ret is not None and ret.name in _RETURNS:
-            wanted = [s.without(ctx.manual) if s is not None else None for s in fn.result_shardings]
-            self._reshard_operands(ret, wanted, ctx, "result sharding of @" + fn.name)
 
     def _block(self, block: Block, ctx: _Ctx) -> None:
-        for op in block.ops:
-            if op.name not in _RETURNS:
-                self._op(op, ctx)
+        at_root = {k.root: k for k in fuse_block(block, bytes_of=self._bytes)}
+        for i, op in enumerate(block.ops):
+            if op.name in _RETURNS:
+                continue
+            kernel = at_root.get(i)
+            if kernel is not None:
+                self._kernel(block, kernel, ctx)
+            elif op_class(op.name) == "opaque":
+                self._opaque(op, ctx)
+            else:  # fused into a later kernel, or duplicated into its consumers
+                self._set_results(op, self._deps(op.operands))
 
     def _return_front(self, block: Block) -> tuple[int, ...]:
         if block.ops and block.ops[-1].name in _RETURNS:
             return self._deps(block.ops[-1].operands)
         return ()
 
-    def _op(self, op: Op, ctx: _Ctx) -> None:
+    def _kernel(self, block: Block, kernel: Kernel, ctx: _Ctx) -> None:
+        ops = [block.ops[i] for i in kernel.ops]
+        deps = self._deps(kernel.inputs)
+        flops = sum(self._matmul_flops(op) for op in ops)
+        named = [op for op in ops if op_class(op.name) in ("matmul", "root")] or ops
+        nid = self._add(
+            kind="compute",
+            collective="",
+            axes=(),
+            nbytes=0,
+            ctx=ctx,
+            deps=deps,
+            op=named[-1],
+            reason=f"fused kernel of {len(ops)} op(s): {named[-1].location or named[-1].name}",
+            flops=flops,
+            hbm_bytes=kernel.hbm_bytes,
+        )
+        for op in ops:
+            self._set_results(op, (nid,))
+
+    def _matmul_flops(self, op: Op) -> float:
+        """FLOPs per chip of a matmul or convolution (0 for other ops), from local shapes."""
+        if op.name == "stablehlo.dot_general":
+            lhs = self._local_shape(op.operands[0])
+            k = math.prod(lhs[d] for d in op.contracting_dims)
+            return matmul_flops(math.prod(self._local_shape(op.results[0])), k)
+        if op.name == "stablehlo.convolution":
+            kernel = self._local_shape(op.operands[1])
+            d = op.kernel_output_feature_dim
+            features = kernel[d] if 0 <= d < len(kernel) else 1
+            out = math.prod(self._local_shape(op.results[0]))
+            return conv_flops(out, math.prod(kernel) / max(1, features))
+        return 0.0
+
+    def _opaque(self, op: Op, ctx: _Ctx) -> None:
         name = op.name
         if name == "sdy.manual_computation":
             self._manual(op, ctx)
@@ -298,50 +321,39 @@ class _Builder:
             self._call(op, ctx)
         elif name in _EXPLICIT_HLO:
             self._explicit_hlo(op, ctx, _EXPLICIT_HLO[name])
-        elif name in ("sdy.reshard", "sdy.sharding_constraint") or name in _SDY_RESHARD_COLLECTIVES:
-            assert op.target_sharding is not None  # set by the reader for these ops
-            kind = "implicit" if name in ("sdy.reshard", "sdy.sharding_constraint") else "explicit"
-            last = self._reshard(op.operands[0], op.target_sharding, ctx, op, name, kind=kind)
-            self._set_results(op, (last,) if last is not None else self._deps(op.operands))
-        elif name in ("sdy.all_reduce", "sdy.reduce_scatter"):
-            self._sdy_reduce(op, ctx)
+        elif name in _SDY:
+            self._sdy_collective(op, ctx)
         elif name == "stablehlo.custom_call":
             self._custom_call(op, ctx)
-        elif op.rule is not None:
-            self._ruled(op, ctx)
         else:
+            if name in ("sdy.reshard", "sdy.sharding_constraint"):
+                self.warnings.append(
+                    f"{name} left after sdy-reshard-to-collectives ({op.location or 'no location'})"
+                    "; its communication is not counted"
+                )
             for region in op.regions:  # case/if branches, reduce bodies...
                 self._block(region, ctx)
             self._set_results(op, self._deps(op.operands))
 
     def _manual(self, op: Op, ctx: _Ctx) -> None:
-        wanted = [s.without(ctx.manual) for s in op.in_shardings]
-        fronts = self._reshard_operands(op, wanted, ctx, "shard_map in_specs")
         body = op.regions[0]
-        for a, f in zip(body.args, fronts, strict=False):
-            self.frontier[a] = f
+        for a, v in zip(body.args, op.operands, strict=False):
+            self.frontier[a] = self.frontier.get(v, ())
         inner = _Ctx(ctx.count, ctx.manual | frozenset(op.manual_axes), ctx.depth, ctx.region)
         self._block(body, inner)
         self._set_results(op, self._return_front(body))
 
     def _while(self, op: Op, ctx: _Ctx) -> None:
         trip = self._trip_count(op)
-        loop_sh = [self._sharding(r) for r in op.results]
-        fronts = self._reshard_operands(op, loop_sh, ctx, "loop carry")
         cond, body = op.regions[0], op.regions[1]
         # Condition and body share one region: Q1's schedule runs the body once
         # per trip (the condition's one extra evaluation is left out there).
         rid = len(self.regions) + 1
         self.regions.append((rid, ctx.region, trip))
         for region, count in ((cond, ctx.count * (trip + 1)), (body, ctx.count * trip)):
-            for a, f in zip(region.args, fronts, strict=False):
-                self.frontier[a] = f
+            for a, v in zip(region.args, op.operands, strict=False):
+                self.frontier[a] = self.frontier.get(v, ())
             self._block(region, _Ctx(count, ctx.manual, ctx.depth, rid))
-        ret = body.ops[-1] if body.ops else None
-        if ret is not None and ret.name in _RETURNS and trip > 0:
-            self._reshard_operands(
-                ret, loop_sh, _Ctx(ctx.count * trip, ctx.manual, ctx.depth, rid), "loop carry back"
-            )
         self._set_results(op, self._return_front(body) or self._deps(op.operands))
 
     def _call(self, op: Op, ctx: _Ctx) -> None:
@@ -350,10 +362,8 @@ class _Builder:
             self.warnings.append(f"call to @{op.callee} not followed (missing or too deep)")
             self._set_results(op, self._deps(op.operands))
             return
-        wanted = [s.without(ctx.manual) if s is not None else None for s in fn.arg_shardings]
-        fronts = self._reshard_operands(op, wanted, ctx, f"arguments of @{fn.name}")
-        for a, f in zip(fn.body.args, fronts, strict=False):
-            self.frontier[a] = f
+        for a, v in zip(fn.body.args, op.operands, strict=False):
+            self.frontier[a] = self.frontier.get(v, ())
         self.build_function(fn, _Ctx(ctx.count, ctx.manual, ctx.depth + 1, ctx.region))
         self._set_results(op, self._return_front(fn.body))
 
@@ -403,7 +413,20 @@ class _Builder:
             trip = 1
         return max(0, int(trip))
 
-    # ---- explicit collectives
+    # ---- collectives
+    def _sdy_collective(self, op: Op, ctx: _Ctx) -> None:
+        collective, counts_result = _SDY[op.name]
+        value = op.results[0] if counts_result else op.operands[0]
+        axes: Sequence[AxisRef] = op.collective_axes
+        if op.name == "sdy.collective_permute":
+            src, dst = self._sharding(op.operands[0]), self._sharding(op.results[0])
+            axes = _moved_axes(src, dst)
+        nid = self._collective(
+            op, ctx, collective=collective, axes=self._extents(axes), nbytes=self._bytes(value),
+            kind="implicit", reason=f"{op.name} (Shardy reshard-to-collectives)",
+        )  # fmt: skip
+        self._set_results(op, (nid,))
+
     def _coords(self, device: int) -> tuple[int, ...]:
         ids = self.m.device_ids
         pos = ids.index(device) if ids and device in ids else device
@@ -435,143 +458,72 @@ class _Builder:
             axes = self._varying_axes(groups)
         values = op.results if collective == "all-gather" else op.operands
         nbytes = sum(self._bytes(v) for v in values)
-        nid = self._add(
-            kind="explicit",
-            collective=collective,
-            axes=axes,
-            nbytes=nbytes,
-            ctx=ctx,
-            deps=self._deps(op.operands),
-            op=op,
+        nid = self._collective(
+            op, ctx, collective=collective, axes=axes, nbytes=nbytes, kind="explicit",
             reason=f"{op.name} in shard_map",
-        )
-        if collective == "all-to-all":
-            nid = self._relayout(nid, nbytes, ctx, op)
+        )  # fmt: skip
         self._set_results(op, (nid,))
-
-    def _sdy_reduce(self, op: Op, ctx: _Ctx) -> None:
-        names = self._axis_names([a for a in op.reduction_axes if a in self.axis_sizes])
-        collective = "all-reduce" if op.name == "sdy.all_reduce" else "reduce-scatter"
-        v = op.results[0] if collective == "all-reduce" else op.operands[0]
-        nid = self._add(
-            kind="explicit",
-            collective=collective,
-            axes=[(n, self.axis_sizes[n]) for n in names],
-            nbytes=self._bytes(v),
-            ctx=ctx,
-            deps=self._deps(op.operands),
-            op=op,
-            reason=op.name,
-        )
-        self._set_results(op, (nid,))
-
-    # ---- ops with a sharding rule
-    def _ruled(self, op: Op, ctx: _Ctx) -> None:
-        rule = op.rule
-        assert rule is not None
-        operands = op.operands[: len(rule.operand_factors)]
-        target = computing_target(
-            rule,
-            [self._sharding(r) for r in op.results[: len(rule.result_factors)]],
-            [self._sharding(v) for v in operands],
-            [self._type(v).size_bytes for v in operands],
-        )
-        wanted = [project(target, m) for m in rule.operand_factors]
-        fronts = self._reshard_operands(op, wanted, ctx, op.name)
-        deps = tuple(sorted({d for f in fronts for d in f})[-_MAX_DEPS:])
-        last: int | None = None
-        if op.name in ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
-            shards = math.prod(a.size for axes in target.values() for a in axes)
-            if op.name == "stablehlo.convolution":
-                flops = conv_flops(
-                    self._type(op.results[0]),
-                    self._type(op.operands[1]),
-                    output_feature_dim=op.kernel_output_feature_dim,
-                )
-            else:
-                # 2 FLOPs per multiply-add over every (batch, free, contracting) index.
-                flops = 2.0 * math.prod(rule.factor_sizes)
-            hbm = sum(
-                self._type(v).shard_bytes(w) for v, w in zip(op.operands, wanted, strict=False)
-            ) + sum(self._bytes(r) for r in op.results)
-            last = self._add(
-                kind="compute",
-                collective="",
-                axes=(),
-                nbytes=0,
-                ctx=ctx,
-                deps=deps,
-                op=op,
-                reason=op.location or op.name,
-                flops=flops / shards,
-                hbm_bytes=hbm,
-            )
-            deps = (last,)
-        red_axes = [a for f in rule.reduction for a in target.get(f, ())]
-        if red_axes:
-            last = self._add(
-                kind="implicit",
-                collective="all-reduce",
-                axes=self._extents(red_axes),
-                # The partial result is reduced in the op's computing sharding
-                # (the target), before any local slicing to the result's own.
-                nbytes=sum(
-                    self._type(r).shard_bytes(project(target, m))
-                    for r, m in zip(op.results, rule.result_factors, strict=False)
-                ),
-                ctx=ctx,
-                deps=deps,
-                op=op,
-                reason=f"{op.name} reduces over sharded factor(s) on {self._axis_names(red_axes)}",
-            )
-        for region in op.regions:
-            self._block(region, ctx)
-        self._set_results(op, (last,) if last is not None else deps)
 
     # ---- opaque kernels
     def _custom_call(self, op: Op, ctx: _Ctx) -> None:
-        free = [a for a in self.axis_sizes if a not in ctx.manual]
-        if op.rule is not None:
-            self._ruled(op, ctx)
-            fronts = [self.frontier.get(r, ()) for r in op.results]
-            deps = tuple(sorted({d for f in fronts for d in f}))
-        else:
-            wanted: list[Sharding | None] = (
-                [Sharding.replicated(len(self._type(v).shape)) for v in op.operands] if free else []
-            )
-            fronts = self._reshard_operands(
-                op, wanted, ctx, f"opaque custom call {op.call_target} needs replicated operands"
-            )
-            deps = tuple(sorted({d for f in fronts for d in f})[-_MAX_DEPS:])
+        deps = self._deps(op.operands)
+        if any(a not in ctx.manual for a in self.axis_sizes):
+            deps = self._replicate_operands(op, ctx) or deps
         io = sum(self._bytes(v) for v in op.operands) + sum(self._bytes(r) for r in op.results)
         flops, hbm = kernel_cost(
             op, operand_types=[self._type(v) for v in op.operands], io_bytes=io
         )
         if flops is None:
-            self._set_results(op, deps)
+            flops = 0.0
             if op.call_target == "tpu_custom_call":
                 self.warnings.append(
                     f"kernel {op.kernel_name or op.call_target!r} has no CostEstimate; its FLOPs "
                     "are not counted"
                 )
-            return
         nid = self._add(
-            kind="compute",
-            collective="",
-            axes=(),
-            nbytes=0,
-            ctx=ctx,
-            deps=deps,
-            op=op,
-            reason=f"kernel {op.kernel_name or op.call_target}",
-            flops=flops,
-            hbm_bytes=hbm,
-        )
+            kind="compute", collective="", axes=(), nbytes=0, ctx=ctx, deps=deps, op=op,
+            reason=f"kernel {op.kernel_name or op.call_target}", flops=flops, hbm_bytes=hbm,
+        )  # fmt: skip
         self._set_results(op, (nid,))
+
+    def _replicate_operands(self, op: Op, ctx: _Ctx) -> tuple[int, ...]:
+        """Hand model: XLA runs an opaque custom call outside shard_map replicated.
+
+        Shardy has no sharding rule for it and passes shardings through; the SPMD
+        partitioner all-gathers every sharded operand first.
+        """
+        lasts = []
+        for v in op.operands:
+            axes = [a for d in self._sharding(v).dims for a in d if a.name not in ctx.manual]
+            if not axes:
+                continue
+            lasts.append(
+                self._collective(
+                    op,
+                    ctx,
+                    collective="all-gather",
+                    axes=self._extents(axes),
+                    nbytes=self._type(v).size_bytes,
+                    kind="implicit",
+                    deps=self._deps([v]),
+                    reason=f"replicated operands of opaque custom call {op.call_target}",
+                )  # fmt: skip
+            )
+        return tuple(lasts)
+
+
+def _moved_axes(src: Sharding, dst: Sharding) -> list[AxisRef]:
+    """Axes whose place (dimension, position) differs between two shardings."""
+
+    def places(s: Sharding) -> dict[AxisRef, tuple[int, int]]:
+        return {a: (d, i) for d, axes in enumerate(s.dims) for i, a in enumerate(axes)}
+
+    a, b = places(src), places(dst)
+    return sorted({x for x in (*a, *b) if a.get(x) != b.get(x)})
 
 
 def build_dag(module: ShardyModule) -> PredictionDag:
-    """Build the prediction DAG and memory estimate of a propagated module.
+    """Build the prediction DAG and memory estimate of a module read after :data:`PIPELINE`.
 
     Raises :class:`~aoizora.stage1.shardy.Stage1Error` when the module has no mesh.
     """
@@ -588,7 +540,7 @@ def build_dag(module: ShardyModule) -> PredictionDag:
         main.body,
         functions=module.functions,
         bytes_of=b._bytes,
-        transient_bytes=b.transient,
+        transient_bytes={},
         seen=(module.main,),
     )
     return PredictionDag(

@@ -1,16 +1,9 @@
-"""FLOPs and HBM bytes per chip of the Stage-1 compute ops that need more than a formula line.
+"""FLOPs and HBM bytes per chip of an opaque kernel (``custom_call``, e.g. Pallas).
 
-A ``dot_general`` costs ``2 * prod(factor sizes)`` divided over its shards and
-is counted where :mod:`aoizora.stage1.dag` meets it. Here:
-
-* :func:`conv_flops` -- a ``stablehlo.convolution``, from its result and kernel;
-* :func:`kernel_cost` -- an opaque kernel (``custom_call``, e.g. Pallas): its
-  ``CostEstimate`` when it has one, else the attention count for kernels whose
-  name says attention.
-
->>> from aoizora.stage1.shardy import TensorType
->>> conv_flops(TensorType((1, 8, 8, 16), 4), TensorType((3, 3, 4, 16), 4), output_feature_dim=3)
-73728.0
+:func:`kernel_cost`: the kernel's ``CostEstimate`` when it has one, else, for a
+kernel whose name says attention, :func:`sim.costs.attention_flops` of its
+(q, k, v) operands -- the same count the replay of the compiled step uses.
+Matmuls and convolutions are counted where :mod:`aoizora.stage1.dag` meets them.
 """
 
 from __future__ import annotations
@@ -21,23 +14,12 @@ import re
 from collections.abc import Sequence
 
 from aoizora.stage1.shardy import Op, TensorType
+from sim.costs import attention_flops
 
-__all__ = ["attention_operands", "conv_flops", "kernel_cost"]
+__all__ = ["attention_operands", "kernel_cost"]
 
 # Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
 _ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
-
-
-def conv_flops(out: TensorType, kernel: TensorType, *, output_feature_dim: int) -> float:
-    """2 x output elements x (kernel elements / output features), global.
-
-    Each output element is a dot product over the kernel window and the
-    input features of its group; the kernel holds exactly that many weights
-    per output feature (StableHLO convolution semantics).
-    """
-    d = output_feature_dim
-    out_features = kernel.shape[d] if 0 <= d < len(kernel.shape) else 1
-    return 2.0 * out.num_elements * kernel.num_elements / max(1, out_features)
 
 
 def attention_operands(
@@ -90,7 +72,8 @@ def kernel_cost(
     if qkv is None:
         return None, float(io)
     q, k, v = qkv
-    lead = math.prod(q.shape[:-2])
-    s_q, d = q.shape[-2], q.shape[-1]
-    s_kv, d_v = k.shape[-2], v.shape[-1]
-    return 2.0 * lead * s_q * s_kv * (d + d_v), float(io)
+    flops = attention_flops(
+        lead=math.prod(q.shape[:-2]), q_length=q.shape[-2], kv_length=k.shape[-2],
+        head_dim=q.shape[-1], value_dim=v.shape[-1],
+    )  # fmt: skip
+    return flops, float(io)

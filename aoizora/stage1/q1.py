@@ -39,9 +39,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from aoizora.stage1.dag import build_dag
+from aoizora.stage1.partitioner import as_xla_partitions
 from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
+from sim.costs import COLLECTIVE_KINDS, group_layout, roofline_s
+from sim.costs import collective_time_s as sim_collective_time_s
+from sim.topology import Slice
 
 __all__ = [
     "ChipLike",
@@ -73,50 +77,49 @@ class ChipLike(Protocol):
 
 
 def collective_time_s(
-    collective: str, *, group_size: int, bytes_per_device: float, chip: ChipLike
+    collective: str,
+    *,
+    group_size: int,
+    bytes_per_device: float,
+    chip: ChipLike,
+    slice_: Slice | None = None,
 ) -> float:
-    """Ideal time of one collective over a line of ``group_size`` chips.
+    """Time of one collective over ``group_size`` chips, alone on its links.
 
-    ``V = bytes_per_device`` (HLO convention), ``n = group_size``, ``W`` the
-    one-way link bandwidth, ``h`` the per-hop latency. Bidirectional ring
-    algorithms on a line without wrap-around (the busiest link decides):
-
-    * all-gather / reduce-scatter: ``(n-1) * (V/n) / W + (n-1) * h`` -- the
-      scaling-book's no-wrap cost (FACTS.md: "an axis of n chips:
-      ≈ (n−1)·(V/n)/W_one-way"); with wrap it would be about half.
-    * all-reduce: twice that -- a reduce-scatter then an all-gather
-      (scaling-book: all-reduce ≈ 2V/W vs all-gather ≈ V/W).
-    * all-to-all: ``floor(n/2) * ceil(n/2) * (V/n) / W + (n-1) * h`` -- every
-      chip sends ``V/n`` to every other; the middle link of the line carries
-      ``floor(n/2)*ceil(n/2)`` chunks one way. This is twice the scaling-book's
-      wrap-around ``V_total/(4 W_bidirectional)``, consistent with "without
-      wrap-around typically doubles".
-    * collective-permute: ``V / W + h`` -- placement-oblivious, a shift to a
-      neighbour (Stage 2 routes the real pairs).
+    :func:`sim.costs.collective_time_s` (the simulator's algorithms on a ring,
+    or the no-wrap ideal on a line) on the best box of that many chips
+    ``slice_`` offers (:func:`sim.costs.group_layout`; placement-oblivious:
+    every group gets its best box). Without ``slice_`` the group is a line.
 
     >>> from types import SimpleNamespace
+    >>> from sim.topology import load_slice
     >>> c = SimpleNamespace(link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
     >>> [collective_time_s(k, group_size=4, bytes_per_device=8.0, chip=c)
     ...  for k in ("all-gather", "all-reduce", "all-to-all", "collective-permute")]
     [6.0, 12.0, 8.0, 8.0]
+    >>> collective_time_s("all-gather", group_size=4, bytes_per_device=8.0, chip=c,
+    ...                   slice_=load_slice("v5e:2x2"))  # a ring of 4: 3 steps of 8/8
+    3.0
     """
+    if collective not in COLLECTIVE_KINDS:
+        raise Stage1Error(
+            f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVE_KINDS)}"
+        )
     n = int(group_size)
     if n <= 1 or bytes_per_device <= 0:
         return 0.0
-    w = float(chip.link_bandwidth_bytes_per_s)
-    h = float(chip.hop_latency_s)
-    chunk = bytes_per_device / n
-    if collective in ("all-gather", "reduce-scatter"):
-        return (n - 1) * chunk / w + (n - 1) * h
-    if collective == "all-reduce":
-        return 2 * ((n - 1) * chunk / w + (n - 1) * h)
-    if collective == "all-to-all":
-        return (n // 2) * ((n + 1) // 2) * chunk / w + (n - 1) * h
-    if collective == "collective-permute":
-        return bytes_per_device / w + h
-    raise Stage1Error(
-        f"unknown collective {collective!r}; expected one of all-gather, all-reduce, "
-        "reduce-scatter, all-to-all, collective-permute"
+    ring, box = False, None
+    if slice_ is not None and n <= slice_.num_chips:
+        layout = group_layout(n, slice_)
+        ring, box = layout.ring, (layout.shape, layout.wraparound)
+    return sim_collective_time_s(
+        collective,
+        group_size=n,
+        bytes_per_device=bytes_per_device,
+        link_bandwidth_bytes_per_s=chip.link_bandwidth_bytes_per_s,
+        hop_latency_s=chip.hop_latency_s,
+        ring=ring,
+        box=box,
     )
 
 
@@ -225,13 +228,16 @@ def _check_axes(module: ShardyModule, mesh_axis_sizes: Mapping[str, int]) -> Non
 
 
 def estimate_module(
-    module: ShardyModule, *, mesh_axis_sizes: Mapping[str, int], chip: ChipLike, candidate_id: str
+    module: ShardyModule,
+    *,
+    mesh_axis_sizes: Mapping[str, int],
+    chip: ChipLike,
+    candidate_id: str,
+    slice_: Slice | None = None,
 ) -> Stage1Estimate:
     """:func:`estimate` on an already read module."""
     _check_axes(module, mesh_axis_sizes)
-    dag: PredictionDag = build_dag(module)
-    peak = float(chip.bf16_flops_per_s)
-    hbm_bw = float(chip.hbm_bandwidth_bytes_per_s)
+    dag: PredictionDag = build_dag(as_xla_partitions(module))
     compute_s = 0.0
     flops = 0.0
     traffic = 0.0
@@ -240,19 +246,24 @@ def estimate_module(
     durations: dict[int, float] = {}
     for n in dag.nodes:
         if n.kind == "compute":
-            # Per-op roofline: the op is bound by compute or by HBM traffic.
-            t_node = max(n.flops_per_chip / peak, n.hbm_bytes_per_chip / hbm_bw)
+            # Per-kernel roofline, as the replay prices a compiled kernel.
+            t_node = roofline_s(n.flops_per_chip, n.hbm_bytes_per_chip, chip=chip)
             durations[n.node_id] = t_node
             compute_s += n.count * t_node
             flops += n.count * n.flops_per_chip
             traffic += n.count * n.hbm_bytes_per_chip
             continue
-        t_node = 0.0
-        for axis, size, v in axis_phases(n):
-            t = collective_time_s(n.collective, group_size=size, bytes_per_device=v, chip=chip)
-            t_node += t
+        # One collective over the whole group, as the compiled program runs it.
+        t_node = collective_time_s(
+            n.collective, group_size=n.group_size, bytes_per_device=n.bytes_per_device,
+            chip=chip, slice_=slice_,
+        )  # fmt: skip
+        phases = axis_phases(n)
+        total = sum(v for _, _, v in phases) or 1.0
+        for axis, _, v in phases:
             bytes_axis[axis] = bytes_axis.get(axis, 0.0) + n.count * v
-            time_axis[axis] = time_axis.get(axis, 0.0) + n.count * t
+            # The group's time is shared among its axes by the bytes each phase moves.
+            time_axis[axis] = time_axis.get(axis, 0.0) + n.count * t_node * v / total
         durations[n.node_id] = t_node
     comm_s = sum(time_axis.values())
     # Overlap: async collectives run under independent compute (schedule.py).
@@ -274,7 +285,12 @@ def estimate_module(
 
 
 def estimate(
-    lowered: Any, *, mesh_axis_sizes: Mapping[str, int], chip: ChipLike, candidate_id: str
+    lowered: Any,
+    *,
+    mesh_axis_sizes: Mapping[str, int],
+    chip: ChipLike,
+    candidate_id: str,
+    slice_: Slice | None = None,
 ) -> Stage1Estimate:
     """Stage-1 estimate of a ``jax.stages.Lowered`` (no XLA compile).
 
@@ -300,6 +316,7 @@ def estimate(
         mesh_axis_sizes=mesh_axis_sizes,
         chip=chip,
         candidate_id=candidate_id,
+        slice_=slice_,
     )
 
 

@@ -137,7 +137,12 @@ def _schedule(
             continue
         ready = max((finish.get(d, 0.0) for d in node.deps), default=0.0)
         t = float(durations_s.get(node.node_id, 0.0))
-        if node.kind == "compute":
+        if node.kind == "compute" and node.reason.startswith("kernel "):
+            # An opaque kernel: XLA's scheduler has no cost for it (cost_analysis
+            # does not price custom calls), so it does not hide collectives.
+            start = max(compute_free, comm_free, ready)
+            compute_free = comm_free = start + t
+        elif node.kind == "compute":
             start = max(compute_free, ready)
             compute_free = start + t
         elif node.collective in sync:

@@ -1,19 +1,23 @@
-"""Read a lowered JAX program, after Shardy propagation, into typed Python values.
+"""Read a lowered JAX program, after Shardy's propagation and reshard passes, into Python values.
 
 Stage 1 never compiles. It takes the StableHLO module of a ``jax.stages.Lowered``,
-runs Shardy's own propagation on a *copy* of it, asks Shardy to attach its
-per-op sharding rules (``sdy-populate-op-sharding-rules``), and converts the
-result into the frozen dataclasses of this module: a :class:`ShardyModule` of
-:class:`Function` bodies made of :class:`Op` values over numbered values with
-their :class:`TensorType` and propagated :class:`Sharding`.
+and runs on a *copy* of it the passes Shardy's own partitioner runs
+(:data:`PIPELINE`): propagation, then ``sdy-insert-explicit-reshards`` (full
+version) and ``sdy-reshard-to-collectives``, each followed by the canonicalizer
+patterns Shardy registers for it. After them every reshard the partitioner needs
+is an explicit ``sdy`` collective (``sdy.all_gather``, ``sdy.all_slice``,
+``sdy.all_to_all``, ``sdy.collective_permute``, ``sdy.all_reduce``,
+``sdy.reduce_scatter``) and every other op computes in a sharding compatible
+with its operands. The module is converted into the frozen dataclasses of this
+module: a :class:`ShardyModule` of :class:`Function` bodies made of :class:`Op`
+values over numbered values with their :class:`TensorType` and :class:`Sharding`.
 
 Why the MLIR Python bindings and not the printed text: the bindings give exact
 SSA def-use identity across nested regions (``while`` bodies, ``shard_map``
 bodies, called functions), shapes from ``RankedTensorType``, and the ``sdy``
-attributes (shardings, sharding rules, meshes) through Shardy's own attribute
-classes. The printed text mixes pretty and generic op syntaxes and would need a
-second implementation of the ``sdy`` attribute grammar. The only attribute read
-from its printed form is ``manual_axes`` (it has no Python accessor).
+shardings and meshes through Shardy's own attribute classes. The attributes
+without a Python class (``manual_axes``, the axes of a collective) are read
+from their printed form, which is a flat list of quoted axis names.
 
 >>> import jax, jax.numpy as jnp
 >>> from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
@@ -45,21 +49,41 @@ __all__ = [
     "AxisRef",
     "Sharding",
     "TensorType",
-    "ShardingRule",
     "Block",
     "Op",
     "Function",
     "ShardyModule",
-    "PROPAGATION_PIPELINE",
+    "PIPELINE",
+    "SDY_COLLECTIVES",
     "read_lowered",
     "read_mlir_module",
 ]
 
-# Shardy's propagation (the same pipeline XLA runs before partitioning), then
-# the per-op factor rules the partitioner would use to decide on reshards.
-PROPAGATION_PIPELINE = (
-    "builtin.module(sdy-propagation-pipeline,func.func(sdy-populate-op-sharding-rules))"
+# Shardy's propagation, then the two passes of Shardy's partitioner that make every
+# reshard explicit and turn it into collectives. Without enable-full-version=true
+# the explicit-reshards pass handles only a few ops and no collective appears.
+# Shardy's own export pipeline runs its canonicalizer patterns ("sdy-reshard",
+# "sdy-collective") between these passes; we do not: they cancel an all-gather
+# that a sharding constraint asks for against the all-slice of its user, which
+# XLA's SPMD partitioner (what the TPU compile runs after Shardy's propagation)
+# does not, so the compiled program has that all-gather (measured on wan-tiny,
+# docs/stage1.md).
+PIPELINE = (
+    "builtin.module(sdy-propagation-pipeline,"
+    "func.func(sdy-insert-explicit-reshards{enable-full-version=true}),"
+    "func.func(sdy-reshard-to-collectives))"
 )
+
+# Shardy's collectives and the attribute that names the axes each one works over.
+SDY_COLLECTIVES = {
+    "sdy.all_gather": "gathering_axes",
+    "sdy.all_slice": "slicing_axes",
+    "sdy.all_to_all": "params",
+    "sdy.collective_permute": "",
+    "sdy.all_reduce": "reduction_axes",
+    "sdy.reduce_scatter": "reduce_scatter_axes",
+}
+_AXIS_TEXT = re.compile(r'"([^"]+)"(?::\((\d+)\)(\d+))?')
 
 
 class Stage1Error(AoizoraError):
@@ -150,24 +174,6 @@ class TensorType:
 
 
 @dataclass(frozen=True)
-class ShardingRule:
-    """Shardy's ``#sdy.op_sharding_rule``: each tensor dimension as a list of factors.
-
-    ``operand_factors[i][d]`` are the factor indices of operand ``i``'s dimension
-    ``d``, major to minor; ``reduction`` factors are contracted (a sharded one
-    leaves partial sums); ``need_replication`` factors cannot stay sharded.
-    """
-
-    factor_sizes: tuple[int, ...]
-    operand_factors: tuple[tuple[tuple[int, ...], ...], ...]
-    result_factors: tuple[tuple[tuple[int, ...], ...], ...]
-    reduction: tuple[int, ...] = ()
-    need_replication: tuple[int, ...] = ()
-    permutation: tuple[int, ...] = ()
-    is_custom: bool = False
-
-
-@dataclass(frozen=True)
 class Block:
     """A region's single block: argument value ids and its ops in program order."""
 
@@ -185,7 +191,6 @@ class Op:
     name: str
     operands: tuple[int, ...]
     results: tuple[int, ...]
-    rule: ShardingRule | None = None
     regions: tuple[Block, ...] = ()
     # Explicit collectives (stablehlo.all_gather, ...): device ids per group.
     replica_groups: tuple[tuple[int, ...], ...] = ()
@@ -196,8 +201,10 @@ class Op:
     out_shardings: tuple[Sharding, ...] = ()
     # sdy.reshard / sdy.sharding_constraint / sdy collectives: the wanted sharding.
     target_sharding: Sharding | None = None
-    # sdy.all_reduce / sdy.reduce_scatter
-    reduction_axes: tuple[str, ...] = ()
+    # sdy collectives: the mesh axes (or sub-axes) they gather, slice, move or reduce.
+    collective_axes: tuple[AxisRef, ...] = ()
+    # stablehlo.dot_general: the lhs contracting dimensions.
+    contracting_dims: tuple[int, ...] = ()
     # func.call
     callee: str = ""
     # stablehlo.custom_call
@@ -298,6 +305,21 @@ class _Reader:
             return AxisRef(name, int(sub.size), pre_size=int(sub.pre_size), is_sub_axis=True)
         return AxisRef(name, sizes[name])
 
+    def _axes_text(self, text: str) -> tuple[AxisRef, ...]:
+        """Every axis named in a printed axis-list attribute, e.g. ``[{"x"}, {"y":(1)2}]``."""
+        sizes = dict(self.mesh_axes)
+        out = []
+        for name, pre, size in _AXIS_TEXT.findall(text):
+            if name not in sizes:
+                raise Stage1Error(
+                    f"a collective names mesh axis {name!r}, not one of {sorted(sizes)}"
+                )
+            if size:
+                out.append(AxisRef(name, int(size), pre_size=int(pre), is_sub_axis=True))
+            else:
+                out.append(AxisRef(name, sizes[name]))
+        return tuple(out)
+
     def _sharding(self, attr: Any) -> Sharding:
         s = self.sdy.TensorShardingAttr(attr)
         dims = []
@@ -308,31 +330,6 @@ class _Reader:
 
     def _per_value(self, attr: Any) -> list[Sharding]:
         return [self._sharding(s) for s in self.sdy.TensorShardingPerValueAttr(attr).shardings]
-
-    def _rule(self, attr: Any) -> ShardingRule:
-        r = self.sdy.OpShardingRuleAttr(attr)
-
-        def mappings(ms: Any) -> tuple[tuple[tuple[int, ...], ...], ...]:
-            out = []
-            for m in ms:
-                tm = self.sdy.TensorMappingAttr(m)
-                out.append(
-                    tuple(
-                        tuple(int(i) for i in self.sdy.DimMappingAttr(d).factor_indices)
-                        for d in tm.dim_mappings
-                    )
-                )
-            return tuple(out)
-
-        return ShardingRule(
-            factor_sizes=tuple(int(x) for x in r.factor_sizes),
-            operand_factors=mappings(r.operand_mappings),
-            result_factors=mappings(r.result_mappings),
-            reduction=tuple(int(x) for x in r.reduction_factors),
-            need_replication=tuple(int(x) for x in r.need_replication_factors),
-            permutation=tuple(int(x) for x in r.permutation_factors),
-            is_custom=bool(r.is_custom),
-        )
 
     def _type(self, t: Any) -> TensorType:
         ir = self.ir
@@ -444,8 +441,6 @@ class _Reader:
         if "sdy.sharding" in attrs:
             per = self._per_value(attrs["sdy.sharding"])
             result_sh = [s.without(manual) if manual else s for s in per]
-        if "sdy.sharding_rule" in attrs:
-            kw["rule"] = self._rule(attrs["sdy.sharding_rule"])
 
         regions: list[Block] = []
         if name == "sdy.manual_computation":
@@ -472,8 +467,9 @@ class _Reader:
         elif name.startswith("sdy.") and "out_sharding" in attrs:
             kw["target_sharding"] = self._sharding(attrs["out_sharding"]).without(manual)
             result_sh = [kw["target_sharding"]]
-            if "reduction_axes" in attrs:
-                kw["reduction_axes"] = tuple(re.findall(r'"([^"]+)"', str(attrs["reduction_axes"])))
+            key = SDY_COLLECTIVES.get(name, "")
+            if key and key in attrs:
+                kw["collective_axes"] = self._axes_text(str(attrs[key]))
         if "replica_groups" in attrs:
             groups = np.asarray(attrs["replica_groups"]).astype(np.int64)
             kw["replica_groups"] = tuple(tuple(int(x) for x in g if x >= 0) for g in groups)
@@ -500,6 +496,9 @@ class _Reader:
         if name == "stablehlo.compare":
             m = re.search(r"comparison_direction\s+(\w+)", str(attrs["comparison_direction"]))
             kw["compare_direction"] = m.group(1) if m else ""
+        if name == "stablehlo.dot_general":
+            dn = self.stablehlo.DotDimensionNumbers(attrs["dot_dimension_numbers"])
+            kw["contracting_dims"] = tuple(int(d) for d in dn.lhs_contracting_dimensions)
         if name == "stablehlo.convolution":
             dn = self.stablehlo.ConvDimensionNumbers(attrs["dimension_numbers"])
             kw["kernel_output_feature_dim"] = int(dn.kernel_output_feature_dimension)
@@ -558,7 +557,7 @@ def _location(o: Any) -> str:
 
 
 def read_mlir_module(module: Any) -> ShardyModule:
-    """Convert an already propagated MLIR module (``ir.Module``) into a :class:`ShardyModule`."""
+    """Read an MLIR module (``ir.Module``) that :data:`PIPELINE` ran on."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import sdy, stablehlo
 
@@ -568,7 +567,7 @@ def read_mlir_module(module: Any) -> ShardyModule:
 
 
 def read_lowered(lowered: Any) -> ShardyModule:
-    """Propagate shardings on a copy of ``lowered``'s StableHLO and read it.
+    """Run :data:`PIPELINE` on a copy of ``lowered``'s StableHLO and read it.
 
     ``lowered.compiler_ir("stablehlo")`` returns the *same* module object every
     call (checked with jax 0.10.2) and the passes mutate in place, so we clone
@@ -587,7 +586,7 @@ def read_lowered(lowered: Any) -> ShardyModule:
     with module.context:
         copy = module.operation.clone()
         try:
-            passmanager.PassManager.parse(PROPAGATION_PIPELINE).run(copy.operation)
+            passmanager.PassManager.parse(PIPELINE).run(copy.operation)
         except Exception as e:  # noqa: BLE001 - MLIR raises a generic error
-            raise Stage1Error(f"Shardy propagation failed on the lowered module: {e}") from e
+            raise Stage1Error(f"Shardy's passes failed on the lowered module: {e}") from e
         return _Reader(ir=ir, sdy=sdy, stablehlo=stablehlo).read(copy.operation)

@@ -1,0 +1,267 @@
+"""The cost of work on one chip and of one uncontended collective: the formulas Q1 and Q2 share.
+
+Stage 1 (``aoizora.stage1``, before compiling) and the replay of a compiled step
+(``aoizora.replay``) price the same classes of work with these functions, so the
+two scores differ only in what the compiler changes (fusion, the schedule, the
+real collectives and their placement):
+
+* :func:`roofline_s` -- one kernel takes ``max(flops / peak, hbm_bytes / bandwidth)``
+  (Williams, Waterman & Patterson, "Roofline", CACM 2009; the TPU form in the
+  jax-ml scaling-book "roofline" chapter). Kernels run back to back.
+* :func:`matmul_flops`, :func:`conv_flops` -- ``2`` FLOPs per multiply-add (XLA's
+  ``HloCostAnalysis`` counts ``HandleDot``/``HandleConvolution`` the same way).
+* :func:`attention_flops` -- a fused attention kernel (FlashAttention, Dao et al.
+  2022, sec. 3.1): ``2*S_q*S_kv*D`` for ``Q.K^T`` plus ``2*S_q*S_kv*D_v`` for
+  ``P.V`` per (batch x head) index, no mask sparsity; it runs at the chip's peak
+  (:func:`roofline_s`), the one efficiency assumption, stated here once.
+* :func:`collective_time_s` -- one collective over a group of ``n`` chips laid out
+  on a ring (a cycle of neighbour links) or a line, alone on its links, for the
+  algorithms the simulator runs by default (:mod:`sim.collectives`:
+  bidirectional ring for all-gather / reduce-scatter / all-reduce, pairwise
+  all-to-all, direct permute). On a ring these are the simulator's own times
+  exactly (``tests/sim/test_costs.py`` replays them); on a line they are the
+  no-wrap-around ideal of the scaling-book (an axis of ``n`` chips:
+  ``(n-1) * (V/n) / W`` per all-gather).
+* :func:`group_layout` -- the best box of ``n`` chips a slice offers a group, and
+  whether a ring fits in it: what a placement-oblivious estimate may assume.
+
+>>> from sim.topology import load_chip, load_slice
+>>> round(roofline_s(1.97e12, 8.1e8, chip=load_chip("v5e")) * 1e3, 3)  # compute-bound: 10 ms
+10.0
+>>> group_layout(8, load_slice("v5e:2x4"))
+GroupLayout(shape=(2, 4), wraparound=(False, False), ring=True)
+>>> t = collective_time_s("all-gather", group_size=8, bytes_per_device=8e6, ring=True,
+...                       link_bandwidth_bytes_per_s=45e9, hop_latency_s=1e-6)
+>>> round(t * 1e6, 2)  # 7 steps of (1 us + 8 MB / 16 / 45 GB/s)
+84.78
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Protocol
+
+from sim.errors import CollectiveError
+from sim.routing import route
+from sim.topology import Slice, make_slice
+
+__all__ = [
+    "COLLECTIVE_KINDS",
+    "GroupLayout",
+    "RooflineChip",
+    "all_to_all_link_load",
+    "attention_flops",
+    "collective_time_s",
+    "conv_flops",
+    "group_layout",
+    "matmul_flops",
+    "roofline_s",
+]
+
+COLLECTIVE_KINDS = (
+    "all-gather",
+    "reduce-scatter",
+    "all-reduce",
+    "all-to-all",
+    "collective-permute",
+)
+
+
+class RooflineChip(Protocol):
+    """What :func:`roofline_s` needs (``sim.topology.Chip`` has it)."""
+
+    @property
+    def bf16_flops_per_s(self) -> float: ...
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> float: ...
+
+
+def roofline_s(flops: float, hbm_bytes: float, *, chip: RooflineChip) -> float:
+    """Time of one kernel: bound by its FLOPs at peak or its HBM traffic at full bandwidth.
+
+    >>> from types import SimpleNamespace
+    >>> c = SimpleNamespace(bf16_flops_per_s=100.0, hbm_bandwidth_bytes_per_s=10.0)
+    >>> roofline_s(200.0, 10.0, chip=c), roofline_s(100.0, 50.0, chip=c)
+    (2.0, 5.0)
+    """
+    return max(
+        float(flops) / float(chip.bf16_flops_per_s),
+        float(hbm_bytes) / float(chip.hbm_bandwidth_bytes_per_s),
+    )
+
+
+def matmul_flops(result_elements: float, contracting_elements: float) -> float:
+    """``2 * result elements * contracted length`` (one multiply-add per term).
+
+    >>> matmul_flops(8 * 4, 16)  # (8x16) @ (16x4)
+    1024.0
+    """
+    return 2.0 * float(result_elements) * float(contracting_elements)
+
+
+def conv_flops(result_elements: float, kernel_elements_per_output_feature: float) -> float:
+    """A convolution: each output element is a dot product over its kernel window.
+
+    ``kernel_elements_per_output_feature`` = kernel elements / output features
+    (the window times the input features of one group).
+
+    >>> conv_flops(1 * 8 * 8 * 16, 3 * 3 * 4)
+    73728.0
+    """
+    return matmul_flops(result_elements, kernel_elements_per_output_feature)
+
+
+def attention_flops(
+    *, lead: float, q_length: int, kv_length: int, head_dim: int, value_dim: int
+) -> float:
+    """FLOPs of one attention kernel call: ``2*S_q*S_kv*(D + D_v)`` per leading index.
+
+    ``lead`` is the product of the leading (batch x head) dimensions.
+
+    >>> attention_flops(lead=12, q_length=4096, kv_length=4096, head_dim=128, value_dim=128)
+    103079215104.0
+    """
+    return 2.0 * float(lead) * q_length * kv_length * (head_dim + value_dim)
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """The box of chips a group of ``n`` occupies and whether a ring of neighbours fits."""
+
+    shape: tuple[int, ...]
+    wraparound: tuple[bool, ...]
+    ring: bool
+
+
+def _has_ring(shape: Sequence[int], wrap: Sequence[bool]) -> bool:
+    """A cycle through every chip of the box using only neighbour links (n >= 3).
+
+    A grid ``p x q`` (``p, q >= 2``) has a Hamiltonian cycle iff ``p*q`` is even;
+    a wrapped dimension is a cycle by itself.
+    """
+    used = [(s, w) for s, w in zip(shape, wrap, strict=True) if s > 1]
+    n = math.prod(s for s, _ in used)
+    if n < 3:
+        return False
+    if len(used) == 1:
+        return used[0][1]
+    return n % 2 == 0 or any(w for _, w in used)
+
+
+@cache
+def _layout(n: int, shape: tuple[int, ...], wrap: tuple[bool, ...]) -> GroupLayout:
+    best: tuple[tuple[int, int, int], GroupLayout] | None = None
+    ranges = [[d for d in range(1, s + 1) if n % d == 0] for s in shape]
+    for dims in itertools.product(*ranges):
+        if math.prod(dims) != n:
+            continue
+        # A dimension wraps for the group only when the group spans all of it.
+        w = tuple(bool(wr and d == s) for d, s, wr in zip(dims, shape, wrap, strict=True))
+        ring = _has_ring(dims, w)
+        diameter = sum((d // 2) if wr else (d - 1) for d, wr in zip(dims, w, strict=True))
+        key = (0 if ring else 1, diameter, -max(dims))
+        if best is None or key < best[0]:
+            best = (key, GroupLayout(tuple(dims), w, ring))
+    if best is None:  # no box of n chips: a snake through the slice is a line
+        return GroupLayout((n,), (False,), False)
+    return best[1]
+
+
+def group_layout(group_size: int, slice_: Slice) -> GroupLayout:
+    """The most favourable box of ``group_size`` chips in ``slice_``.
+
+    Prefers a box with a ring, then the smallest diameter. Placement-oblivious:
+    every group of a program is assumed to get its best box, without contention.
+
+    >>> from sim.topology import load_slice
+    >>> group_layout(4, load_slice("v5e:4x4")), group_layout(2, load_slice("v5e:4x4")).ring
+    (GroupLayout(shape=(2, 2), wraparound=(False, False), ring=True), False)
+    """
+    if group_size < 1 or group_size > slice_.num_chips:
+        raise CollectiveError(
+            f"a group of {group_size} chips does not fit {slice_.name} ({slice_.num_chips} chips)"
+        )
+    return _layout(int(group_size), tuple(slice_.shape), tuple(slice_.wraparound))
+
+
+@cache
+def all_to_all_link_load(shape: tuple[int, ...], wraparound: tuple[bool, ...]) -> tuple[int, int]:
+    """(chunks on the busiest directed link, longest route in hops) of a pairwise all-to-all.
+
+    Every chip of the box sends one chunk to every other, routed dimension by
+    dimension as the simulator routes (:func:`sim.routing.route`).
+
+    >>> all_to_all_link_load((8,), (False,))  # the middle link of a line carries 4 x 4 chunks
+    (16, 7)
+    """
+    box = make_slice(list(shape), wraparound=list(wraparound), link_bandwidth_bytes_per_s=1.0,
+                     hop_latency_s=0.0)  # fmt: skip
+    load: dict[object, int] = {}
+    longest = 0
+    for a in box.coords:
+        for b in box.coords:
+            links = route(box, a, b)
+            longest = max(longest, len(links))
+            for link in links:
+                load[link] = load.get(link, 0) + 1
+    return max(load.values(), default=0), longest
+
+
+def collective_time_s(
+    kind: str,
+    *,
+    group_size: int,
+    bytes_per_device: float,
+    link_bandwidth_bytes_per_s: float,
+    hop_latency_s: float,
+    ring: bool,
+    box: tuple[tuple[int, ...], tuple[bool, ...]] | None = None,
+) -> float:
+    """Time of one collective over ``group_size`` chips, alone on its links.
+
+    ``V = bytes_per_device`` in the HLO convention (all-gather: output;
+    reduce-scatter: input; all-reduce, all-to-all, collective-permute: the
+    buffer), ``n = group_size``, ``W`` one-way link bandwidth, ``h`` latency per hop.
+
+    * all-gather / reduce-scatter, bidirectional ring: ``n-1`` steps, each chip
+      sends ``V/(2n)`` to both neighbours: ``(n-1) * (h + V/(2n)/W)``. Two chips
+      share one link both ways round: ``h + V/(2W)``. On a line (no ring):
+      ``(n-1) * (V/n) / W + (n-1) * h``.
+    * all-reduce: twice that (reduce-scatter then all-gather, ``2(n-1)`` steps).
+    * all-to-all, pairwise: every chip sends ``V/n`` to every other at once; the
+      busiest link of ``box`` (default: a line of ``n``) drains its chunks:
+      ``load * (V/n) / W + h`` (the simulator's time on 2x2, 2x4, 4x4 and lines;
+      the flows of longer routes finish before the busiest link drains).
+    * collective-permute: a shift to a neighbour, ``V/W + h``.
+
+    >>> kw = dict(bytes_per_device=8.0, link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
+    >>> [collective_time_s(k, group_size=4, ring=True, **kw)
+    ...  for k in ("all-gather", "all-reduce", "all-to-all", "collective-permute")]
+    [3.0, 6.0, 8.0, 8.0]
+    >>> collective_time_s("all-gather", group_size=4, ring=False, **kw)
+    6.0
+    """
+    n = int(group_size)
+    if kind not in COLLECTIVE_KINDS:
+        raise CollectiveError(f"unknown collective {kind!r}; expected one of {COLLECTIVE_KINDS}")
+    if n <= 1 or bytes_per_device <= 0:
+        return 0.0
+    v, w, h = float(bytes_per_device), float(link_bandwidth_bytes_per_s), float(hop_latency_s)
+    if kind == "collective-permute":
+        return v / w + h
+    if kind == "all-to-all":
+        shape, wrap = box if box is not None else ((n,), (False,))
+        load, _ = all_to_all_link_load(tuple(shape), tuple(wrap))
+        return load * (v / n) / w + h
+    passes = 2 if kind == "all-reduce" else 1
+    if n == 2:
+        one = h + v / (2 * w)
+    elif ring:
+        one = (n - 1) * (h + v / (2 * n) / w)
+    else:
+        one = (n - 1) * (v / n) / w + (n - 1) * h
+    return passes * one
