@@ -67,7 +67,6 @@ __all__ = [
     "PlacementScore",
     "PlanOutcome",
     "Progress",
-    "outcome_summary",
     "run_plan",
 ]
 
@@ -132,13 +131,31 @@ class BaselineScore:
 
 @dataclass(frozen=True)
 class ExhaustiveCheck:
-    """Stage 1 against the exhaustive answer (``--exhaustive``)."""
+    """Stage 1 against the exhaustive answer (``--exhaustive``).
 
-    best_candidate_id: str
-    top1_hit: bool
-    topk_hit: bool
+    ``winner`` is the best compiled candidate by Q2 (among those Stage 1 scored);
+    ``winner_q1_rank`` its place in Stage 1's order (1 = best Q1); ``top1_hit``
+    whether Stage 1 ranked it first; ``kept_hit`` whether Stage 1 handed it to
+    Stage 2 (:attr:`PlanOutcome.stage1_picks`; baselines do not count).
+    :meth:`to_json_dict` gives ``aoizora plan --json``'s ``exhaustive`` object,
+    whose names scripts read.
+    """
+
+    winner: str
+    winner_q1_rank: int
     spearman_q1_q2: float | None
+    top1_hit: bool
+    kept_hit: bool
     num_compared: int
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "winner": self.winner,
+            "winner_q1_rank": self.winner_q1_rank,
+            "spearman_q1_q2": self.spearman_q1_q2,
+            "top1_hit": self.top1_hit,
+            "kept_hit": self.kept_hit,
+        }
 
 
 @dataclass(frozen=True)
@@ -152,6 +169,8 @@ class PlanOutcome:
     stage1: Stage1Ranking
     stage1_picks: tuple[str, ...]
     stage1_failed: tuple[tuple[str, str], ...]
+    legal_ids: tuple[str, ...]
+    compiled_ids: tuple[str, ...]
     scored: tuple[CandidateScores, ...]
     failed: tuple[tuple[str, str], ...]
     winner: CandidateScores
@@ -331,14 +350,18 @@ def _run_stage1(
 
 
 def _stage1_picks(
-    ranking: Stage1Ranking, by_id: Mapping[str, Candidate], say: Progress
+    ranking: Stage1Ranking,
+    by_id: Mapping[str, Candidate],
+    say: Progress,
+    *,
+    per_attention_kind: bool,
 ) -> list[str]:
-    """What Stage 1 hands to Stage 2: the top-K plus the best of each attention kind."""
+    """What Stage 1 hands to Stage 2: the top-K, and with ``per_attention_kind`` the
+    best-Q1 candidate of every attention kind the top-K lacks (opt-in: a safety net
+    from before Q1 modelled the schedule of each attention scheme, docs/stage1.md)."""
     kept_ids = list(ranking.kept_ids)
-    # Q1's overlap model is least sure across attention schemes (a ring's ppermutes
-    # hide under compute, an all-to-all blocks, K/V all-gathers run async): on Wan
-    # 14B 720p v5e:4x4 it put three ring shardings first and the Q2 winner (Ulysses)
-    # fourth. So Stage 1 also keeps the best-Q1 candidate of every attention kind.
+    if not per_attention_kind:
+        return kept_ids
     for attention in sorted({by_id[e.candidate_id].attention for e in ranking.dropped_weak}):
         if not any(by_id[cid].attention == attention for cid in kept_ids):
             best = next(
@@ -374,16 +397,20 @@ def _compile_all(
     *,
     caches: PlanCaches | None,
     say: Progress,
-) -> tuple[list[tuple[Candidate, CompileResult]], list[tuple[str, str]]]:
-    """Compile every candidate; the failed and the over-HBM ones come back with a reason."""
+) -> tuple[list[tuple[Candidate, CompileResult]], list[tuple[str, str]], list[str]]:
+    """Compile every candidate: the feasible ones, the failed and the over-HBM ones with
+    a reason, and the ids of every compile that produced a program (over HBM or not)."""
     compiled: list[tuple[Candidate, CompileResult]] = []
     failed: list[tuple[str, str]] = []
+    ok_ids: list[str] = []
     n = len(candidates)
     for i, cand in enumerate(candidates, start=1):
         say(f"[compile {i}/{n}] {cand.id} for {slice_.name} ...")
         result = compile_candidate(
             workload, cand, slice_, cache=caches.compiled if caches else None
         )
+        if result.ok:
+            ok_ids.append(cand.id)
         if not result.ok:
             failed.append((cand.id, result.error or "compile failed"))
             say(f"[compile {i}/{n}] {cand.id}: FAILED: {result.error}")
@@ -393,7 +420,7 @@ def _compile_all(
         else:
             say(f"[compile {i}/{n}] {cand.id}: {result.compile_s:.1f} s, backend {result.backend}")
             compiled.append((cand, result))
-    return compiled, failed
+    return compiled, failed, ok_ids
 
 
 def _rank_all(
@@ -461,13 +488,17 @@ def run_plan(
     workload: Workload,
     slice_: Slice,
     *,
-    top_k: int = 3,
+    top_k: int = 2,
+    per_attention_kind: bool = False,
     exhaustive: bool = False,
     cache_dir: str | None = None,
     max_placements: int | None = None,
     progress: Progress | None = None,
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
+
+    Stage 1 hands its top ``top_k`` by Q1 to Stage 2; ``per_attention_kind=True``
+    adds the best-Q1 candidate of every attention kind the top-K lacks.
 
     ``progress`` receives one line per step of long work (lowering, compiling,
     simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``), compile
@@ -487,14 +518,14 @@ def run_plan(
     timings.append(("stage1", time.perf_counter() - t0))
     by_id = {c.id: c for c in space.legal}
     baselines = baseline_candidates(workload, slice_)
-    picks = _stage1_picks(ranking, by_id, say)
+    picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
     candidates = by_id | {
         b.candidate.id: b.candidate for b in baselines if b.candidate.id not in by_id
     }
     to_compile = _compile_ids(picks, ranking, baselines, exhaustive=exhaustive)
 
     t0 = time.perf_counter()
-    compiled, failed = _compile_all(
+    compiled, failed, compiled_ids = _compile_all(
         workload, slice_, [candidates[cid] for cid in to_compile], caches=caches, say=say
     )
     timings.append(("compile", time.perf_counter() - t0))
@@ -522,6 +553,8 @@ def run_plan(
         stage1=ranking,
         stage1_picks=tuple(picks),
         stage1_failed=tuple(stage1_failed),
+        legal_ids=tuple(c.id for c in space.legal),
+        compiled_ids=tuple(compiled_ids),
         scored=tuple(scored),
         failed=tuple(failed),
         winner=winner,
@@ -541,41 +574,26 @@ def _exhaustive_check(
 ) -> ExhaustiveCheck:
     """Stage 1's recall against the exhaustive winner; Spearman rho of Q1 vs best Q2.
 
-    The kept-set recall asks whether the winner is among ``picks`` (what Stage 1
-    hands to Stage 2: the top-K plus the best of each attention kind; default the
-    top-K alone).
+    Only candidates Stage 1 scored and found feasible compete (a baseline folded
+    into an equivalent legal candidate is compiled too, but has no Q1 of its own).
+    ``kept_hit`` asks whether the winner is among ``picks`` (what Stage 1 handed
+    to Stage 2; default the top-K).
     """
+    order = [e.candidate_id for e in (*ranking.kept, *ranking.dropped_weak)]
     q1 = {e.candidate_id: e.q1_s for e in (*ranking.kept, *ranking.dropped_weak)}
-    # Only candidates Stage 1 scored compete (a baseline folded into an equivalent
-    # legal candidate is compiled too, but has no Q1 of its own).
     ranked = [s for s in scored if s.candidate.id in q1]
+    if not ranked:
+        raise PlanError("the exhaustive check found no compiled candidate that Stage 1 scored")
     best = min(ranked, key=lambda s: (s.best.q2_s, s.candidate.id))
     pairs = sorted((s.candidate.id, q1[s.candidate.id], s.best.q2_s) for s in ranked)
     rho = spearman([p[1] for p in pairs], [p[2] for p in pairs]) if len(pairs) > 1 else None
     kept = ranking.kept_ids
     handed = tuple(kept if picks is None else picks)
     return ExhaustiveCheck(
-        best_candidate_id=best.candidate.id,
-        top1_hit=bool(kept) and kept[0] == best.candidate.id,
-        topk_hit=best.candidate.id in handed,
+        winner=best.candidate.id,
+        winner_q1_rank=order.index(best.candidate.id) + 1,
         spearman_q1_q2=rho,
+        top1_hit=bool(kept) and kept[0] == best.candidate.id,
+        kept_hit=best.candidate.id in handed,
         num_compared=len(pairs),
     )
-
-
-def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
-    """A JSON-ready summary of an outcome (no HLO text)."""
-    return {
-        "workload": outcome.workload.name,
-        "slice": outcome.slice_.name,
-        "winner": {
-            "candidate": outcome.winner.candidate.id,
-            "placement": outcome.winner_placement.placement_id,
-            "q2_s": outcome.winner_q2_s,
-        },
-        "baselines": [
-            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
-        ],
-        "placement_spread": outcome.placement_spread,
-        "timings_s": dict(outcome.timings_s),
-    }

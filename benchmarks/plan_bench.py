@@ -88,7 +88,7 @@ def main() -> int:
                 f"exhaustive  {ex_s:8.1f} s  ({len(ex.scored) + len(ex.failed)} compiled); "
                 f"cold/exhaustive speedup {ex_s / cold_s:.1f}x; same top-1: {same_top1}; "
                 f"Stage-1 top-1 recall {int(ex.exhaustive.top1_hit)}, top-K recall "
-                f"{int(ex.exhaustive.topk_hit)}, Spearman rho(Q1, Q2) "
+                f"{int(ex.exhaustive.kept_hit)}, Spearman rho(Q1, Q2) "
                 f"{ex.exhaustive.spearman_q1_q2}"
             )
             summary.update(
@@ -97,7 +97,7 @@ def main() -> int:
                 exhaustive_winner=ex.winner.candidate.id,
                 same_top1=same_top1,
                 top1_recall=ex.exhaustive.top1_hit,
-                topk_recall=ex.exhaustive.topk_hit,
+                topk_recall=ex.exhaustive.kept_hit,
                 spearman_q1_q2=ex.exhaustive.spearman_q1_q2,
             )
     print(json.dumps(summary, indent=2, sort_keys=True))

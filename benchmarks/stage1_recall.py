@@ -1,22 +1,24 @@
 """How well Stage 1's Q1 order tracks Stage 2's Q2: recall and rank correlation.
 
 Runs ``run_plan(..., exhaustive=True)`` -- every Stage-1-feasible candidate is
-compiled for the TPU target and every placement simulated -- and prints:
+compiled for the TPU target and every placement simulated -- with Stage 1 alone
+deciding what it hands over: the top-K by Q1, no best-of-each-attention-kind rule
+(``--per-attention-kind`` turns it on) and no baseline counted as found. Prints
 
 * the number of candidates compiled (and failed / infeasible),
-* Stage 1's top-1 and top-K recall against the exhaustive Q2 winner,
-* Spearman's rho between Q1 and the best Q2 of each candidate,
+* the exhaustive Q2 winner, its rank in Q1's order, and whether Stage 1's top-1
+  and the kept set contain it,
+* Spearman's rho between Q1 and each candidate's best Q2,
 * every candidate's Q1 (compute + communication) and best Q2, sorted by Q2,
 * the wall time.
 
-The compile results live in ``--cache-dir`` (default ``~/.cache/aoizora``), keyed
-by the lowered program, so after the first run a rerun only re-lowers and
-re-runs Stage 1 (whose own cache entries are keyed by the Stage-1 source, so a
-change to ``aoizora/stage1`` is always re-scored):
+Compile results live in ``--cache-dir`` (default ``~/.cache/aoizora``), keyed by
+the lowered program, so a rerun only re-lowers and re-runs Stage 1 (whose cache
+entries are keyed by the Stage-1 source, so a change to ``aoizora/stage1`` is
+always re-scored):
 
     python benchmarks/stage1_recall.py                       # wan2.1-1.3b 480p 81f, v5e:2x2
-    python benchmarks/stage1_recall.py --model wan-tiny --slice v5e:2x4 \\
-        --resolution 256x256 --frames 5
+    python benchmarks/stage1_recall.py --model wan2.1-14b --slice v5e:4x4 --resolution 720p
     python benchmarks/stage1_recall.py --json out.json       # also write the rows as JSON
 """
 
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.planner import PlanOutcome, run_plan
+from aoizora.report.summary import candidate_rows
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
@@ -38,10 +41,10 @@ __all__ = ["main", "rows"]
 
 def rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
     """One row per compiled candidate that Stage 1 scored, sorted by best Q2 then id."""
-    ests = {e.candidate_id: e for e in (*outcome.stage1.kept, *outcome.stage1.dropped_weak)}
-    kept = outcome.stage1.kept_ids
-    order = sorted(ests.values(), key=lambda e: (e.q1_s, e.candidate_id))
-    q1_rank = {e.candidate_id: i + 1 for i, e in enumerate(order)}
+    feasible = (*outcome.stage1.kept, *outcome.stage1.dropped_weak)
+    ests = {e.candidate_id: e for e in feasible}
+    q1_rank = {e.candidate_id: i + 1 for i, e in enumerate(feasible)}
+    picks = set(outcome.stage1_picks)
     out = []
     for s in outcome.scored:
         e = ests.get(s.candidate.id)
@@ -56,11 +59,42 @@ def rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
                 "q1_rank": q1_rank[s.candidate.id],
                 "q2_best_s": s.best.q2_s,
                 "q2_best_placement": s.best.placement_id,
-                "in_top_k": s.candidate.id in kept,
+                "stage1_kept": s.candidate.id in picks,
             }
         )
     out.sort(key=lambda r: (r["q2_best_s"], r["candidate_id"]))
     return out
+
+
+def _print(outcome: PlanOutcome, table: list[dict[str, Any]], label: str, wall_s: float) -> None:
+    check = outcome.exhaustive
+    assert check is not None  # exhaustive=True always fills it
+    print(label)
+    print(
+        f"compiled {len(outcome.scored)} candidates "
+        f"({len(outcome.failed)} failed or infeasible, "
+        f"{len(outcome.stage1.dropped_infeasible)} over HBM in Stage 1, "
+        f"{len(outcome.stage1_failed)} Stage-1 failures)"
+    )
+    rho = check.spearman_q1_q2
+    print(f"exhaustive winner: {check.winner} (Q1 rank {check.winner_q1_rank})")
+    print(f"Stage-1 kept: {', '.join(outcome.stage1_picks)}")
+    print(f"top-1 recall: {int(check.top1_hit)}   kept-set recall: {int(check.kept_hit)}")
+    print(
+        f"Spearman rho(Q1, best Q2) over {check.num_compared}: "
+        + ("n/a" if rho is None else f"{rho:.3f}")
+    )
+    print(
+        f"{'rank':>4} {'candidate':<48} {'Q2 ms':>9} {'Q1 ms':>9} {'Q1 cmp':>8} "
+        f"{'Q1 comm':>8} {'Q1 rank':>7}"
+    )
+    for i, r in enumerate(table, start=1):
+        print(
+            f"{i:>4} {r['candidate_id']:<48} {r['q2_best_s'] * 1e3:9.2f} {r['q1_s'] * 1e3:9.2f} "
+            f"{r['q1_compute_s'] * 1e3:8.2f} {r['q1_comm_s'] * 1e3:8.2f} {r['q1_rank']:>7}"
+            + ("  *" if r["stage1_kept"] else "")
+        )
+    print(f"wall time {wall_s:.1f} s  (timings: {dict(outcome.timings_s)})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slice", default="v5e:2x2")
     parser.add_argument("--resolution", default="480p")
     parser.add_argument("--frames", type=int, default=81)
-    parser.add_argument("--top-k", type=int, default=3)
+    parser.add_argument("--top-k", type=int, default=2)
+    parser.add_argument(
+        "--per-attention-kind",
+        action="store_true",
+        help="also hand over the best-Q1 candidate of every attention kind (off: Stage 1 alone)",
+    )
     parser.add_argument(
         "--cache-dir",
         default=str(Path.home() / ".cache" / "aoizora"),
@@ -87,55 +126,30 @@ def main(argv: list[str] | None = None) -> int:
         workload,
         slice_,
         top_k=args.top_k,
+        per_attention_kind=args.per_attention_kind,
         exhaustive=True,
         cache_dir=args.cache_dir,
         progress=(lambda m: print(f"  {m}", file=sys.stderr, flush=True)) if args.verbose else None,
     )
     wall_s = time.perf_counter() - t0
-    check = outcome.exhaustive
-    assert check is not None  # exhaustive=True always fills it
     table = rows(outcome)
     label = (
-        f"{args.model} {args.resolution} {args.frames}f on {args.slice}, K={args.top_k} "
+        f"{args.model} {args.resolution} {args.frames}f on {args.slice}, K={args.top_k}"
+        f"{' + best of each attention kind' if args.per_attention_kind else ''} "
         f"({outcome.num_legal} legal candidates)"
     )
-    print(label)
-    print(
-        f"compiled {len(outcome.scored)} candidates "
-        f"({len(outcome.failed)} failed or infeasible, "
-        f"{len(outcome.stage1.dropped_infeasible)} over HBM in Stage 1, "
-        f"{len(outcome.stage1_failed)} Stage-1 failures)"
-    )
-    rho = check.spearman_q1_q2
-    print(f"exhaustive winner: {check.best_candidate_id}")
-    print(f"Stage-1 kept: {', '.join(outcome.stage1.kept_ids)}")
-    print(f"top-1 recall: {int(check.top1_hit)}   top-{args.top_k} recall: {int(check.topk_hit)}")
-    print(
-        f"Spearman rho(Q1, best Q2) over {check.num_compared}: "
-        + ("n/a" if rho is None else f"{rho:.3f}")
-    )
-    print(
-        f"{'rank':>4} {'candidate':<48} {'Q2 ms':>9} {'Q1 ms':>9} {'Q1 cmp':>8} "
-        f"{'Q1 comm':>8} {'Q1 rank':>7}"
-    )
-    for i, r in enumerate(table, start=1):
-        print(
-            f"{i:>4} {r['candidate_id']:<48} {r['q2_best_s'] * 1e3:9.2f} {r['q1_s'] * 1e3:9.2f} "
-            f"{r['q1_compute_s'] * 1e3:8.2f} {r['q1_comm_s'] * 1e3:8.2f} {r['q1_rank']:>7}"
-            + ("  *" if r["in_top_k"] else "")
-        )
-    print(f"wall time {wall_s:.1f} s  (timings: {dict(outcome.timings_s)})")
+    _print(outcome, table, label, wall_s)
     if args.json:
+        check = outcome.exhaustive
+        assert check is not None
         summary = {
             "case": label,
-            "winner": check.best_candidate_id,
-            "kept": list(outcome.stage1.kept_ids),
-            "top1_hit": check.top1_hit,
-            "topk_hit": check.topk_hit,
-            "spearman_q1_q2": rho,
+            "exhaustive": check.to_json_dict(),
             "num_compared": check.num_compared,
+            "kept": list(outcome.stage1_picks),
             "wall_s": wall_s,
             "rows": table,
+            "candidates": candidate_rows(outcome),
         }
         Path(args.json).write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     return 0

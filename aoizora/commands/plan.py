@@ -1,7 +1,13 @@
 """``aoizora plan``: the best (sharding, placement) for a Wan model, clip and slice.
 
     aoizora plan --model wan2.1-1.3b --slice v5e:2x4 --resolution 480p --frames 81
-                 [--top-k K] [--out plan.json] [--exhaustive] [--json] [--report DIR]
+                 [--top-k K] [--per-attention-kind] [--out plan.json] [--exhaustive]
+                 [--json] [--report DIR]
+
+``--json`` prints the summary with ``candidates`` (one object per legal candidate:
+``id``, ``q1_s``, ``stage1_kept``, ``compiled``, ``best_q2_s``, ``placements``) and,
+with ``--exhaustive``, ``exhaustive`` (``winner``, ``winner_q1_rank``,
+``spearman_q1_q2``, ``top1_hit``, ``kept_hit``).
 
 Progress goes to stderr, the summary table to stdout, the plan to ``--out``.
 """
@@ -33,7 +39,13 @@ def register(subparsers: Any) -> None:
     )
     add_workload_arguments(p)
     p.add_argument("--slice", required=True, dest="slice_name", help="TPU slice, e.g. v5e:2x4")
-    add_search_arguments(p, top_k_default=3)
+    add_search_arguments(p, top_k_default=2)
+    p.add_argument(
+        "--per-attention-kind",
+        action="store_true",
+        help="Stage 1 also hands over the best-Q1 candidate of every attention kind its "
+        "top-K lacks (a wider safety net; off by default)",
+    )
     p.add_argument("--out", default="plan.json", help="plan file to write (default plan.json)")
     p.add_argument(
         "--exhaustive",
@@ -50,8 +62,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aoizora.planner import outcome_summary, run_plan
-    from aoizora.report.summary import render_report
+    from aoizora.planner import run_plan
+    from aoizora.report.summary import outcome_summary, render_report
     from aoizora.workloads.wan import parse_resolution, wan_workload
     from sim.topology import load_slice
 
@@ -64,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         workload,
         slice_,
         top_k=args.top_k,
+        per_attention_kind=args.per_attention_kind,
         exhaustive=args.exhaustive,
         cache_dir=args.cache_dir,
         max_placements=args.max_placements,

@@ -22,11 +22,12 @@ import json
 from pathlib import Path
 
 from aoizora.hlo.graph import graph_from_text
-from aoizora.planner import PlanOutcome, outcome_summary
+from aoizora.planner import PlanOutcome
 from aoizora.replay import replay
 from aoizora.report.pictures.heatmap import link_loads, plot_link_heatmap
 from aoizora.report.pictures.ranking import RankingEntry, plot_ranking
 from aoizora.report.pictures.trace import chrome_trace, write_chrome_trace
+from aoizora.report.summary import outcome_summary
 from sim.records import SimResult
 
 __all__ = ["busiest_region", "write_report_dir"]

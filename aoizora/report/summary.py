@@ -10,10 +10,11 @@ in :mod:`sim`), and the report says so; Stage-1 numbers are labelled Q1.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aoizora.planner import PlanOutcome
 
-__all__ = ["format_ms", "render_report"]
+__all__ = ["candidate_rows", "format_ms", "outcome_summary", "render_report"]
 
 
 def format_ms(seconds: float | None) -> str:
@@ -44,10 +45,12 @@ def _header(outcome: PlanOutcome) -> list[str]:
     ]
     if backend != "tpu":
         lines.append("!! CPU FALLBACK: libtpu was not available; these are CPU-compiled programs")
+    extra = len(outcome.stage1_picks) > outcome.stage1.k
     lines.append(
         f"candidates: {outcome.num_legal} legal, {outcome.num_rejected} rejected; "
         f"Stage 1 kept {len(outcome.stage1_picks)} of {outcome.num_legal} "
-        f"(top-{outcome.stage1.k} by Q1 plus the best of each attention kind; "
+        f"(top-{outcome.stage1.k} by Q1"
+        f"{' plus the best of each attention kind' if extra else ''}; "
         f"{len(outcome.stage1.dropped_infeasible)} over HBM) in "
         f"{timings.get('stage1', 0.0):.1f} s; compiled {len(outcome.scored)} in "
         f"{timings.get('compile', 0.0):.1f} s; ranked "
@@ -116,9 +119,58 @@ def render_report(outcome: PlanOutcome) -> str:
         lines += [
             "",
             f"exhaustive check over {ex.num_compared} compiled candidates: best "
-            f"{ex.best_candidate_id}; Stage-1 top-1 recall {int(ex.top1_hit)}, kept-set recall "
-            f"{int(ex.topk_hit)}; Spearman rho(Q1, best Q2) = {rho}",
+            f"{ex.winner} (Q1's #{ex.winner_q1_rank}); Stage-1 top-1 recall {int(ex.top1_hit)}, "
+            f"kept-set recall {int(ex.kept_hit)}; Spearman rho(Q1, best Q2) = {rho}",
         ]
     for w in outcome.warnings:
         lines.append(f"warning: {w}")
     return "\n".join(lines) + "\n"
+
+
+def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
+    """``aoizora plan --json``'s ``candidates``: one object per legal candidate, in
+    candidate order, with the names scripts read.
+
+    ``q1_s`` is null when Stage 1 failed for it; ``stage1_kept`` says whether Stage 1
+    handed it to Stage 2; ``compiled`` whether a compile produced its program;
+    ``best_q2_s`` its best simulated step time (null unless compiled and within HBM);
+    ``placements`` how many placements were ranked.
+    """
+    q1 = {e.candidate_id: e.q1_s for e in outcome.stage1.estimates}
+    picks = set(outcome.stage1_picks)
+    compiled = set(outcome.compiled_ids)
+    scored = {s.candidate.id: s for s in outcome.scored}
+    rows = []
+    for cid in outcome.legal_ids:
+        s = scored.get(cid)
+        rows.append(
+            {
+                "id": cid,
+                "q1_s": q1.get(cid),
+                "stage1_kept": cid in picks,
+                "compiled": cid in compiled,
+                "best_q2_s": s.best.q2_s if s is not None else None,
+                "placements": len(s.placements) if s is not None else 0,
+            }
+        )
+    return rows
+
+
+def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
+    """A JSON-ready summary of an outcome (no HLO text)."""
+    return {
+        "workload": outcome.workload.name,
+        "slice": outcome.slice_.name,
+        "winner": {
+            "candidate": outcome.winner.candidate.id,
+            "placement": outcome.winner_placement.placement_id,
+            "q2_s": outcome.winner_q2_s,
+        },
+        "baselines": [
+            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
+        ],
+        "placement_spread": outcome.placement_spread,
+        "timings_s": dict(outcome.timings_s),
+        "candidates": candidate_rows(outcome),
+        **({"exhaustive": outcome.exhaustive.to_json_dict()} if outcome.exhaustive else {}),
+    }

@@ -326,7 +326,8 @@ class Stage1Ranking:
 
     ``kept`` is the top-K by Q1 (ties by candidate id), best first; ``dropped_weak``
     the other feasible candidates in the same order; ``dropped_infeasible`` the
-    ``(candidate_id, reason)`` of those over the HBM budget, by candidate id.
+    ``(candidate_id, reason)`` of those over the HBM budget, by candidate id, and
+    ``infeasible`` their estimates in the same order.
     """
 
     kept: tuple[Stage1Estimate, ...]
@@ -334,10 +335,16 @@ class Stage1Ranking:
     dropped_infeasible: tuple[tuple[str, str], ...]
     k: int
     hbm_bytes: float
+    infeasible: tuple[Stage1Estimate, ...] = ()
 
     @property
     def kept_ids(self) -> tuple[str, ...]:
         return tuple(e.candidate_id for e in self.kept)
+
+    @property
+    def estimates(self) -> tuple[Stage1Estimate, ...]:
+        """Every estimate: the feasible ones by ``(q1_s, candidate_id)``, then the infeasible."""
+        return (*self.kept, *self.dropped_weak, *self.infeasible)
 
     def to_json_dict(self) -> dict[str, Any]:
         def row(e: Stage1Estimate) -> dict[str, Any]:
@@ -384,6 +391,7 @@ def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float
         raise Stage1Error(f"candidate ids must be unique; repeated: {dup}")
     feasible = []
     infeasible = []
+    over = []
     for e in items:
         if e.memory_bytes_per_chip > hbm_bytes:
             need = e.memory_bytes_per_chip
@@ -392,6 +400,7 @@ def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float
                 f"budget ({_human(hbm_bytes)})"
             )
             infeasible.append((e.candidate_id, reason))
+            over.append(e)
         else:
             feasible.append(e)
     feasible.sort(key=lambda e: (e.q1_s, e.candidate_id))
@@ -401,6 +410,7 @@ def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float
         dropped_infeasible=tuple(sorted(infeasible)),
         k=k,
         hbm_bytes=float(hbm_bytes),
+        infeasible=tuple(sorted(over, key=lambda e: e.candidate_id)),
     )
 
 

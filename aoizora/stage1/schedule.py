@@ -94,7 +94,9 @@ def makespan_s(
     trips = {r: t for r, _, t in regions}
     chains = _ancestors(regions)
     ordered = sorted(nodes, key=lambda n: n.node_id)
-    makespan, _ = _schedule(ordered, 0, durations_s, trips, chains, sync_collectives)
+    comm = {n.node_id for n in nodes if n.kind != "compute"}
+    chained = frozenset(d for n in nodes if n.node_id in comm for d in n.deps if d in comm)
+    makespan, _ = _schedule(ordered, 0, durations_s, trips, chains, sync_collectives | chained)
     return makespan
 
 
@@ -104,7 +106,7 @@ def _schedule(
     durations_s: Mapping[int, float],
     trips: Mapping[int, int],
     chains: Mapping[int, tuple[int, ...]],
-    sync: frozenset[str],
+    sync: frozenset[str | int],
 ) -> tuple[float, dict[int, float]]:
     """Schedule ``nodes`` (all in ``region`` or below); (makespan, finish per node id)."""
     depth = len(chains.get(region, (0,)))
@@ -137,15 +139,10 @@ def _schedule(
             continue
         ready = max((finish.get(d, 0.0) for d in node.deps), default=0.0)
         t = float(durations_s.get(node.node_id, 0.0))
-        if node.kind == "compute" and node.reason.startswith("kernel "):
-            # An opaque kernel: XLA's scheduler has no cost for it (cost_analysis
-            # does not price custom calls), so it does not hide collectives.
-            start = max(compute_free, comm_free, ready)
-            compute_free = comm_free = start + t
-        elif node.kind == "compute":
+        if node.kind == "compute":
             start = max(compute_free, ready)
             compute_free = start + t
-        elif node.collective in sync:
+        elif node.collective in sync or node.node_id in sync:
             start = max(compute_free, comm_free, ready)
             compute_free = comm_free = start + t
         else:
