@@ -22,14 +22,14 @@ real collectives and their placement):
   exactly (``tests/sim/test_costs.py`` replays them); on a line they are the
   no-wrap-around ideal of the scaling-book (an axis of ``n`` chips:
   ``(n-1) * (V/n) / W`` per all-gather).
-* :func:`group_layout` -- the best box of ``n`` chips a slice offers a group, and
+* :func:`best_box` -- the best box of ``n`` chips a slice offers a group, and
   whether a ring fits in it: what a placement-oblivious estimate may assume.
 
 >>> from sim.topology import load_chip, load_slice
 >>> round(roofline_s(1.97e12, 8.1e8, chip=load_chip("v5e")) * 1e3, 3)  # compute-bound: 10 ms
 10.0
->>> group_layout(8, load_slice("v5e:2x4"))
-GroupLayout(shape=(2, 4), wraparound=(False, False), ring=True)
+>>> best_box(8, load_slice("v5e:2x4"))
+GroupBox(shape=(2, 4), wraparound=(False, False), ring=True)
 >>> t = collective_time_s("all-gather", group_size=8, bytes_per_device=8e6, ring=True,
 ...                       link_bandwidth_bytes_per_s=45e9, hop_latency_s=1e-6)
 >>> round(t * 1e6, 2)  # 7 steps of (1 us + 8 MB / 16 / 45 GB/s)
@@ -51,13 +51,13 @@ from sim.topology import Slice, make_slice
 
 __all__ = [
     "COLLECTIVE_KINDS",
-    "GroupLayout",
+    "GroupBox",
     "RooflineChip",
     "all_to_all_link_load",
     "attention_flops",
     "collective_time_s",
     "conv_flops",
-    "group_layout",
+    "best_box",
     "matmul_flops",
     "roofline_s",
 ]
@@ -129,7 +129,7 @@ def attention_flops(
 
 
 @dataclass(frozen=True)
-class GroupLayout:
+class GroupBox:
     """The box of chips a group of ``n`` occupies and whether a ring of neighbours fits."""
 
     shape: tuple[int, ...]
@@ -153,8 +153,8 @@ def _has_ring(shape: Sequence[int], wrap: Sequence[bool]) -> bool:
 
 
 @cache
-def _layout(n: int, shape: tuple[int, ...], wrap: tuple[bool, ...]) -> GroupLayout:
-    best: tuple[tuple[int, int, int], GroupLayout] | None = None
+def _layout(n: int, shape: tuple[int, ...], wrap: tuple[bool, ...]) -> GroupBox:
+    best: tuple[tuple[int, int, int], GroupBox] | None = None
     ranges = [[d for d in range(1, s + 1) if n % d == 0] for s in shape]
     for dims in itertools.product(*ranges):
         if math.prod(dims) != n:
@@ -165,21 +165,21 @@ def _layout(n: int, shape: tuple[int, ...], wrap: tuple[bool, ...]) -> GroupLayo
         diameter = sum((d // 2) if wr else (d - 1) for d, wr in zip(dims, w, strict=True))
         key = (0 if ring else 1, diameter, -max(dims))
         if best is None or key < best[0]:
-            best = (key, GroupLayout(tuple(dims), w, ring))
+            best = (key, GroupBox(tuple(dims), w, ring))
     if best is None:  # no box of n chips: a snake through the slice is a line
-        return GroupLayout((n,), (False,), False)
+        return GroupBox((n,), (False,), False)
     return best[1]
 
 
-def group_layout(group_size: int, slice_: Slice) -> GroupLayout:
+def best_box(group_size: int, slice_: Slice) -> GroupBox:
     """The most favourable box of ``group_size`` chips in ``slice_``.
 
     Prefers a box with a ring, then the smallest diameter. Placement-oblivious:
     every group of a program is assumed to get its best box, without contention.
 
     >>> from sim.topology import load_slice
-    >>> group_layout(4, load_slice("v5e:4x4")), group_layout(2, load_slice("v5e:4x4")).ring
-    (GroupLayout(shape=(2, 2), wraparound=(False, False), ring=True), False)
+    >>> best_box(4, load_slice("v5e:4x4")), best_box(2, load_slice("v5e:4x4")).ring
+    (GroupBox(shape=(2, 2), wraparound=(False, False), ring=True), False)
     """
     if group_size < 1 or group_size > slice_.num_chips:
         raise CollectiveError(

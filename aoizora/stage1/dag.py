@@ -60,6 +60,7 @@ import numpy as np
 from aoizora.stage1.flops import kernel_cost
 from aoizora.stage1.fusion import Kernel, fuse_block, op_class
 from aoizora.stage1.memory import peak_temp_bytes
+from aoizora.stage1.partitioner import as_xla_partitions
 from aoizora.stage1.prediction import RELAYOUT_PASSES, Node, PredictionDag
 from aoizora.stage1.shardy import (
     AxisRef,
@@ -525,6 +526,9 @@ def _moved_axes(src: Sharding, dst: Sharding) -> list[AxisRef]:
 def build_dag(module: ShardyModule) -> PredictionDag:
     """Build the prediction DAG and memory estimate of a module read after :data:`PIPELINE`.
 
+    Where XLA's partitioner departs from Shardy's reshards the module is first
+    rewritten to match it (:func:`aoizora.stage1.partitioner.as_xla_partitions`).
+
     Raises :class:`~aoizora.stage1.shardy.Stage1Error` when the module has no mesh.
     """
     if not module.mesh_axes:
@@ -532,6 +536,7 @@ def build_dag(module: ShardyModule) -> PredictionDag:
             "the lowered program has no sdy.mesh: lower it with shardings over a "
             "jax.sharding.Mesh, e.g. jax.jit(f, in_shardings=NamedSharding(mesh, P('data')))"
         )
+    module = as_xla_partitions(module)
     b = _Builder(module)
     main = module.functions[module.main]
     b.build_function(main, _Ctx(1, frozenset()))

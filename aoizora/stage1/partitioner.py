@@ -7,16 +7,29 @@ The TPU compile runs Shardy's *propagation*, then XLA's own SPMD partitioner
 collectives a sharding needs; this module rewrites the one pattern where the two
 partitioners measurably disagree on the Wan step (``docs/stage1.md``):
 
-* **a dot whose contracting dimension one operand has replicated and the other
-  sharded.** Shardy slices the replicated operand (``sdy.all_slice``, free),
-  computes partial sums and all-reduces the result. XLA's dot handler reshards
-  the *smaller* operand to match the larger one (openxla/xla
-  ``xla/service/spmd/dot_handler.cc``, ``PartitionBaseCase``): when the sharded
-  operand is the smaller, it all-gathers it instead, and the dot runs on the
-  whole contraction with no all-reduce. On Wan's attention output projection
-  under the ``fsdp`` and ``maxdiffusion`` rules with ``tensor`` > 1 that turns a
-  100--200 MB all-reduce into a 5 MB weight all-gather (checked against the
-  compiled HLO in ``tests/aoizora/stage1/test_partitioner.py``).
+* **a dot whose operands disagree about an axis on the contracting dimension.**
+  Shardy moves that axis onto the contracting dimension of one operand
+  (``sdy.all_slice`` of a replicated dimension, or ``sdy.all_to_all`` from a
+  batch dimension), computes partial sums and all-reduces them (then slices the
+  result back). XLA's dot handler keeps the result sharding that propagation
+  chose and reshards an operand to match it (openxla/xla
+  ``xla/service/spmd/dot_handler.cc``): where the axis shards a batch dimension
+  of the result (Shardy's all-to-all), it all-gathers the other operand -- the
+  weight -- over that axis, FSDP's weight all-gather; where one operand holds the
+  contracting dimension whole (Shardy's all-slice), it all-gathers the other one
+  when that moves no more bytes than the all-reduce would, and keeps the partial
+  sums otherwise. Under the ``fsdp`` and ``maxdiffusion`` rules with ``tensor`` >
+  1 this turns the 100--200 MB all-reduce after Wan's attention output
+  projection into a 5 MB weight all-gather. All three cases are checked against
+  the compiled HLO in ``tests/aoizora/stage1/test_dag.py``.
+
+* **an all-gather that the next op slices back** (a sharding constraint that
+  replicates a value its user wants sharded again): XLA's simplifier removes the
+  pair, unless the gathered value comes straight from a reshape or transpose --
+  XLA then gathers the reshape's input, and the slice after the reshape no longer
+  meets the gather (Wan's heads merge keeps both, checked on wan-tiny). Shardy's
+  partitioner keeps every pair; its own canonicalizer would cancel every pair,
+  so :data:`PIPELINE` does not run it.
 
 :func:`as_xla_partitions` returns a new :class:`~aoizora.stage1.shardy.ShardyModule`;
 the input is not changed.
@@ -24,7 +37,6 @@ the input is not changed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -55,44 +67,85 @@ def _sharding(m: ShardyModule, values: _Values, v: int) -> Sharding:
 
 
 def _rewrite_block(block: Block, m: ShardyModule, values: _Values) -> Block:
-    ops = [replace(op, regions=tuple(_rewrite_block(r, m, values) for r in op.regions))
-           for op in block.ops]  # fmt: skip
+    ops = [
+        replace(op, regions=tuple(_rewrite_block(r, m, values) for r in op.regions))
+        if op.regions
+        else op
+        for op in block.ops
+    ]
     defs = {r: i for i, op in enumerate(ops) for r in op.results}
     users: dict[int, list[int]] = {}
     for i, op in enumerate(ops):
         for v in op.operands:
             users.setdefault(v, []).append(i)
+    plans = {}
+    for i, op in enumerate(ops):
+        plan = _gather_instead(i, ops, defs, users, m, values) if _is_dot(op) else None
+        if plan is not None:
+            plans[i] = plan
+    drop = {j for resharded, _, _, tail in plans.values() for j in (resharded, *tail)}
+    forward = _cancelled_pairs(ops, defs, users, drop)
     out: list[Op] = []
-    forward: dict[int, int] = {}  # value -> the value that replaces it
-    drop: set[int] = set()
     for i, op in enumerate(ops):
         if i in drop:
             continue
-        op = replace(op, operands=tuple(forward.get(v, v) for v in op.operands))
-        plan = _gather_instead(i, ops, defs, users, m, values) if _is_dot(op) else None
-        if plan is None:
+        if forward and any(v in forward for v in op.operands):
+            op = replace(op, operands=tuple(forward.get(v, v) for v in op.operands))
+        if i not in plans:
             out.append(op)
             continue
-        slice_index, other, axes, reduce_index = plan
-        sliced = ops[slice_index]
-        whole = sliced.operands[0]
-        gathered_sharding = _without(_sharding(m, values, op.operands[other]), axes)
-        g = values.new(values.types[op.operands[other]], gathered_sharding)
+        resharded, other, axes, tail = plans[i]
+        w = op.operands[other]
+        gathered_sharding = _without(_sharding(m, values, w), axes)
+        g = values.new(values.types[w], gathered_sharding)
         gather = Op(
             name="sdy.all_gather",
-            operands=(op.operands[other],),
+            operands=(w,),
             results=(g,),
             target_sharding=gathered_sharding,
             collective_axes=tuple(axes),
-            location=f"{op.location} (XLA gathers the smaller dot operand)",
+            location=f"{op.location} (XLA gathers the other dot operand)",
         )
-        new_operands = [g if k == other else (whole if v == sliced.results[0] else v)
-                        for k, v in enumerate(op.operands)]  # fmt: skip
-        out.extend([gather, replace(op, operands=tuple(new_operands))])
-        reduce = ops[reduce_index]
-        forward[reduce.results[0]] = op.results[0]
-        drop.add(reduce_index)
+        operands = [g if k == other else ops[resharded].operands[0] for k in (0, 1)]
+        # The dot now yields what the all-reduce (and the slice after it) yielded.
+        final = ops[tail[-1]].results[0]
+        out.extend([gather, replace(op, operands=tuple(operands), results=(final,))])
+        drop.update(tail)
     return Block(args=block.args, ops=tuple(out))
+
+
+_RESHAPES = frozenset({"stablehlo.reshape", "stablehlo.transpose"})
+
+
+def _cancelled_pairs(
+    ops: Sequence[Op], defs: dict[int, int], users: dict[int, list[int]], drop: set[int]
+) -> dict[int, int]:
+    """An all-gather whose only user slices the same axes back: XLA drops both.
+
+    (Its all-gather / dynamic-slice simplification; Shardy's partitioner emits the
+    pair where a sharding constraint replicates a value that the next op slices.)
+    Marks both ops in ``drop``; returns slice result -> the all-gather's operand.
+    """
+    forward: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        if op.name != "sdy.all_slice" or i in drop:
+            continue
+        j = defs.get(op.operands[0])
+        if j is None or j in drop or ops[j].name != "sdy.all_gather":
+            continue
+        gather = ops[j]
+        if len(users.get(gather.results[0], [])) != 1:
+            continue
+        k = defs.get(gather.operands[0])
+        if k is not None and ops[k].name in _RESHAPES:
+            # XLA gathers the reshape's (or transpose's) input instead, and the slice
+            # after the reshape no longer meets the gather: both stay (Wan's heads merge).
+            continue
+        if sorted(op.collective_axes) != sorted(gather.collective_axes):
+            continue
+        forward[op.results[0]] = gather.operands[0]
+        drop.update((i, j))
+    return forward
 
 
 def _is_dot(op: Op) -> bool:
@@ -104,6 +157,11 @@ def _without(s: Sharding, axes: Sequence[AxisRef]) -> Sharding:
     return Sharding(tuple(tuple(a for a in d if a.name not in names) for d in s.dims))
 
 
+def _sole_user(v: int, name: str, ops: Sequence[Op], users: dict[int, list[int]]) -> int | None:
+    found = users.get(v, [])
+    return found[0] if len(found) == 1 and ops[found[0]].name == name else None
+
+
 def _gather_instead(
     i: int,
     ops: Sequence[Op],
@@ -111,30 +169,37 @@ def _gather_instead(
     users: dict[int, list[int]],
     m: ShardyModule,
     values: _Values,
-) -> tuple[int, int, list[AxisRef], int] | None:
-    """(slice op, index of the operand to gather, axes, all-reduce op) if XLA gathers instead."""
+) -> tuple[int, int, list[AxisRef], list[int]] | None:
+    """Where XLA gathers the other dot operand instead: (the resharding op, the operand
+    to gather, the axes, the all-reduce and optional all-slice the dot no longer needs)."""
     op = ops[i]
-    result_users = users.get(op.results[0], [])
-    if len(result_users) != 1 or ops[result_users[0]].name != "sdy.all_reduce":
+    reduce_index = _sole_user(op.results[0], "sdy.all_reduce", ops, users)
+    if reduce_index is None:
         return None
-    reduce_index = result_users[0]
     reduced = {a.name for a in ops[reduce_index].collective_axes}
+    tail = [reduce_index]
+    after = _sole_user(ops[reduce_index].results[0], "sdy.all_slice", ops, users)
+    if after is not None and {a.name for a in ops[after].collective_axes} == reduced:
+        tail.append(after)
     for k in (0, 1):
         j = defs.get(op.operands[k])
-        if j is None or ops[j].name != "sdy.all_slice":
+        if j is None or ops[j].name not in ("sdy.all_slice", "sdy.all_to_all"):
             continue
-        sliced = ops[j]
-        if {a.name for a in sliced.collective_axes} != reduced:
-            continue
+        moved = [a for a in ops[j].collective_axes if a.name in reduced]
         other = op.operands[1 - k]
-        full = values.types[sliced.operands[0]].shard_bytes(
-            _sharding(m, values, sliced.operands[0])
-        )
-        gathered = values.types[other].shard_bytes(
-            _without(_sharding(m, values, other), sliced.collective_axes)
-        )
-        if gathered <= full and math.prod(a.size for a in sliced.collective_axes) > 1:
-            return j, 1 - k, list(sliced.collective_axes), reduce_index
+        w = _sharding(m, values, other)
+        has = {a.name for d in w.dims for a in d}
+        if {a.name for a in moved} != reduced or not reduced <= has:
+            continue
+        if len(users[op.operands[k]]) != 1:
+            continue
+        if ops[j].name == "sdy.all_slice":
+            # A choice: gather the weight or all-reduce the result, the fewer bytes.
+            gathered = values.types[other].shard_bytes(_without(w, moved))
+            out = op.results[0]
+            if gathered > values.types[out].shard_bytes(_sharding(m, values, out)):
+                continue
+        return j, 1 - k, moved, tail
     return None
 
 

@@ -39,11 +39,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from aoizora.stage1.dag import build_dag
-from aoizora.stage1.partitioner import as_xla_partitions
 from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
-from sim.costs import COLLECTIVE_KINDS, group_layout, roofline_s
+from sim.costs import COLLECTIVE_KINDS, best_box, roofline_s
 from sim.costs import collective_time_s as sim_collective_time_s
 from sim.topology import Slice
 
@@ -88,7 +87,7 @@ def collective_time_s(
 
     :func:`sim.costs.collective_time_s` (the simulator's algorithms on a ring,
     or the no-wrap ideal on a line) on the best box of that many chips
-    ``slice_`` offers (:func:`sim.costs.group_layout`; placement-oblivious:
+    ``slice_`` offers (:func:`sim.costs.best_box`; placement-oblivious:
     every group gets its best box). Without ``slice_`` the group is a line.
 
     >>> from types import SimpleNamespace
@@ -110,7 +109,7 @@ def collective_time_s(
         return 0.0
     ring, box = False, None
     if slice_ is not None and n <= slice_.num_chips:
-        layout = group_layout(n, slice_)
+        layout = best_box(n, slice_)
         ring, box = layout.ring, (layout.shape, layout.wraparound)
     return sim_collective_time_s(
         collective,
@@ -237,7 +236,7 @@ def estimate_module(
 ) -> Stage1Estimate:
     """:func:`estimate` on an already read module."""
     _check_axes(module, mesh_axis_sizes)
-    dag: PredictionDag = build_dag(as_xla_partitions(module))
+    dag: PredictionDag = build_dag(module)
     compute_s = 0.0
     flops = 0.0
     traffic = 0.0

@@ -83,6 +83,16 @@ SDY_COLLECTIVES = {
     "sdy.all_reduce": "reduction_axes",
     "sdy.reduce_scatter": "reduce_scatter_axes",
 }
+# Ops whose source location Stage 1 keeps (it names kernels and collectives in
+# reasons and warnings; reading a location costs as much as reading the op).
+_LOCATED = frozenset(
+    f"stablehlo.{n}"
+    for n in (
+        "dot_general", "dot", "convolution", "custom_call", "while", "reduce", "transpose",
+        "pad", "gather", "scatter", "sort", "all_gather", "all_reduce", "all_to_all",
+        "reduce_scatter", "collective_permute", "dynamic_update_slice", "reduce_window",
+    )
+)  # fmt: skip
 _AXIS_TEXT = re.compile(r'"([^"]+)"(?::\((\d+)\)(\d+))?')
 
 
@@ -289,6 +299,10 @@ class _Reader:
         self.meshes: dict[str, tuple[tuple[str, int], ...]] = {}
         self.functions: dict[str, Function] = {}
         self.op_counter = 0
+        # A module holds thousands of ops but few distinct shardings and types: read
+        # each printed attribute once.
+        self._shardings: dict[str, Sharding] = {}
+        self._types: dict[str, TensorType] = {}
 
     # ---- attributes
     def _axis(self, attr: Any) -> AxisRef:
@@ -321,22 +335,32 @@ class _Reader:
         return tuple(out)
 
     def _sharding(self, attr: Any) -> Sharding:
-        s = self.sdy.TensorShardingAttr(attr)
-        dims = []
-        for d in s.dimension_shardings:
-            dim = self.sdy.DimensionShardingAttr(d)
-            dims.append(tuple(self._axis(a) for a in dim.axes))
-        return Sharding(tuple(dims))
+        key = str(attr)
+        cached = self._shardings.get(key)
+        if cached is None:
+            s = self.sdy.TensorShardingAttr(attr)
+            dims = []
+            for d in s.dimension_shardings:
+                dim = self.sdy.DimensionShardingAttr(d)
+                dims.append(tuple(self._axis(a) for a in dim.axes))
+            cached = self._shardings[key] = Sharding(tuple(dims))
+        return cached
 
     def _per_value(self, attr: Any) -> list[Sharding]:
         return [self._sharding(s) for s in self.sdy.TensorShardingPerValueAttr(attr).shardings]
 
     def _type(self, t: Any) -> TensorType:
-        ir = self.ir
-        rt = _cast(ir.RankedTensorType, t)
-        if rt is not None:
-            return TensorType(tuple(int(d) for d in rt.shape), _element_bytes(str(rt.element_type)))
-        return TensorType((), 0)
+        key = str(t)
+        cached = self._types.get(key)
+        if cached is None:
+            rt = _cast(self.ir.RankedTensorType, t)
+            cached = (
+                TensorType(tuple(int(d) for d in rt.shape), _element_bytes(str(rt.element_type)))
+                if rt is not None
+                else TensorType((), 0)
+            )
+            self._types[key] = cached
+        return cached
 
     def _new_value(self, v: Any, sharding: Sharding | None, def_op: int) -> int:
         vid = len(self.types)
@@ -508,7 +532,7 @@ class _Reader:
             operands=operands,
             results=results,
             regions=tuple(regions),
-            location=_location(o),
+            location=_location(o) if name in _LOCATED or name.startswith("sdy.") else "",
             **kw,
         )
 

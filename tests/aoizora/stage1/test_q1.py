@@ -23,7 +23,7 @@ from aoizora.stage1 import (
     rank_stage1,
 )
 from aoizora.stage1.prediction import Node
-from sim.topology import load_chip
+from sim.topology import load_chip, load_slice
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,13 @@ def test_collective_formulas_closed_forms() -> None:
     # Middle link of a 4-chip line carries 2*2 chunks of V/4 one way.
     assert collective_time_s(
         "all-to-all", group_size=n, bytes_per_device=v, chip=c
-    ) == pytest.approx(4 * v / 4 / w + 3 * h)
+    ) == pytest.approx(4 * v / 4 / w + h)
+    # On a slice the group gets its best box: 4 chips of a 2x2 form a ring, and the
+    # bidirectional ring sends V/(2n) each way in each of n-1 steps.
+    ring = collective_time_s(
+        "all-gather", group_size=n, bytes_per_device=v, chip=c, slice_=load_slice("v5e:2x2")
+    )
+    assert ring == pytest.approx((n - 1) * (v / (2 * n) / w + h))
     assert collective_time_s("collective-permute", group_size=n, bytes_per_device=v, chip=c) == (
         pytest.approx(v / w + h)
     )

@@ -47,6 +47,26 @@ def test_all_to_all_blocks_compute() -> None:
     assert makespan_s(nodes, {0: 3.0, 1: 2.0, 2: 1.0}, regions=()) == pytest.approx(4.0)
 
 
+def test_a_chain_of_collectives_is_exposed_but_its_last_link() -> None:
+    # Ring attention: kv1 = permute(kv0), kv2 = permute(kv1); kernels use kv0, kv1, kv2.
+    # XLA serialises the chain at the start of the layer and overlaps only its last
+    # link (measured on every compiled ring step, docs/stage1.md): permute 1 blocks
+    # compute, permute 2 runs under the kernel that needs kv1.
+    nodes = [
+        _node(0, "compute"),  # kernel on kv0
+        _node(1, "implicit", coll="collective-permute"),  # kv1
+        _node(2, "compute", deps=(1,)),  # kernel on kv1
+        _node(3, "implicit", deps=(1,), coll="collective-permute"),  # kv2
+        _node(4, "compute", deps=(3,)),  # kernel on kv2
+    ]
+    d = {0: 2.0, 1: 1.0, 2: 2.0, 3: 1.0, 4: 2.0}
+    # c0 [0,2]; p1 waits for and holds the compute stream [2,3]; c2 [3,5]; p2 [3,4]; c4 [5,7].
+    assert makespan_s(nodes, d, regions=()) == pytest.approx(7.0)
+    # Without the chain (p2 reads kv0 instead) both permutes hide: 2 + 2 + 2.
+    nodes[3] = _node(3, "implicit", coll="collective-permute")
+    assert makespan_s(nodes, d, regions=()) == pytest.approx(6.0)
+
+
 def test_loop_body_scheduled_once_times_trip_count() -> None:
     # Outer c0 (1 s); a loop of 5 trips whose body is [c1 (2 s) | ag (3 s) | c3 needs ag (1 s)]:
     # body = max(2, 3) + 1 = 4 s; then c4 (0.5 s) after the loop. Total 1 + 5*4 + 0.5.

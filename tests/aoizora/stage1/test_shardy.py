@@ -73,7 +73,7 @@ def test_read_propagated_module(tpu_mesh: Callable[..., Any]) -> None:
         Sharding(((), (AxisRef("model", 4),))),
     )
     (loop,) = [op for op in main.body.ops if op.name == "stablehlo.while"]
-    # Propagation gave every value a sharding and every op a Shardy rule.
+    # Propagation gave every value a sharding; the dot reads its contracting dims.
     dots = [
         op
         for fn in m.functions.values()
@@ -81,10 +81,34 @@ def test_read_propagated_module(tpu_mesh: Callable[..., Any]) -> None:
         if op.name == "stablehlo.dot_general"
     ]
     dots += [op for r in loop.regions for op in r.ops if op.name == "stablehlo.dot_general"]
-    assert dots and all(op.rule is not None and op.rule.reduction for op in dots)
+    assert dots and all(op.contracting_dims == (1,) for op in dots)
     assert all(m.value_shardings[op.results[0]] is not None for op in dots)
     assert m.value_types[main.body.args[0]] == TensorType((64, 128), 4)
-    assert [n.count for n in build_dag(m).nodes if n.kind == "compute"] == [5]
+    assert [n.count for n in build_dag(m).nodes if n.flops_per_chip > 0] == [5]
+    # The reshard passes left collectives, never a reshard.
+    ops = [op.name for fn in m.functions.values() for op in fn.body.ops]
+    ops += [op.name for r in loop.regions for op in r.ops]
+    assert "sdy.reshard" not in ops and "sdy.all_gather" in ops
+
+
+def test_collective_axes_are_read_from_shardy() -> None:
+    from jax.sharding import AbstractMesh, AxisType
+
+    mesh = AbstractMesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    low = (
+        jax.jit(
+            lambda v: v * 2,
+            in_shardings=NamedSharding(mesh, P(("x", "y"), None)),
+            out_shardings=NamedSharding(mesh, P("x", "y")),
+        )
+        .trace(jax.ShapeDtypeStruct((64, 64), jnp.float32))
+        .lower(lowering_platforms=("tpu",))
+    )
+    m = read_lowered(low)
+    collectives = [op for op in m.functions[m.main].body.ops if op.name.startswith("sdy.all")]
+    assert [(op.name, [a.label for a in op.collective_axes]) for op in collectives] == [
+        ("sdy.all_to_all", ["y"])
+    ]
 
 
 def test_program_without_mesh_is_refused() -> None:

@@ -1,0 +1,118 @@
+"""The shared cost formulas (sim/costs.py) against the simulator they stand in for."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.collectives import collective_flows
+from sim.costs import (
+    all_to_all_link_load,
+    attention_flops,
+    best_box,
+    collective_time_s,
+    conv_flops,
+    matmul_flops,
+    roofline_s,
+)
+from sim.engine import simulate
+from sim.errors import CollectiveError
+from sim.topology import load_chip, load_slice, make_slice
+
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+
+
+def _cycle(p: int, q: int) -> list[tuple[int, int]]:
+    """A Hamiltonian cycle of neighbour links through a p x q grid (p even or q even)."""
+    if p == 1:
+        return [(0, j) for j in range(q)]
+    coords = [(0, j) for j in range(q)]
+    for i in range(1, p):
+        js = range(q - 1, 0, -1) if i % 2 else range(1, q)
+        coords += [(i, j) for j in js]
+    coords += [(i, 0) for i in range(p - 1, 0, -1)]
+    return coords
+
+
+def _simulated(kind: str, slice_name: str, nbytes: float) -> tuple[float, float]:
+    """(simulated, closed-form) time of one collective over the whole slice, best layout."""
+    s = load_slice(slice_name)
+    box = best_box(s.num_chips, s)
+    members = _cycle(*s.shape)
+    if kind == "collective-permute":
+        n = len(members)
+        pairs = [(members[i], members[(i + 1) % n]) for i in range(n)]
+        plan = collective_flows(kind, (), pairs=pairs, buffer_bytes=nbytes, id_prefix="c")
+    else:
+        plan = collective_flows(kind, [members], buffer_bytes=nbytes, id_prefix="c")
+    formula = collective_time_s(
+        kind,
+        group_size=s.num_chips,
+        bytes_per_device=nbytes,
+        link_bandwidth_bytes_per_s=s.link_bandwidth_bytes_per_s,
+        hop_latency_s=s.hop_latency_s,
+        ring=box.ring,
+        box=(box.shape, box.wraparound),
+    )
+    return simulate(s, plan.nodes).makespan_s, formula
+
+
+@pytest.mark.parametrize("slice_name", ["v5e:1x2", "v5e:2x2", "v5e:2x4", "v5e:4x4"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_closed_forms_equal_the_simulator(kind: str, slice_name: str) -> None:
+    """On a ring (or two chips) the formulas are the simulator's time, to rounding."""
+    simulated, formula = _simulated(kind, slice_name, 8e6)
+    assert formula == pytest.approx(simulated, rel=1e-9)
+
+
+def test_line_formula_is_the_no_wraparound_ideal() -> None:
+    """On a line the bidirectional ring's closing hop runs back over the line; the
+    formula is the scaling-book ideal below it, exact for 2 chips."""
+    kw = {"link_bandwidth_bytes_per_s": 45e9, "hop_latency_s": 1e-6, "ring": False}
+    for n in (2, 4, 8):
+        s = make_slice([n], link_bandwidth_bytes_per_s=45e9, hop_latency_s=1e-6)
+        plan = collective_flows("all-gather", [s.coords], buffer_bytes=8e6, id_prefix="g")
+        simulated = simulate(s, plan.nodes).makespan_s
+        formula = collective_time_s("all-gather", group_size=n, bytes_per_device=8e6, **kw)
+        assert formula == pytest.approx((n - 1) * (8e6 / n / 45e9 + 1e-6))
+        assert formula <= simulated * (1 + 1e-9)
+        if n == 2:
+            assert formula == pytest.approx(simulated)
+
+
+def test_best_box_prefers_a_ring_then_the_smallest_diameter() -> None:
+    s = load_slice("v5e:4x4")
+    assert best_box(16, s).shape == (4, 4) and best_box(16, s).ring
+    assert best_box(8, s).shape in ((2, 4), (4, 2)) and best_box(8, s).ring
+    assert best_box(4, s).shape == (2, 2)
+    assert not best_box(2, s).ring  # two chips: one link both ways
+    # A full wrapped axis is a ring by itself; a partial one is not.
+    torus = make_slice([8], wraparound=True, link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
+    assert best_box(8, torus).ring and best_box(8, torus).wraparound == (True,)
+    assert not best_box(4, torus).ring
+    with pytest.raises(CollectiveError, match="does not fit"):
+        best_box(32, s)
+
+
+def test_all_to_all_link_load_counts_routes() -> None:
+    # A line of n: the middle link carries floor(n/2)*ceil(n/2) chunks one way.
+    for n in (2, 3, 4, 7):
+        assert all_to_all_link_load((n,), (False,))[0] == (n // 2) * ((n + 1) // 2)
+    # A ring of 8 with shortest-way routing: 8 chunks on the busiest link.
+    assert all_to_all_link_load((8,), (True,))[0] < all_to_all_link_load((8,), (False,))[0]
+
+
+def test_work_formulas() -> None:
+    chip = load_chip("v5e")
+    assert matmul_flops(8 * 4, 16) == 2 * 8 * 4 * 16
+    assert conv_flops(10, 9) == 180
+    assert attention_flops(lead=2, q_length=4, kv_length=8, head_dim=16, value_dim=8) == (
+        2 * (2 * 4 * 8 * 16) + 2 * (2 * 4 * 8 * 8)
+    )
+    # Compute-bound and memory-bound kernels.
+    assert roofline_s(chip.bf16_flops_per_s, 0.0, chip=chip) == pytest.approx(1.0)
+    assert roofline_s(0.0, chip.hbm_bandwidth_bytes_per_s, chip=chip) == pytest.approx(1.0)
+    with pytest.raises(CollectiveError, match="unknown collective"):
+        collective_time_s(
+            "broadcast", group_size=2, bytes_per_device=1.0, ring=False,
+            link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0,
+        )  # fmt: skip
