@@ -20,11 +20,14 @@ always re-scored):
     python benchmarks/stage1_recall.py                       # wan2.1-1.3b 480p 81f, v5e:2x2
     python benchmarks/stage1_recall.py --model wan2.1-14b --slice v5e:4x4 --resolution 720p
     python benchmarks/stage1_recall.py --json out.json       # also write the rows as JSON
+    python benchmarks/stage1_recall.py --slice v5e:2x4 \
+        --workload benchmarks.user_transformer:transformer_workload   # a model that is not Wan
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -33,6 +36,7 @@ from typing import Any
 
 from aoizora.planner import PlanOutcome, run_plan
 from aoizora.report.summary import candidate_rows
+from aoizora.workloads.base import Workload
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
@@ -97,12 +101,28 @@ def _print(outcome: PlanOutcome, table: list[dict[str, Any]], label: str, wall_s
     print(f"wall time {wall_s:.1f} s  (timings: {dict(outcome.timings_s)})")
 
 
+def _workload(args: argparse.Namespace) -> tuple[Workload, str]:
+    """The Wan model of ``--model``, or the factory ``--workload MODULE:FUNCTION`` returns."""
+    if args.workload:
+        module, _, name = args.workload.partition(":")
+        workload: Workload = getattr(importlib.import_module(module), name)()
+        return workload, workload.name
+    clip = parse_resolution(args.resolution, frames=args.frames)
+    return wan_workload(args.model, clip), f"{args.model} {args.resolution} {args.frames}f"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="wan2.1-1.3b")
     parser.add_argument("--slice", default="v5e:2x2")
     parser.add_argument("--resolution", default="480p")
     parser.add_argument("--frames", type=int, default=81)
+    parser.add_argument(
+        "--workload",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="plan the workload this factory returns instead of a Wan model",
+    )
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument(
         "--per-attention-kind",
@@ -118,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = parser.parse_args(argv)
 
-    clip = parse_resolution(args.resolution, frames=args.frames)
-    workload = wan_workload(args.model, clip)
+    workload, name = _workload(args)
     slice_ = load_slice(args.slice)
     t0 = time.perf_counter()
     outcome = run_plan(
@@ -134,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     wall_s = time.perf_counter() - t0
     table = rows(outcome)
     label = (
-        f"{args.model} {args.resolution} {args.frames}f on {args.slice}, K={args.top_k}"
+        f"{name} on {args.slice}, K={args.top_k}"
         f"{' + best of each attention kind' if args.per_attention_kind else ''} "
         f"({outcome.num_legal} legal candidates)"
     )

@@ -8,8 +8,10 @@ real collectives and their placement):
 * :func:`roofline_s` -- one kernel takes ``max(flops / peak, hbm_bytes / bandwidth)``
   (Williams, Waterman & Patterson, "Roofline", CACM 2009; the TPU form in the
   jax-ml scaling-book "roofline" chapter). Kernels run back to back.
-* :func:`matmul_flops`, :func:`conv_flops` -- ``2`` FLOPs per multiply-add (XLA's
-  ``HloCostAnalysis`` counts ``HandleDot``/``HandleConvolution`` the same way).
+* :func:`matmul_flops`, :func:`conv_flops` -- ``2`` FLOPs per multiply-add, a
+  convolution counting only the taps that meet real input
+  (:func:`window_positions`), as XLA's ``HloCostAnalysis`` counts
+  ``HandleDot``/``HandleConvolution``.
 * :func:`attention_flops` -- a fused attention kernel (FlashAttention, Dao et al.
   2022, sec. 3.1): ``2*S_q*S_kv*D`` for ``Q.K^T`` plus ``2*S_q*S_kv*D_v`` for
   ``P.V`` per (batch x head) index, no mask sparsity; it runs at the chip's peak
@@ -60,6 +62,7 @@ __all__ = [
     "best_box",
     "matmul_flops",
     "roofline_s",
+    "window_positions",
 ]
 
 COLLECTIVE_KINDS = (
@@ -103,16 +106,53 @@ def matmul_flops(result_elements: float, contracting_elements: float) -> float:
     return 2.0 * float(result_elements) * float(contracting_elements)
 
 
-def conv_flops(result_elements: float, kernel_elements_per_output_feature: float) -> float:
-    """A convolution: each output element is a dot product over its kernel window.
+def window_positions(
+    input_size: int,
+    output_size: int,
+    window_size: int,
+    *,
+    stride: int = 1,
+    padding_low: int = 0,
+    lhs_dilation: int = 1,
+    rhs_dilation: int = 1,
+) -> int:
+    """(output index, window index) pairs of one spatial dimension that touch real input.
 
-    ``kernel_elements_per_output_feature`` = kernel elements / output features
-    (the window times the input features of one group).
+    A tap whose input index falls in the padding, or between the holes of a
+    dilated input, multiplies a zero and costs nothing: XLA's
+    ``HloCostAnalysis::HandleConvolution`` counts only the valid pairs, and so do
+    we. XLA writes many dots as convolutions padded so that a window of ``n``
+    taps meets the input once (``window={size=8 pad=7_7}``): one valid tap per
+    output position, not eight.
 
-    >>> conv_flops(1 * 8 * 8 * 16, 3 * 3 * 4)
-    73728.0
+    >>> window_positions(1, 8, 8, padding_low=7)  # a dot written as a padded convolution
+    8
+    >>> window_positions(6, 4, 3)  # a plain valid convolution: every tap counts
+    12
     """
-    return matmul_flops(result_elements, kernel_elements_per_output_feature)
+    input_limit = lhs_dilation * (input_size - 1) + 1
+    valid = 0
+    for k in range(window_size):
+        offset = k * rhs_dilation - padding_low
+        for o in range(output_size):
+            i = o * stride + offset
+            if 0 <= i < input_limit and i % lhs_dilation == 0:
+                valid += 1
+    return valid
+
+
+def conv_flops(
+    *, batch: int, input_features: int, output_features: int, positions: Sequence[int]
+) -> float:
+    """A convolution: one multiply-add per (batch, input feature, output feature, valid
+    tap) -- ``positions`` are :func:`window_positions` per spatial dimension (empty for
+    a convolution without spatial dimensions: a matmul). ``input_features`` is the
+    kernel's input-feature size (per feature group).
+
+    >>> conv_flops(batch=2048, input_features=1024, output_features=128, positions=(8,))
+    4294967296.0
+    """
+    return matmul_flops(batch * output_features * math.prod(positions), input_features)
 
 
 def attention_flops(

@@ -6,10 +6,11 @@ What is counted (per device, one execution):
   output element is a length-K multiply-add chain (XLA ``HloCostAnalysis``
   ``HandleDot`` counts the same ``2*M*N*K``).
 - ``convolution`` (TPU prints most matmuls as convolutions, ``dim_labels=bf_io->bf``):
-  ``2 * prod(result dims) * prod(kernel dims except the output feature 'o')``;
-  the kernel's ``i`` dimension is already the per-group input feature count, so
-  ``feature_group_count``/``batch_group_count`` need no extra factor
-  (``HloCostAnalysis::HandleConvolution``).
+  ``2 * batch * output features * input features * valid window taps``, where a
+  tap counts only if it meets real input (padding and dilation holes do not;
+  ``HloCostAnalysis::HandleConvolution``); :func:`sim.costs.conv_flops`, the
+  same count Stage 1 uses. The kernel's ``i`` dimension is already the per-group
+  input feature count, so ``feature_group_count`` needs no extra factor.
 - element-wise arithmetic and transcendental ops: one flop per output element;
   ``reduce``: one per input element; ``reduce-window``: output elements times
   window size. Data movement (copy, slice, transpose, broadcast, ...) has 0 flops.
@@ -45,6 +46,7 @@ import re
 from dataclasses import dataclass
 
 from aoizora.hlo.text import Computation, HloModule, Instruction
+from sim.costs import conv_flops, matmul_flops, window_positions
 
 __all__ = ["COLLECTIVE_OPCODES", "CostModel", "FusionSummary", "collective_base"]
 
@@ -102,6 +104,55 @@ def _dims_attr(instr: Instruction, key: str) -> tuple[int, ...]:
     return tuple(int(v) for v in value.split(",") if v.strip())
 
 
+_WINDOW_PART_RE = re.compile(r"(size|stride|pad|lhs_dilate|rhs_dilate)=([\d_x-]+)")
+
+
+def _window(instr: Instruction, rank: int) -> dict[str, list[int]]:
+    """``window={size=8 pad=7_7 stride=...}`` per spatial dimension (defaults filled in)."""
+    out = {"size": [1] * rank, "stride": [1] * rank, "pad": [0] * rank,
+           "lhs_dilate": [1] * rank, "rhs_dilate": [1] * rank}  # fmt: skip
+    for key, value in _WINDOW_PART_RE.findall(instr.attrs.get("window", "")):
+        parts = value.split("x")
+        if key == "pad":
+            out["pad"] = [int(p.split("_")[0]) for p in parts]  # the low padding
+        else:
+            out[key] = [int(p) for p in parts]
+    return out
+
+
+def _conv_flops(comp: Computation, instr: Instruction) -> float:
+    """A convolution's FLOPs, counting only taps that meet real input (as XLA does).
+
+    TPU prints most matmuls as convolutions (``dim_labels=bf_io->bf``), some with a
+    padded window standing for a batch dimension (``window={size=8 pad=7_7}``):
+    :func:`sim.costs.window_positions` keeps those from counting eight times.
+    """
+    labels = instr.attrs.get("dim_labels", "")
+    lhs_shape = comp.by_name[instr.operands[0]].shape.dims
+    kernel = comp.by_name[instr.operands[1]].shape.dims
+    m = re.fullmatch(r"(\w+)_(\w+)->(\w+)", labels)
+    if m is None or len(m.group(2)) != len(kernel):  # no labels: a plain matmul
+        k = kernel[0] if kernel else 1
+        return matmul_flops(instr.shape.num_elements, k)
+    lhs, rhs, out = m.groups()
+    spatial = sorted(c for c in out if c.isdigit())
+    win = _window(instr, len(spatial))
+    positions = [
+        window_positions(
+            lhs_shape[lhs.index(c)], instr.shape.dims[out.index(c)], kernel[rhs.index(c)],
+            stride=win["stride"][d], padding_low=win["pad"][d],
+            lhs_dilation=win["lhs_dilate"][d], rhs_dilation=win["rhs_dilate"][d],
+        )
+        for d, c in enumerate(spatial)
+    ]  # fmt: skip
+    return conv_flops(
+        batch=instr.shape.dims[out.index("b")],
+        input_features=kernel[rhs.index("i")],
+        output_features=kernel[rhs.index("o")],
+        positions=positions,
+    )
+
+
 @dataclass(frozen=True)
 class FusionSummary:
     """What a fused computation does: flops, HBM traffic and what it contains."""
@@ -129,16 +180,9 @@ class CostModel:
         if op == "dot":
             lhs = comp.by_name[instr.operands[0]].shape
             k = math.prod(lhs.dims[d] for d in _dims_attr(instr, "lhs_contracting_dims"))
-            return 2.0 * instr.shape.num_elements * k
+            return matmul_flops(instr.shape.num_elements, k)
         if op == "convolution":
-            labels = instr.attrs.get("dim_labels", "")
-            kernel = comp.by_name[instr.operands[1]].shape
-            rhs_labels = labels.split("_", 1)[1].split("->", 1)[0] if "_" in labels else ""
-            if len(rhs_labels) == len(kernel.dims):
-                k = math.prod(d for d, c in zip(kernel.dims, rhs_labels, strict=True) if c != "o")
-            else:  # no labels: treat as a plain matmul over the kernel's first dim
-                k = kernel.dims[0] if kernel.dims else 1
-            return 2.0 * instr.shape.num_elements * k
+            return _conv_flops(comp, instr)
         if op in _ELEMENTWISE:
             return float(instr.shape.num_elements)
         if op == "reduce":

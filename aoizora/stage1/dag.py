@@ -72,7 +72,7 @@ from aoizora.stage1.shardy import (
     Stage1Error,
     TensorType,
 )
-from sim.costs import conv_flops, matmul_flops
+from sim.costs import conv_flops, matmul_flops, window_positions
 
 __all__ = ["build_dag"]
 
@@ -304,12 +304,25 @@ class _Builder:
             lhs = self._local_shape(op.operands[0])
             k = math.prod(lhs[d] for d in op.contracting_dims)
             return matmul_flops(math.prod(self._local_shape(op.results[0])), k)
-        if op.name == "stablehlo.convolution":
+        if op.name == "stablehlo.convolution" and op.convolution is not None:
+            c = op.convolution
+            lhs = self._local_shape(op.operands[0])
             kernel = self._local_shape(op.operands[1])
-            d = op.kernel_output_feature_dim
-            features = kernel[d] if 0 <= d < len(kernel) else 1
-            out = math.prod(self._local_shape(op.results[0]))
-            return conv_flops(out, math.prod(kernel) / max(1, features))
+            out = self._local_shape(op.results[0])
+            positions = [
+                window_positions(
+                    lhs[i], out[o], kernel[k], stride=c.strides[d],
+                    padding_low=c.padding_low[d], lhs_dilation=c.lhs_dilation[d],
+                    rhs_dilation=c.rhs_dilation[d],
+                )
+                for d, (i, k, o) in enumerate(c.spatial)
+            ]  # fmt: skip
+            return conv_flops(
+                batch=lhs[c.input_batch],
+                input_features=kernel[c.kernel_input_feature],
+                output_features=kernel[c.kernel_output_feature],
+                positions=positions,
+            )
         return 0.0
 
     def _opaque(self, op: Op, ctx: _Ctx) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "Sharding",
     "TensorType",
     "Block",
+    "Convolution",
     "Op",
     "Function",
     "ShardyModule",
@@ -184,6 +185,25 @@ class TensorType:
 
 
 @dataclass(frozen=True)
+class Convolution:
+    """A ``stablehlo.convolution``'s dimension numbers and window, per spatial dimension.
+
+    ``spatial`` pairs (input dimension, kernel dimension, output dimension) for
+    every spatial dimension; ``strides``, ``padding_low``, ``lhs_dilation`` and
+    ``rhs_dilation`` follow the same order.
+    """
+
+    input_batch: int
+    kernel_input_feature: int
+    kernel_output_feature: int
+    spatial: tuple[tuple[int, int, int], ...]
+    strides: tuple[int, ...]
+    padding_low: tuple[int, ...]
+    lhs_dilation: tuple[int, ...]
+    rhs_dilation: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Block:
     """A region's single block: argument value ids and its ops in program order."""
 
@@ -226,7 +246,7 @@ class Op:
     int_value: int | None = None
     compare_direction: str = ""
     # stablehlo.convolution
-    kernel_output_feature_dim: int = -1
+    convolution: Convolution | None = None
     location: str = ""
 
 
@@ -348,6 +368,33 @@ class _Reader:
 
     def _per_value(self, attr: Any) -> list[Sharding]:
         return [self._sharding(s) for s in self.sdy.TensorShardingPerValueAttr(attr).shardings]
+
+    def _convolution(self, attrs: Any) -> Convolution:
+        dn = self.stablehlo.ConvDimensionNumbers(attrs["dimension_numbers"])
+        spatial = tuple(
+            zip(
+                (int(d) for d in dn.input_spatial_dimensions),
+                (int(d) for d in dn.kernel_spatial_dimensions),
+                (int(d) for d in dn.output_spatial_dimensions),
+                strict=True,
+            )
+        )
+        n = len(spatial)
+
+        def ints(key: str, default: int) -> tuple[int, ...]:
+            return tuple(int(v) for v in attrs[key]) if key in attrs else (default,) * n
+
+        padding = np.asarray(attrs["padding"]).reshape(-1, 2) if "padding" in attrs else None
+        return Convolution(
+            input_batch=int(dn.input_batch_dimension),
+            kernel_input_feature=int(dn.kernel_input_feature_dimension),
+            kernel_output_feature=int(dn.kernel_output_feature_dimension),
+            spatial=spatial,
+            strides=ints("window_strides", 1),
+            padding_low=tuple(int(p) for p in padding[:, 0]) if padding is not None else (0,) * n,
+            lhs_dilation=ints("lhs_dilation", 1),
+            rhs_dilation=ints("rhs_dilation", 1),
+        )
 
     def _type(self, t: Any) -> TensorType:
         key = str(t)
@@ -524,8 +571,7 @@ class _Reader:
             dn = self.stablehlo.DotDimensionNumbers(attrs["dot_dimension_numbers"])
             kw["contracting_dims"] = tuple(int(d) for d in dn.lhs_contracting_dimensions)
         if name == "stablehlo.convolution":
-            dn = self.stablehlo.ConvDimensionNumbers(attrs["dimension_numbers"])
-            kw["kernel_output_feature_dim"] = int(dn.kernel_output_feature_dimension)
+            kw["convolution"] = self._convolution(attrs)
         results = tuple(self._new_value(r, result_sh[i], op_index) for i, r in enumerate(o.results))
         return Op(
             name=name,

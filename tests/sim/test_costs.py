@@ -104,7 +104,9 @@ def test_all_to_all_link_load_counts_routes() -> None:
 def test_work_formulas() -> None:
     chip = load_chip("v5e")
     assert matmul_flops(8 * 4, 16) == 2 * 8 * 4 * 16
-    assert conv_flops(10, 9) == 180
+    assert conv_flops(batch=2, input_features=3, output_features=5, positions=(4, 6)) == (
+        2 * 2 * 3 * 5 * 4 * 6
+    )
     assert attention_flops(lead=2, q_length=4, kv_length=8, head_dim=16, value_dim=8) == (
         2 * (2 * 4 * 8 * 16) + 2 * (2 * 4 * 8 * 8)
     )

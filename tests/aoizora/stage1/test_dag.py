@@ -347,3 +347,37 @@ def test_dag_dependencies_point_backwards(tpu_mesh: Callable[..., Any]) -> None:
     assert [n.node_id for n in dag.nodes] == list(range(len(dag.nodes)))
     assert all(d < n.node_id for n in dag.nodes for d in n.deps)
     assert any(n.deps for n in dag.nodes)
+
+
+def test_convolution_flops_count_only_taps_on_real_input(tpu_mesh: Callable[..., Any]) -> None:
+    """A strided, padded, dilated convolution: Stage 1 counts only the taps that meet
+    real input (sim.costs.window_positions, XLA's HandleConvolution rule)."""
+    mesh = tpu_mesh(("data", "model"), (2, 4))
+
+    def conv(x: jax.Array, k: jax.Array) -> jax.Array:
+        return jax.lax.conv_general_dilated(
+            x, k, (2, 1), ((1, 1), (0, 0)), rhs_dilation=(1, 2),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )  # fmt: skip
+
+    low = (
+        jax.jit(
+            conv,
+            in_shardings=(NamedSharding(mesh, P("data")), NamedSharding(mesh, P())),
+            out_shardings=NamedSharding(mesh, P("data")),
+        )
+        .trace(
+            jax.ShapeDtypeStruct((8, 32, 32, 64), jnp.float32),
+            jax.ShapeDtypeStruct((3, 3, 64, 128), jnp.float32),
+        )
+        .lower()
+    )
+    dag = build_dag(read_lowered(low))
+    (node,) = [n for n in dag.nodes if n.flops_per_chip > 0]
+    # Height: 16 outputs at stride 2 over 1 row of padding each side: the first output
+    # loses one of its 3 taps (47 pairs). Width: 28 outputs of a 3-tap window dilated
+    # by 2, all inside (84 pairs). Batch 8 over data=2 -> 4 per chip.
+    assert node.flops_per_chip == 2 * 4 * 64 * 128 * 47 * 84
+    # XLA's cost analysis of what it compiled counts at least that (it may rewrite
+    # the dilated window into a padded one).
+    assert node.flops_per_chip <= low.compile().cost_analysis()["flops"]
