@@ -15,16 +15,19 @@ Op classes (:func:`op_class`):
 * ``"elementwise"`` -- arithmetic, converts, selects, compares, broadcasts,
   reshapes, slices, concatenates: fused into their consumer;
 * ``"transparent"`` -- broadcasts, iotas, constants, reshapes, converts and
-  slices: also duplicated into every consumer rather than written out; a
-  consumer reads what they read (a slice reads only what it returns);
+  slices: element-wise too, and a consumer that reads through one reads only its
+  first operand (a slice only what it returns);
+
+A value several kernels read is written once and read by each, except the
+output of transparent ops, which every consumer recomputes.
 * ``"root"`` -- ``reduce``, ``transpose``, ``pad``, ``gather``, ``scatter``,
   ``dynamic_update_slice``, ``sort``...: a kernel of its own that absorbs its
   element-wise producers; its result is written out (a transpose on TPU is a
   layout ``copy``, a pad a ``pad`` kernel: read once, written once);
 * ``"matmul"`` -- ``dot_general`` and ``convolution``: a kernel that absorbs
   element-wise producers and, when it is the only user, the element-wise
-  consumers of its result (TPU output fusion: bias, activation, residual);
-  one matmul per kernel;
+  consumers of its result (TPU output fusion: bias, activation, residual), and a
+  reduction of its result (multi-output fusion); one matmul per kernel;
 * ``"opaque"`` -- everything else (custom calls, collectives, loops, calls,
   ``shard_map``): never fused; its operands and results live in HBM.
 
@@ -164,6 +167,9 @@ def _group(block: Block, classes: Sequence[str], users: dict[int, list[int]],
         kind = classes[i]
         if kind == "opaque":
             continue
+        # An element-wise op read by several kernels is recomputed in each; it takes
+        # no matmul along (the matmul writes its own, narrower result once).
+        shared = len({g.find(u) for r in block.ops[i].results for u in users.get(r, [])}) > 1
         for v in block.ops[i].operands:
             j = defs.get(v)
             if j is None:
@@ -171,6 +177,8 @@ def _group(block: Block, classes: Sequence[str], users: dict[int, list[int]],
             producer = classes[j]
             uses = users.get(v, [])
             alone = all(g.find(u) == g.find(i) for u in uses)
+            if shared and g.matmuls[g.find(j)]:
+                continue
             if producer in ("elementwise", "transparent") and alone:
                 g.merge(j, i)
             elif producer == "matmul" and kind == "elementwise" and len(uses) == 1:
@@ -181,57 +189,116 @@ def _group(block: Block, classes: Sequence[str], users: dict[int, list[int]],
     return g
 
 
+class _Fusion:
+    """The groups of one block, which of them are duplicated, and what each reads."""
+
+    def __init__(self, block: Block, bytes_of: Callable[[int], int]) -> None:
+        self.ops = block.ops
+        self.bytes_of = bytes_of
+        self.classes = [op_class(op.name) for op in block.ops]
+        self.defs, self.users = _users(block)
+        self.g = _group(block, self.classes, self.users, self.defs)
+        self._members()
+        self.duplicated = {r for r, idx in self.members.items() if self._duplicable(idx)}
+        self._read: dict[tuple[int, int], int] = {}
+        self._multi_output()
+
+    def _members(self) -> None:
+        self.members: dict[int, list[int]] = {}
+        for i, kind in enumerate(self.classes):
+            if kind != "opaque":
+                self.members.setdefault(self.g.find(i), []).append(i)
+
+    def _duplicable(self, idx: Sequence[int]) -> bool:
+        """Broadcasts, converts, reshapes and slices: XLA fuses them into each consumer
+        (or makes them bitcasts) instead of writing them to HBM. Wider element-wise
+        work with several consumers is written once: duplicating it into each
+        consumer overshot the compiled programs' HBM traffic on Wan (docs/stage1.md)."""
+        return all(self.classes[i] == "transparent" for i in idx)
+
+    def read(self, v: int, group: int) -> int:
+        """Bytes a kernel reads for value ``v``, looking through duplicated producers."""
+        key = (v, group)
+        if key not in self._read:
+            j = self.defs.get(v)
+            if j is not None and self.g.find(j) == group:
+                self._read[key] = 0  # made by this kernel (reached through a duplicate)
+            elif j is None or self.g.find(j) not in self.duplicated:
+                self._read[key] = self.bytes_of(v)
+            else:
+                op = self.ops[j]
+                # A duplicated op reads what it reads; a slice only what it returns.
+                sources = op.operands[:1] if op.name in _TRANSPARENT else op.operands
+                inner = sum(self.read(o, group) for o in sources)
+                self._read[key] = min(inner, self.bytes_of(v)) if op.name in _SLICES else inner
+        return self._read[key]
+
+    def _sources(self, v: int) -> set[int]:
+        """The values a read of ``v`` ends at, through duplicated producers."""
+        j = self.defs.get(v)
+        if j is None or self.g.find(j) not in self.duplicated:
+            return {v}
+        return {s for o in self.ops[j].operands for s in self._sources(o)}
+
+    def _multi_output(self) -> None:
+        """A reduction of a matmul's result joins the matmul's kernel (XLA's multi-output
+        fusion: the row maxima of attention logits are taken as the logits are made)."""
+        for root, idx in list(self.members.items()):
+            if not any(self.ops[i].name == "stablehlo.reduce" for i in idx):
+                continue
+            if any(self.classes[i] == "matmul" for i in idx):
+                continue
+            inside = set(idx)
+            for i in idx:
+                for v in self.ops[i].operands:
+                    for src in self._sources(v):
+                        j = self.defs.get(src)
+                        if j is not None and j not in inside and self.g.matmuls[self.g.find(j)]:
+                            self.g.merge(root, j)
+        self._members()
+
+    def _input_bytes(self, v: int, group: int, inside: set[int]) -> int:
+        """What a kernel reads of an input: only the slices it takes, if it only slices."""
+        readers = [u for u in self.users.get(v, []) if u in inside]
+        if readers and all(
+            self.ops[u].name in _SLICES and self.ops[u].operands[0] == v for u in readers
+        ):
+            taken = sum(self.bytes_of(self.ops[u].results[0]) for u in readers)
+            return min(taken, self.read(v, group))
+        return self.read(v, group)
+
+    def kernels(self) -> list[Kernel]:
+        out = []
+        for root, idx in sorted(self.members.items(), key=lambda kv: kv[1][-1]):
+            if root in self.duplicated:
+                continue
+            inside = set(idx)
+            ops = self.ops
+            produced = {r for i in idx for r in ops[i].results}
+            inputs = sorted({v for i in idx for v in ops[i].operands if v not in produced})
+            outputs = sorted(
+                r for i in idx for r in ops[i].results
+                if any(u not in inside for u in self.users.get(r, []))
+            )  # fmt: skip
+            nbytes = sum(self._input_bytes(v, root, inside) for v in inputs)
+            for r in outputs:
+                op = ops[self.defs[r]]
+                if op.name == "stablehlo.dynamic_update_slice" and len(op.operands) > 1:
+                    nbytes += self.bytes_of(op.operands[1])
+                    if op.operands[0] in inputs:
+                        nbytes -= self.read(op.operands[0], root)
+                else:
+                    nbytes += self.bytes_of(r)
+            out.append(Kernel(tuple(idx), tuple(inputs), tuple(outputs), max(0, nbytes)))
+        return out
+
+
 def fuse_block(block: Block, *, bytes_of: Callable[[int], int]) -> list[Kernel]:
     """The kernels of ``block`` (nested regions are not entered), in program order.
 
     ``bytes_of(v)`` is value ``v``'s bytes per chip. A kernel costs its inputs
     once plus its outputs once; a ``dynamic_update_slice`` writes only its update
-    (in place) and a slice reads only what it returns. Groups of transparent
-    ops alone (a broadcast every consumer duplicates) are no kernel.
+    (in place) and a slice reads only what it returns. Transparent ops whose
+    consumers are all kernels are duplicated into them and are no kernel.
     """
-    ops = block.ops
-    classes = [op_class(op.name) for op in ops]
-    defs, users = _users(block)
-    g = _group(block, classes, users, defs)
-    members: dict[int, list[int]] = {}
-    for i, kind in enumerate(classes):
-        if kind != "opaque":
-            members.setdefault(g.find(i), []).append(i)
-    read_cache: dict[tuple[int, int], int] = {}
-
-    def read(v: int, group: int) -> int:
-        """Bytes a kernel reads for value ``v``, looking through duplicated producers."""
-        key = (v, group)
-        if key not in read_cache:
-            j = defs.get(v)
-            if j is None or classes[j] != "transparent" or g.find(j) == group:
-                read_cache[key] = bytes_of(v)
-            else:
-                op = ops[j]
-                inner = sum(read(o, group) for o in op.operands[:1])
-                if op.name in _SLICES:
-                    inner = min(inner, bytes_of(v))
-                read_cache[key] = inner
-        return read_cache[key]
-
-    kernels = []
-    for root, idx in sorted(members.items(), key=lambda kv: kv[1][-1]):
-        if all(classes[i] == "transparent" for i in idx):
-            continue
-        inside = set(idx)
-        produced = {r for i in idx for r in ops[i].results}
-        inputs = sorted({v for i in idx for v in ops[i].operands if v not in produced})
-        outputs = sorted(
-            r for i in idx for r in ops[i].results
-            if any(u not in inside for u in users.get(r, []))
-        )  # fmt: skip
-        nbytes = sum(read(v, root) for v in inputs)
-        for r in outputs:
-            op = ops[defs[r]]
-            if op.name == "stablehlo.dynamic_update_slice" and len(op.operands) > 1:
-                nbytes += bytes_of(op.operands[1])
-                nbytes -= read(op.operands[0], root) if op.operands[0] in inputs else 0
-            else:
-                nbytes += bytes_of(r)
-        kernels.append(Kernel(tuple(idx), tuple(inputs), tuple(outputs), max(0, nbytes)))
-    return kernels
+    return _Fusion(block, bytes_of).kernels()

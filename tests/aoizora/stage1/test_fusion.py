@@ -37,13 +37,44 @@ def test_a_value_with_two_consumers_is_written_once_and_read_by_each() -> None:
             Op("stablehlo.add", (11, 12), (13,)),
         ]
     )
-    groups = [k.ops for k in kernels]
-    assert groups == [(0,), (1,), (2,), (3,)]
+    assert [k.ops for k in kernels] == [(0,), (1,), (2,), (3,)]
     add, red, tr, last = (k.hbm_bytes for k in kernels)
     assert add == SIZE[0] + SIZE[1] + SIZE[10]
     assert red == SIZE[10] + SIZE[2] + SIZE[11]
     assert tr == SIZE[10] + SIZE[12]
     assert last == SIZE[11] + SIZE[12] + SIZE[13]
+
+
+def test_a_value_an_opaque_op_reads_is_written_and_read_back() -> None:
+    kernels = _fuse(
+        [
+            Op("stablehlo.add", (0, 1), (10,)),
+            Op("sdy.all_gather", (10,), (11,)),  # needs its operand in HBM
+            Op("stablehlo.transpose", (10,), (12,)),
+            Op("stablehlo.add", (11, 12), (13,)),
+        ]
+    )
+    assert [k.ops for k in kernels] == [(0,), (2,), (3,)]
+    assert kernels[0].hbm_bytes == SIZE[0] + SIZE[1] + SIZE[10]
+    assert kernels[1].hbm_bytes == SIZE[10] + SIZE[12]
+
+
+def test_a_reduction_of_a_matmul_joins_its_kernel() -> None:
+    kernels = _fuse(
+        [
+            Op("stablehlo.dot_general", (0, 1), (10,)),
+            Op("stablehlo.convert", (10,), (11,)),
+            Op("stablehlo.reduce", (11, 2), (12,)),  # row maxima of the logits
+            Op("stablehlo.subtract", (11, 12), (13,)),
+            Op("stablehlo.dot_general", (13, 1), (14,)),
+        ]
+    )
+    # dot + reduce: one kernel that writes the (narrow) logits and their maxima; the
+    # convert is recomputed where it is used, and the subtract is the second dot's
+    # prologue, reading the logits and the maxima.
+    assert [k.ops for k in kernels] == [(0, 2), (3, 4)]
+    assert kernels[0].hbm_bytes == SIZE[0] + SIZE[1] + SIZE[2] + SIZE[10] + SIZE[12]
+    assert kernels[1].hbm_bytes == SIZE[10] + SIZE[12] + SIZE[1] + SIZE[14]
 
 
 def test_broadcasts_are_duplicated_into_consumers_not_written() -> None:
