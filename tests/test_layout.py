@@ -32,6 +32,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.hlo",),
     ("aoizora.placement",),
     ("aoizora.replay",),
+    ("aoizora.rank",),
     ("aoizora.plan",),
     ("aoizora.planner",),
     ("aoizora.report",),
