@@ -157,6 +157,8 @@ class CompileResult:
     ``backend`` is ``"cpu"`` on the libtpu-missing fallback, and ``warnings`` says so.
     ``cache_hit``: the result came from the compile cache; ``compile_s`` is then the
     seconds spent reading it (the cold compile time is not repeated).
+    ``first_compile_s``: the seconds the compile itself took, in this run or in the
+    run that filled the cache.
     """
 
     candidate_id: str
@@ -176,6 +178,7 @@ class CompileResult:
     device_order: tuple[int, ...]
     warnings: tuple[str, ...]
     cache_hit: bool = False
+    first_compile_s: float = 0.0
 
 
 def _to_json(result: CompileResult) -> dict[str, Any]:
@@ -202,6 +205,7 @@ def _from_json(data: dict[str, Any], *, read_s: float, lower_s: float) -> Compil
         device_order=tuple(data["device_order"]),
         warnings=tuple(data["warnings"]),
         cache_hit=True,
+        first_compile_s=float(data.get("first_compile_s") or data["compile_s"]),
     )
 
 
@@ -335,6 +339,7 @@ def compile_candidate(
         hlo_text=hlo_text, flops=flops, bytes_accessed=bytes_accessed, memory=memory,
         hbm_bytes=hbm, feasible=feasible, feasibility_reason=reason, lower_s=lower_s,
         compile_s=compile_s, device_order=used_order, warnings=notes,
+        first_compile_s=compile_s,
     )  # fmt: skip
     if cache is not None and key is not None:
         cache.put(key, _to_json(result))

@@ -178,6 +178,7 @@ class _Search:
             total = (job.space.count() if job.tree else 0) + len(job.extra_orders)
             self.states.append(_JobState(job, bounds, perms, total=total))
         self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
+        self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
 
     # -- incumbents --------------------------------------------------------------
 
@@ -219,7 +220,7 @@ class _Search:
     def collect(self) -> list[Leaf]:
         """Pop nodes until a batch of new leaves is ready (or nothing is left)."""
         batch: list[Leaf] = []
-        keys: set[tuple[int, tuple[int, ...]]] = set()
+        keys: dict[tuple[int, tuple[int, ...]], int] = {}  # class -> its place in the batch
         while self.heap and len(batch) < self.batch_size:
             bound, _, j, item = heapq.heappop(self.heap)
             if bound >= self.incumbent(j):
@@ -248,8 +249,9 @@ class _Search:
         return batch
 
     def take_leaf(
-        self, leaf: Leaf, batch: list[Leaf], keys: set[tuple[int, tuple[int, ...]]]
+        self, leaf: Leaf, batch: list[Leaf], keys: dict[tuple[int, tuple[int, ...]], int]
     ) -> None:
+        """Queue a new class for replay; count a class already replayed or queued."""
         st = self.states[leaf.job]
         key = st.class_key(leaf.physical_ids)
         if key in st.scored:
@@ -257,11 +259,11 @@ class _Search:
             st.scored[key] = _merge(st.scored[key], leaf)
         elif (leaf.job, key) in keys:
             st.repeats += 1
-            for i, other in enumerate(batch):
-                if other.job == leaf.job and st.class_key(other.physical_ids) == key:
-                    batch[i] = min(other, leaf, key=lambda x: (x.complexity, x.label))
+            i = keys[(leaf.job, key)]
+            batch[i] = min(batch[i], leaf, key=lambda x: (x.complexity, x.label))
+            self.raw[(leaf.job, key)] = self.raw.get((leaf.job, key), 1) + 1
         else:
-            keys.add((leaf.job, key))
+            keys[(leaf.job, key)] = len(batch)
             batch.append(leaf)
 
     def record(self, batch: Sequence[Leaf]) -> None:
@@ -271,7 +273,8 @@ class _Search:
         for leaf, q2 in zip(batch, q2s, strict=True):
             st = self.states[leaf.job]
             st.simulated += 1
-            st.scored[st.class_key(leaf.physical_ids)] = Scored(leaf, float(q2))
+            key = st.class_key(leaf.physical_ids)
+            st.scored[key] = Scored(leaf, float(q2), self.raw.pop((leaf.job, key), 1))
             self.best[leaf.job] = min(self.best[leaf.job], float(q2))
 
     def open_bound(self, j: int) -> float:
