@@ -19,8 +19,9 @@ each collective's *isolated* duration (:class:`~aoizora.rank.bound.TimelineBound
    induction over time: every flow is alone on its links) -- else one engine
    run of the collective alone;
 2. the timeline with those durations, and the set of collectives whose
-   in-flight intervals overlap and whose links intersect (touching intervals
-   count as overlapping);
+   in-flight intervals overlap and whose links intersect (one released at the
+   instant another ends does not overlap it: its flows arrive after the
+   other's last one left);
 3. if that set is empty, the timeline's time is the replay's. Otherwise the
    region runs in the engine with those collectives as flows and every other
    collective as a delay of its isolated duration; its new intervals are
@@ -63,8 +64,9 @@ from sim.topology import Slice
 
 __all__ = ["ExactQ2", "engine_capacities"]
 
-# Touching in-flight intervals count as overlapping (conservative: more
-# collectives are simulated together, never fewer).
+# Within one collective's contention-free schedule, two flows over one link
+# closer than this (relative) count as overlapping: the engine would run them
+# on the same link at once, so the closed form does not apply.
 _TOUCH_REL = 1e-9
 
 
@@ -212,13 +214,14 @@ class ExactQ2:
         coords: Sequence[Coord],
         masks: dict[int, int],
     ) -> set[int]:
-        """Collectives in flight together (touching counts) whose links intersect."""
+        """Collectives in flight together whose links intersect."""
         ids = sorted(release, key=lambda c: (release[c], c))
         out: set[int] = set()
         for i, a in enumerate(ids):
-            limit = end[a] + _TOUCH_REL * max(abs(end[a]), 1e-12)
             for b in ids[i + 1 :]:
-                if release[b] > limit:
+                # b released once a ended: a's last flow has left before b's first
+                # arrives (b waits for a's completion, or starts later).
+                if release[b] >= end[a]:
                     break
                 if a in masks:
                     ma = masks[a]
