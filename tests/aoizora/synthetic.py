@@ -96,5 +96,5 @@ tuple(%d3, %ag1d, %a2a, %ag3d)
             if not any(t in line for t in ("%cp ", "%cpd ", "%ag3 ", "%ag3d ", "source_target"))
         ]
         text = "\n".join(lines).replace("all-reduce(%cpd)", "all-reduce(%p)")
-        text = text.replace(f"tuple(%d3, %ag1d, %a2a, %ag3d)", "tuple(%d3, %ag1d, %a2a, %ag1d)")
+        text = text.replace("tuple(%d3, %ag1d, %a2a, %ag3d)", "tuple(%d3, %ag1d, %a2a, %ag1d)")
     return graph_from_text(text)
