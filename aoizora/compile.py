@@ -154,8 +154,9 @@ def default_device_order(mesh_shape: Sequence[int], slice_name: str) -> tuple[tu
 
     maxdiffusion builds its mesh with ``mesh_utils.create_device_mesh(shape, devices,
     allow_split_physical_axes=False)``; where that raises (e.g. data=2 x context=8 on a
-    4x4) we retry with ``allow_split_physical_axes=True`` and say so in the note.
-    Returns physical ids in mesh-flat (row-major) order.
+    4x4) we retry with ``allow_split_physical_axes=True`` and say so in the note
+    (docs/facts.md, mesh_utils device order). Returns physical ids in mesh-flat
+    (row-major) order.
     """
     from jax.experimental import mesh_utils
 
@@ -293,8 +294,9 @@ class CompileResult:
     ``ok`` is False when lowering or compiling failed; ``error`` then says why and the
     numeric fields are zero. ``flops`` and ``bytes_accessed`` are per chip, from
     ``cost_analysis`` (a scan body counted once; Pallas calls not costed -- see
-    FACTS.md). ``feasible`` compares ``memory.total_bytes`` with the chip's HBM
-    (``None`` when the HBM size is unknown); ``feasibility_reason`` gives the numbers.
+    docs/facts.md, libtpu AOT topologies). ``feasible`` compares ``memory.total_bytes``
+    with the chip's HBM (``None`` when the HBM size is unknown); ``feasibility_reason``
+    gives the numbers.
     ``backend`` is ``"cpu"`` on the libtpu-missing fallback, and ``warnings`` says so.
     ``cache_hit``: the result came from the compile cache; ``compile_s`` is then the
     seconds spent reading it (the cold compile time is not repeated).
@@ -337,8 +339,9 @@ def compile_cache_key(
     jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve libtpu AOT
     compiles: reading an entry back fails with "PjRtCompiler must be constructed with a
     Client to call DeserializeLoadedExecutable" (checked with jax 0.10.2 + libtpu
-    0.0.52). The planner only needs the compile's products (HLO text, costs, memory),
-    so :func:`compile_candidate` caches those under this key instead.
+    0.0.52; docs/facts.md, libtpu AOT topologies). The planner only needs the
+    compile's products (HLO text, costs, memory), so :func:`compile_candidate` caches
+    those under this key instead.
     """
     h = hashlib.sha256()
     for part in (_CACHE_FORMAT, _versions(), slice_name, backend, ",".join(map(str, order))):
