@@ -3,7 +3,9 @@
 Two rules of the layout (issue 9): no file names the facts file that lives outside
 the repository (a reader could not follow the citation), and a citation of the form
 ``docs/facts.md`` + comma + section names a ``## `` heading that exists, so a
-renamed or removed section cannot leave dangling citations behind.
+renamed or removed section cannot leave dangling citations behind. And every test
+the facts page names as the check of a fact exists, so "checked by" stays true when
+tests are renamed.
 """
 
 from __future__ import annotations
@@ -115,6 +117,36 @@ def test_every_facts_citation_names_an_existing_section() -> None:
         "citations of docs/facts.md must be followed, on the same line, by one of its "
         f"section headings {list(sections)}: {offenders}"
     )
+
+
+# `tests/x.py`, `tests/x.py::test_y`, or `::test_z` (a test of the file named just before).
+TEST_REFERENCE = re.compile(r"`(tests/[\w/]+\.py)?(?:::(\w+))?`")
+
+
+def named_tests(text: str) -> list[tuple[str, str]]:
+    """(file, test name or "") of every test the text names, in order."""
+    refs: list[tuple[str, str]] = []
+    last = ""
+    for match in TEST_REFERENCE.finditer(text):
+        path, name = match.group(1) or "", match.group(2) or ""
+        if not path and not name:
+            continue
+        last = path or last
+        refs.append((last, name))
+    return refs
+
+
+def test_every_test_named_in_the_facts_doc_exists() -> None:
+    """A fact "checked by tests/x.py::test_y" must keep pointing at a real test."""
+    refs = named_tests(FACTS.read_text(encoding="utf-8"))
+    missing = []
+    for path, name in refs:
+        file = ROOT / path
+        if not path or not file.is_file():
+            missing.append(f"{path or '?'}::{name}")
+        elif name and not re.search(rf"^(?:async )?def {name}\(", file.read_text(), re.M):
+            missing.append(f"{path}::{name}")
+    assert len(refs) > 20 and not missing, missing
 
 
 def test_citations_are_used() -> None:
