@@ -35,7 +35,7 @@ mesh axes -- three cases give bounds that hold for every completion
   times at that distance bounds it;
 - anything else: the same with one hop.
 
-Tests check every bound against full replays (``tests/aoizora/test_bound.py``).
+Tests check every bound against full replays (``tests/aoizora/test_rank.py``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ each collective's *isolated* duration (:class:`~aoizora.rank.bound.TimelineBound
    shares no link with anything in flight beside it.
 
 Only the arithmetic differs from the full replay (sums in another order), so
-the two agree to float rounding; ``tests/aoizora/test_exact.py`` checks
+the two agree to float rounding; ``tests/aoizora/test_rank.py`` checks
 1e-9 relative on random placements of compiled and synthetic programs.
 
 The engine's capacities are read off the engine (:func:`engine_capacities`):
