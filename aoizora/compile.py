@@ -37,6 +37,7 @@ __all__ = [
     "CompileResult",
     "make_mesh",
     "lower",
+    "cached_compile",
     "compile_candidate",
 ]
 
@@ -279,6 +280,35 @@ def _cached(
         feasible, reason = _feasibility(hit.memory, hbm)
         hit = dataclasses.replace(hit, hbm_bytes=hbm, feasible=feasible, feasibility_reason=reason)
     return dataclasses.replace(hit, candidate_id=candidate.id)
+
+
+def cached_compile(
+    workload: Workload,
+    candidate: Candidate,
+    slice_: Slice,
+    *,
+    cache: JsonCache,
+    order: Sequence[int] | None = None,
+) -> CompileResult | None:
+    """:func:`compile_candidate`'s result if ``cache`` has it (one lowering), else None.
+
+    Lets a caller fan out only the compiles that are not cached. Any failure to
+    lower is left to :func:`compile_candidate` (None here).
+    """
+    backend = slice_backend(slice_)
+    chip_hbm = slice_.chip.hbm_bytes
+    hbm = None if math.isnan(chip_hbm) else int(chip_hbm)
+    t0 = time.perf_counter()
+    try:
+        mesh = make_mesh(candidate, topology_devices(slice_), order)
+        lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
+    except Exception:
+        return None
+    key = compile_key(
+        lowered_text=lowered.as_text(), slice_name=slice_.name, backend=backend,
+        order=tuple(int(d.id) for d in mesh.devices.flat),
+    )  # fmt: skip
+    return _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0)
 
 
 def compile_candidate(

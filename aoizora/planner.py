@@ -41,7 +41,7 @@ from typing import Any
 from aoizora.cache import JsonCache, PlanCaches, plan_caches, stage1_key
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
-from aoizora.compile import CompileResult, compile_candidate, lower
+from aoizora.compile import CompileResult, cached_compile, compile_candidate, lower
 from aoizora.errors import AoizoraError, PlanError
 from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
@@ -344,18 +344,28 @@ def _compile_all(
     """Compile every candidate (fanned out); the failed and over-HBM ones with a reason."""
     n = len(candidates)
     cache = caches.compiled if caches else None
-    tasks = [(workload, cand, slice_, cache) for cand in candidates]
-    if pool.label == "serial":
-        results = []
-        for i, task in enumerate(tasks, start=1):
-            say(f"[compile {i}/{n}] {task[1].id} for {slice_.name} ...")
-            results.append(_compile_task(task))
+    # Cached compiles are read here (one lowering each); only the rest fan out.
+    results: list[CompileResult | None] = [
+        cached_compile(workload, cand, slice_, cache=cache) if cache is not None else None
+        for cand in candidates
+    ]
+    todo = [i for i, r in enumerate(results) if r is None]
+    tasks = [(workload, candidates[i], slice_, cache) for i in todo]
+    if pool.label == "serial" or len(tasks) < 2:
+        done = []
+        for i, task in zip(todo, tasks, strict=True):
+            say(f"[compile {i + 1}/{n}] {task[1].id} for {slice_.name} ...")
+            done.append(_compile_task(task))
     else:
-        say(f"[compile] {n} candidates for {slice_.name} on {pool.label} ...")
-        results = pool.map(_compile_task, tasks)
+        say(f"[compile] {len(tasks)} of {n} candidates for {slice_.name} on {pool.label} ...")
+        done = pool.map(_compile_task, tasks)
+    for i, fresh in zip(todo, done, strict=True):
+        results[i] = fresh
     compiled: list[tuple[Candidate, CompileResult]] = []
     failed: list[tuple[str, str]] = []
-    for i, (cand, result) in enumerate(zip(candidates, results, strict=True), start=1):
+    for i, (cand, got) in enumerate(zip(candidates, results, strict=True), start=1):
+        assert got is not None  # every candidate was read from the cache or compiled
+        result = got
         if not result.ok:
             failed.append((cand.id, result.error or "compile failed"))
             say(f"[compile {i}/{n}] {cand.id}: FAILED: {result.error}")
