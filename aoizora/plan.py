@@ -22,8 +22,8 @@ allowed.
 
 Example:
     >>> from sim.topology import load_slice
-    >>> from aoizora.device_order import DeviceOrder
-    >>> from aoizora.rules import Rules
+    >>> from aoizora.placement.device_order import DeviceOrder
+    >>> from aoizora.workloads.rules import Rules
     >>> order = DeviceOrder.from_physical_ids((0, 1, 3, 2), mesh_shape=(2, 2),
     ...                                       slice_=load_slice("v5e:2x2"))
     >>> plan = Plan.create(model="wan2.1-1.3b", clip=Clip(832, 480, 81),
@@ -55,11 +55,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from aoizora.clip import Clip
-from aoizora.device_order import Coord, DeviceOrder
 from aoizora.errors import PlanError, WorkloadError
-from aoizora.rules import Rules, rule_pair_from_json, rule_pairs_to_json
+from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.workloads.attention import ATTENTION_KINDS
+from aoizora.workloads.clip import Clip
+from aoizora.workloads.rules import Rules, rule_pair_from_json, rule_pairs_to_json
 from sim.errors import TopologyError
 from sim.topology import Slice, load_slice
 
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 PLAN_SCHEMA = "aoizora.plan/1"
-# "none" is what workloads without attention report (aoizora.workload.Workload).
+# "none" is what workloads without attention report (aoizora.workloads.base.Workload).
 ALLOWED_ATTENTION: tuple[str, ...] = (*ATTENTION_KINDS, "none")
 _PREDICTION_SOURCE = "simulated"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -331,7 +331,7 @@ class Plan:
 
     @property
     def rules(self) -> Rules:
-        """The logical axis rules to apply (see :func:`aoizora.rules.logical_to_pspec`)."""
+        """The logical axis rules to apply (:func:`aoizora.workloads.rules.logical_to_pspec`)."""
         return Rules(name=self.rules_name, pairs=self.logical_rules)
 
     @property

@@ -3,7 +3,7 @@
 :func:`run_plan` answers, for one workload on one slice, which (logical
 sharding, physical placement) pair has the lowest simulated step latency:
 
-1. **Candidates** (:mod:`aoizora.candidates`): every legal logical sharding.
+1. **Candidates** (:mod:`aoizora.candidates.space`): every legal logical sharding.
 2. **Stage 1** (:mod:`aoizora.stage1`): lower each candidate (no XLA compile),
    build its prediction DAG and score the placement-oblivious bound Q1; drop
    candidates over the chip's HBM; keep the top-K by Q1.
@@ -11,7 +11,7 @@ sharding, physical placement) pair has the lowest simulated step latency:
    ranked by the same Q2) for the real TPU target (:mod:`aoizora.compile`),
    build each collective graph from the compiled HLO (:mod:`aoizora.hlo`),
    enumerate the distinct placements of its mesh on the slice modulo the
-   slice's symmetries (:mod:`aoizora.placements`), and score every
+   slice's symmetries (:mod:`aoizora.placement.enumerate`), and score every
    (candidate, placement) pair by Q2 = the simulated step latency
    (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement:
    the device order does not change the compiled program (FACTS.md).
@@ -31,30 +31,32 @@ Everything is ordered explicitly, so the same request gives the same outcome.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from aoizora.candidates import Baseline, Candidate, baseline_candidates, enumerate_candidates
-from aoizora.clip import Clip
-from aoizora.compile import CompileResult, compile_candidate, default_device_order, lower
-from aoizora.device_order import DeviceOrder
+from aoizora.cache import JsonCache, PlanCaches, plan_caches, q2_key, stage1_key
+from aoizora.candidates.baselines import Baseline, baseline_candidates
+from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
+from aoizora.compile import CompileResult, compile_candidate, lower
 from aoizora.errors import AoizoraError, PlanError
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
 from aoizora.metrics import spearman
-from aoizora.placements import Placement, enumerate_placements
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.placement.enumerate import Placement, enumerate_placements
 from aoizora.plan import Plan, PredictedLatencies
-from aoizora.replay import ReplayResult, replay
-from aoizora.result_cache import (
-    JsonCache,
+from aoizora.replay import ReplayResult, network_footprint, replay
+from aoizora.stage1.q1 import (
+    Stage1Estimate,
+    Stage1Ranking,
+    estimate,
     estimate_from_json,
     estimate_to_json,
-    q2_key,
-    stage1_key,
+    rank_stage1,
 )
-from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, estimate, rank_stage1
-from aoizora.workload import Workload
+from aoizora.tpu import default_device_order
+from aoizora.workloads.base import Workload
+from aoizora.workloads.clip import Clip
 from sim.topology import Slice
 
 __all__ = [
@@ -66,7 +68,6 @@ __all__ = [
     "PlanOutcome",
     "Progress",
     "outcome_summary",
-    "network_footprint",
     "run_plan",
 ]
 
@@ -202,19 +203,14 @@ def _stage1(
     hits = 0
     for i, cand in enumerate(candidates, start=1):
         t0 = time.perf_counter()
-        key = stage1_key(
-            workload_name=workload.name,
-            candidate_id=cand.id,
-            slice_name=slice_.name,
-            chip=slice_.chip,
-        )
+        key = stage1_key(workload_name=workload.name, candidate_id=cand.id, slice_=slice_)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             hits += 1
             estimates.append(estimate_from_json(cached))
             continue
         try:
-            lowered = lower(workload, cand, slice_.name)
+            lowered = lower(workload, cand, slice_)
             est = estimate(
                 lowered, mesh_axis_sizes=cand.mesh_sizes, chip=slice_.chip, candidate_id=cand.id
             )
@@ -232,25 +228,6 @@ def _stage1(
     if hits:
         progress(f"stage 1: {hits} of {len(candidates)} estimates from the cache")
     return estimates, failed
-
-
-def network_footprint(graph: CollectiveGraph, order: DeviceOrder) -> tuple[object, ...]:
-    """What a placement changes in a replay: every collective's chip groups.
-
-    Two placements with equal footprints replay to the same step time: compute
-    runs on one timeline whose chip does not matter (every chip is alike), and
-    each collective produces the same flows. The groups of one collective run at
-    once, so their order is irrelevant (they are sorted); the order *within* a
-    group is kept, since ring algorithms follow it. This is exact, and it merges
-    placements that differ only along mesh axes no collective spans.
-    """
-    key: list[object] = []
-    for c in graph.collectives:
-        if c.pairs:
-            key.append(tuple(sorted((order.coord_of(a), order.coord_of(b)) for a, b in c.pairs)))
-        else:
-            key.append(tuple(sorted(tuple(order.coord_of(i) for i in g) for g in c.groups)))
-    return tuple(key)
 
 
 def _score_candidate(
@@ -306,6 +283,176 @@ def _score_candidate(
     )
 
 
+def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
+    space = enumerate_candidates(workload, slice_.num_chips)
+    if not space.legal:
+        reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
+        raise PlanError(
+            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_chips} chips); "
+            f"first rejections: {reasons}"
+        )
+    say(
+        f"{workload.name} on {slice_.name}: {len(space.legal)} legal candidates, "
+        f"{len(space.rejected)} rejected"
+    )
+    return space
+
+
+def _run_stage1(
+    workload: Workload,
+    space: CandidateSpace,
+    slice_: Slice,
+    *,
+    top_k: int,
+    caches: PlanCaches | None,
+    say: Progress,
+) -> tuple[Stage1Ranking, list[tuple[str, str]]]:
+    """Stage 1 over every legal candidate: Q1, the HBM check and the top-K."""
+    estimates, failed = _stage1(
+        workload, space.legal, slice_, say, caches.stage1 if caches else None
+    )
+    if not estimates:
+        raise PlanError(
+            f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
+            f"error: {failed[0][1]}"
+        )
+    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.hbm_bytes)
+    say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
+    if not ranking.kept:
+        raise PlanError(
+            f"every candidate of {workload.name} is over the {slice_.chip.generation} HBM "
+            f"budget on {slice_.name}: {ranking.dropped_infeasible[0][1]}; try a bigger slice"
+        )
+    return ranking, failed
+
+
+def _stage1_picks(
+    ranking: Stage1Ranking, by_id: Mapping[str, Candidate], say: Progress
+) -> list[str]:
+    """What Stage 1 hands to Stage 2: the top-K plus the best of each attention kind."""
+    kept_ids = list(ranking.kept_ids)
+    # Q1's overlap model is least sure across attention schemes (a ring's ppermutes
+    # hide under compute, an all-to-all blocks, K/V all-gathers run async): on Wan
+    # 14B 720p v5e:4x4 it put three ring shardings first and the Q2 winner (Ulysses)
+    # fourth. So Stage 1 also keeps the best-Q1 candidate of every attention kind.
+    for attention in sorted({by_id[e.candidate_id].attention for e in ranking.dropped_weak}):
+        if not any(by_id[cid].attention == attention for cid in kept_ids):
+            best = next(
+                e for e in ranking.dropped_weak if by_id[e.candidate_id].attention == attention
+            )
+            kept_ids.append(best.candidate_id)
+    if len(kept_ids) > len(ranking.kept_ids):
+        say(f"stage 1 also keeps the best of each attention kind: {kept_ids[len(ranking.kept) :]}")
+    return kept_ids
+
+
+def _compile_ids(
+    picks: Sequence[str],
+    ranking: Stage1Ranking,
+    baselines: Sequence[Baseline],
+    *,
+    exhaustive: bool,
+) -> list[str]:
+    """Stage 1's picks (every feasible candidate when exhaustive), then the baselines'."""
+    ids = list(picks)
+    if exhaustive:
+        ids += [e.candidate_id for e in ranking.dropped_weak if e.candidate_id not in ids]
+    for b in baselines:
+        if b.candidate.id not in ids:
+            ids.append(b.candidate.id)
+    return ids
+
+
+def _compile_all(
+    workload: Workload,
+    slice_: Slice,
+    candidates: Sequence[Candidate],
+    *,
+    caches: PlanCaches | None,
+    say: Progress,
+) -> tuple[list[tuple[Candidate, CompileResult]], list[tuple[str, str]]]:
+    """Compile every candidate; the failed and the over-HBM ones come back with a reason."""
+    compiled: list[tuple[Candidate, CompileResult]] = []
+    failed: list[tuple[str, str]] = []
+    n = len(candidates)
+    for i, cand in enumerate(candidates, start=1):
+        say(f"[compile {i}/{n}] {cand.id} for {slice_.name} ...")
+        result = compile_candidate(
+            workload, cand, slice_, cache=caches.compiled if caches else None
+        )
+        if not result.ok:
+            failed.append((cand.id, result.error or "compile failed"))
+            say(f"[compile {i}/{n}] {cand.id}: FAILED: {result.error}")
+        elif result.feasible is False:
+            failed.append((cand.id, result.feasibility_reason))
+            say(f"[compile {i}/{n}] {cand.id}: infeasible: {result.feasibility_reason}")
+        else:
+            say(f"[compile {i}/{n}] {cand.id}: {result.compile_s:.1f} s, backend {result.backend}")
+            compiled.append((cand, result))
+    return compiled, failed
+
+
+def _rank_all(
+    compiled: Sequence[tuple[Candidate, CompileResult]],
+    slice_: Slice,
+    *,
+    picks: Sequence[str],
+    max_placements: int | None,
+    caches: PlanCaches | None,
+    say: Progress,
+) -> list[CandidateScores]:
+    """Q2 of every placement of every compiled candidate (the default order included)."""
+    scored: list[CandidateScores] = []
+    for cand, result in compiled:
+        default_ids, _ = default_device_order(cand.mesh_shape, slice_)
+        default = DeviceOrder.from_physical_ids(
+            default_ids, mesh_shape=cand.mesh_shape, slice_=slice_
+        )
+        scores = _score_candidate(
+            cand,
+            result,
+            slice_,
+            in_top_k=cand.id in picks,
+            extra_orders=((DEFAULT_ORDER_LABEL, default),),
+            max_placements=max_placements,
+            q2_cache=caches.q2 if caches else None,
+        )
+        say(
+            f"[rank] {cand.id}: {len(scores.placements)} placements, best "
+            f"{scores.best.q2_s * 1e3:.2f} ms ({scores.best.placement_id}), worst "
+            f"{scores.worst.q2_s * 1e3:.2f} ms, {scores.replay_s:.2f} s"
+        )
+        scored.append(scores)
+    return scored
+
+
+def _baseline_scores(
+    baselines: Sequence[Baseline],
+    scored: Sequence[CandidateScores],
+    logical_best: Candidate,
+    slice_: Slice,
+) -> list[BaselineScore]:
+    """The baselines and logical search, ranked by the same Q2 (their default order)."""
+    scored_by_id = {s.candidate.id: s for s in scored}
+    out: list[BaselineScore] = []
+    for b in baselines:
+        s = scored_by_id.get(b.candidate.id)
+        order = DeviceOrder.from_physical_ids(
+            b.device_order, mesh_shape=b.candidate.mesh_shape, slice_=slice_
+        )
+        q2 = s.score_of(DEFAULT_ORDER_LABEL).q2_s if s is not None else None
+        out.append(BaselineScore(b.name, b.candidate.id, order, q2, b.note))
+    s = scored_by_id.get(logical_best.id)
+    if s is not None:
+        p = s.score_of(DEFAULT_ORDER_LABEL)
+        out.append(
+            BaselineScore(
+                LOGICAL_SEARCH, logical_best.id, p.order, p.q2_s, "best Q1, default device order"
+            )
+        )
+    return out
+
+
 def run_plan(
     workload: Workload,
     slice_: Slice,
@@ -321,171 +468,64 @@ def run_plan(
     ``progress`` receives one line per step of long work (lowering, compiling,
     simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``), compile
     results (``compiled/``) and Q2 step times (``q2/``) across runs
-    (:mod:`aoizora.result_cache`). Raises :class:`PlanError` when no candidate survives.
+    (:mod:`aoizora.cache`). Raises :class:`PlanError` when no candidate survives.
     """
     say = progress or _quiet
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
+    caches = plan_caches(cache_dir) if cache_dir is not None else None
+    space = _legal_space(workload, slice_, say)
 
-    space = enumerate_candidates(workload, slice_.num_chips)
-    if not space.legal:
-        reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
-        raise PlanError(
-            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_chips} chips); "
-            f"first rejections: {reasons}"
-        )
-    say(
-        f"{workload.name} on {slice_.name}: {len(space.legal)} legal candidates, "
-        f"{len(space.rejected)} rejected"
+    t0 = time.perf_counter()
+    ranking, stage1_failed = _run_stage1(
+        workload, space, slice_, top_k=top_k, caches=caches, say=say
     )
-
-    # Stage 1 -------------------------------------------------------------------
-    t0 = time.perf_counter()
-    cache = JsonCache(Path(cache_dir) / "stage1") if cache_dir is not None else None
-    q2_cache = JsonCache(Path(cache_dir) / "q2") if cache_dir is not None else None
-    estimates, stage1_failed = _stage1(workload, space.legal, slice_, say, cache)
-    if not estimates:
-        raise PlanError(
-            f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
-            f"error: {stage1_failed[0][1]}"
-        )
-    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.hbm_bytes)
     timings.append(("stage1", time.perf_counter() - t0))
-    say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
-
     by_id = {c.id: c for c in space.legal}
-    baselines: tuple[Baseline, ...] = baseline_candidates(workload, slice_.name)
-    if not ranking.kept:
-        raise PlanError(
-            f"every candidate of {workload.name} is over the {slice_.chip.generation} HBM "
-            f"budget on {slice_.name}: {ranking.dropped_infeasible[0][1]}; try a bigger slice"
-        )
-    logical_best = by_id[ranking.kept[0].candidate_id]
-
-    # Stage 2: compile ------------------------------------------------------------
-    kept_ids = list(ranking.kept_ids)
-    # Q1's overlap model is least sure across attention schemes (a ring's ppermutes
-    # hide under compute, an all-to-all blocks, K/V all-gathers run async): on Wan
-    # 14B 720p v5e:4x4 it put three ring shardings first and the Q2 winner (Ulysses)
-    # fourth. So Stage 1 also keeps the best-Q1 candidate of every attention kind.
-    for attention in sorted({by_id[e.candidate_id].attention for e in ranking.dropped_weak}):
-        if not any(by_id[cid].attention == attention for cid in kept_ids):
-            best = next(
-                e for e in ranking.dropped_weak if by_id[e.candidate_id].attention == attention
-            )
-            kept_ids.append(best.candidate_id)
-    if len(kept_ids) > len(ranking.kept_ids):
-        say(f"stage 1 also keeps the best of each attention kind: {kept_ids[len(ranking.kept) :]}")
-    if exhaustive:
-        compile_ids = kept_ids + [
-            e.candidate_id for e in ranking.dropped_weak if e.candidate_id not in kept_ids
-        ]
-    else:
-        compile_ids = list(kept_ids)
-    for b in baselines:
-        if b.candidate.id not in compile_ids:
-            compile_ids.append(b.candidate.id)
-    baseline_cands = {b.candidate.id: b.candidate for b in baselines}
+    baselines = baseline_candidates(workload, slice_)
+    picks = _stage1_picks(ranking, by_id, say)
+    candidates = by_id | {
+        b.candidate.id: b.candidate for b in baselines if b.candidate.id not in by_id
+    }
+    to_compile = _compile_ids(picks, ranking, baselines, exhaustive=exhaustive)
 
     t0 = time.perf_counter()
-    compiled: list[tuple[Candidate, CompileResult]] = []
-    failed: list[tuple[str, str]] = []
-    for i, cid in enumerate(compile_ids, start=1):
-        cand = by_id.get(cid) or baseline_cands[cid]
-        say(f"[compile {i}/{len(compile_ids)}] {cid} for {slice_.name} ...")
-        result = compile_candidate(
-            workload,
-            cand,
-            slice_.name,
-            cache_dir=None if cache_dir is None else str(Path(cache_dir) / "compiled"),
-        )
-        if not result.ok:
-            failed.append((cid, result.error or "compile failed"))
-            say(f"[compile {i}/{len(compile_ids)}] {cid}: FAILED: {result.error}")
-            continue
-        if result.feasible is False:
-            failed.append((cid, result.feasibility_reason))
-            say(f"[compile {i}/{len(compile_ids)}] {cid}: infeasible: {result.feasibility_reason}")
-            continue
-        say(
-            f"[compile {i}/{len(compile_ids)}] {cid}: {result.compile_s:.1f} s, "
-            f"backend {result.backend}"
-        )
-        compiled.append((cand, result))
+    compiled, failed = _compile_all(
+        workload, slice_, [candidates[cid] for cid in to_compile], caches=caches, say=say
+    )
     timings.append(("compile", time.perf_counter() - t0))
 
-    # Stage 2: rank placements ------------------------------------------------------
     t0 = time.perf_counter()
-    scored: list[CandidateScores] = []
-    for cand, result in compiled:
-        default_ids, _ = default_device_order(cand.mesh_shape, slice_.name)
-        default = DeviceOrder.from_physical_ids(
-            default_ids, mesh_shape=cand.mesh_shape, slice_=slice_
-        )
-        scores = _score_candidate(
-            cand,
-            result,
-            slice_,
-            in_top_k=cand.id in kept_ids,
-            extra_orders=((DEFAULT_ORDER_LABEL, default),),
-            max_placements=max_placements,
-            q2_cache=q2_cache,
-        )
-        say(
-            f"[rank] {cand.id}: {len(scores.placements)} placements, best "
-            f"{scores.best.q2_s * 1e3:.2f} ms ({scores.best.placement_id}), worst "
-            f"{scores.worst.q2_s * 1e3:.2f} ms, {scores.replay_s:.2f} s"
-        )
-        scored.append(scores)
+    scored = _rank_all(
+        compiled, slice_, picks=picks, max_placements=max_placements, caches=caches, say=say
+    )
     timings.append(("rank", time.perf_counter() - t0))
     if not scored:
         raise PlanError(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "
             f"failures: {'; '.join(f'{c}: {r}' for c, r in failed[:3])}"
         )
-
     # Every compiled candidate is ranked by the same Q2, so a baseline's sharding
     # may win too (the report says whether the winner came from Stage 1's top-K).
     winner = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id, s.best.placement_id))
-    scored_by_id = {s.candidate.id: s for s in scored}
-
-    # Baselines ranked by the same Q2 --------------------------------------------------
-    baseline_scores: list[BaselineScore] = []
-    for b in baselines:
-        s = scored_by_id.get(b.candidate.id)
-        order = DeviceOrder.from_physical_ids(
-            b.device_order, mesh_shape=b.candidate.mesh_shape, slice_=slice_
-        )
-        q2 = s.score_of(DEFAULT_ORDER_LABEL).q2_s if s is not None else None
-        baseline_scores.append(BaselineScore(b.name, b.candidate.id, order, q2, b.note))
-    s = scored_by_id.get(logical_best.id)
-    if s is not None:
-        p = s.score_of(DEFAULT_ORDER_LABEL)
-        baseline_scores.append(
-            BaselineScore(
-                LOGICAL_SEARCH, logical_best.id, p.order, p.q2_s, "best Q1, default device order"
-            )
-        )
-
-    check = _exhaustive_check(ranking, scored, picks=kept_ids) if exhaustive else None
+    logical_best = by_id[ranking.kept[0].candidate_id]
     timings.append(("total", time.perf_counter() - t_start))
-    warnings = tuple(sorted({w for _, r in compiled for w in r.warnings}))
     return PlanOutcome(
         workload=workload,
         slice_=slice_,
         num_legal=len(space.legal),
         num_rejected=len(space.rejected),
         stage1=ranking,
-        stage1_picks=tuple(kept_ids),
+        stage1_picks=tuple(picks),
         stage1_failed=tuple(stage1_failed),
         scored=tuple(scored),
         failed=tuple(failed),
         winner=winner,
         winner_placement=winner.best,
-        baselines=tuple(baseline_scores),
-        exhaustive=check,
+        baselines=tuple(_baseline_scores(baselines, scored, logical_best, slice_)),
+        exhaustive=_exhaustive_check(ranking, scored, picks=picks) if exhaustive else None,
         timings_s=tuple(timings),
-        warnings=warnings,
+        warnings=tuple(sorted({w for _, r in compiled for w in r.warnings})),
     )
 
 

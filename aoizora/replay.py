@@ -34,7 +34,7 @@ collective-permute; ``ragged-all-to-all`` as an all-to-all; a
 
 Example:
     >>> from sim.topology import load_slice
-    >>> from aoizora.device_order import DeviceOrder
+    >>> from aoizora.placement.device_order import DeviceOrder
     >>> from aoizora.hlo.graph import graph_from_text
     >>> g = graph_from_text('''HloModule m, num_partitions=2
     ... ENTRY %e (p: f32[1048576]) -> f32[2097152] {
@@ -56,7 +56,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlacementError
 from aoizora.hlo.nodes import (
     Collective,
@@ -68,12 +67,20 @@ from aoizora.hlo.nodes import (
     OpaqueNode,
     SubRegion,
 )
+from aoizora.placement.device_order import DeviceOrder
 from sim.collectives import collective_flows
 from sim.engine import Compute, Flow, simulate
 from sim.records import SimResult
 from sim.topology import Chip, Slice
 
-__all__ = ["CollectiveTiming", "ReplayResult", "opaque_cost_s", "replay", "sim_kind"]
+__all__ = [
+    "CollectiveTiming",
+    "ReplayResult",
+    "network_footprint",
+    "opaque_cost_s",
+    "replay",
+    "sim_kind",
+]
 
 _ATTENTION_RE = re.compile(r"splash|flash|attention|mha|mqa|gqa", re.IGNORECASE)
 
@@ -376,3 +383,22 @@ def replay(
         sim=sims[0],
         region_sims=tuple(sims[r.id] for r in graph.regions),
     )
+
+
+def network_footprint(graph: CollectiveGraph, order: DeviceOrder) -> tuple[object, ...]:
+    """What a placement changes in a replay: every collective's chip groups.
+
+    Two placements with equal footprints replay to the same step time: compute
+    runs on one timeline whose chip does not matter (every chip is alike), and
+    each collective produces the same flows. The groups of one collective run at
+    once, so their order is irrelevant (they are sorted); the order *within* a
+    group is kept, since ring algorithms follow it. This is exact, and it merges
+    placements that differ only along mesh axes no collective spans.
+    """
+    key: list[object] = []
+    for c in graph.collectives:
+        if c.pairs:
+            key.append(tuple(sorted((order.coord_of(a), order.coord_of(b)) for a, b in c.pairs)))
+        else:
+            key.append(tuple(sorted(tuple(order.coord_of(i) for i in g) for g in c.groups)))
+    return tuple(key)

@@ -33,18 +33,19 @@ CASES: tuple[str, ...] = tuple(
 
 def run_case(case: str, cache_dir: str) -> dict[str, object]:
     """Compile one case in this process; returns the figures as a JSON-ready dict."""
-    from aoizora.candidates import baseline_candidates
+    from aoizora.cache import plan_caches
+    from aoizora.candidates.baselines import baseline_candidates
     from aoizora.compile import compile_candidate
-    from aoizora.workload import wan_workload
-    from aoizora.workloads.wan import parse_resolution
+    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from sim.topology import load_slice
 
     model, res, chip, shape = case.split(":")
-    slice_name = f"{chip}:{shape}"
+    slice_ = load_slice(f"{chip}:{shape}")
     wl = wan_workload(model, parse_resolution(res))
-    base = {b.name: b for b in baseline_candidates(wl, slice_name)}["maxdiffusion recipe"]
+    base = {b.name: b for b in baseline_candidates(wl, slice_)}["maxdiffusion recipe"]
     t0 = time.perf_counter()
     result = compile_candidate(
-        wl, base.candidate, slice_name, order=base.device_order, cache_dir=cache_dir
+        wl, base.candidate, slice_, order=base.device_order, cache=plan_caches(cache_dir).compiled
     )
     mem = result.memory
     return {

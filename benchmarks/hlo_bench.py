@@ -34,15 +34,21 @@ __all__ = ["compile_wan", "main"]
 def compile_wan(model: str, resolution: str, slice_name: str, cache_dir: str | None) -> str:
     """TPU-compiled HLO text of the Wan step's "existing deployment" baseline."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from aoizora.candidates import baseline_candidates
+    from aoizora.cache import plan_caches
+    from aoizora.candidates.baselines import baseline_candidates
     from aoizora.compile import compile_candidate
-    from aoizora.workload import wan_workload
-    from aoizora.workloads.wan import parse_resolution
+    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from sim.topology import load_slice
 
+    slice_ = load_slice(slice_name)
     workload = wan_workload(model, parse_resolution(resolution))
-    baseline = baseline_candidates(workload, slice_name)[0]
+    baseline = baseline_candidates(workload, slice_)[0]
     result = compile_candidate(
-        workload, baseline.candidate, slice_name, order=baseline.device_order, cache_dir=cache_dir
+        workload,
+        baseline.candidate,
+        slice_,
+        order=baseline.device_order,
+        cache=None if cache_dir is None else plan_caches(cache_dir).compiled,
     )
     if not result.ok:
         raise SystemExit(f"compile of {baseline.candidate.id} failed: {result.error}")
@@ -68,9 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
 
-    from aoizora.device_order import DeviceOrder
     from aoizora.hlo.graph import build_graph
     from aoizora.hlo.text import parse_module
+    from aoizora.placement.device_order import DeviceOrder
     from aoizora.replay import replay
     from sim.topology import load_slice
 

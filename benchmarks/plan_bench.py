@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 from aoizora.planner import PlanOutcome, run_plan
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import parse_resolution
+from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
 

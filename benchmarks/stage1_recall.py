@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.planner import PlanOutcome, run_plan
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import parse_resolution
+from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
 __all__ = ["main", "rows"]

@@ -49,6 +49,7 @@ __all__ = [
     "load_chip",
     "load_slice",
     "make_slice",
+    "parse_slice_spec",
     "topologies_dir",
 ]
 
@@ -161,6 +162,21 @@ class Slice:
     def hop_latency_s(self) -> float:
         """Latency paid per hop before a flow's bytes start to drain."""
         return self.chip.hop_latency_s
+
+    @property
+    def spec(self) -> str:
+        """The slice spec :func:`parse_slice_spec` reads back into this slice.
+
+        >>> load_slice("v5e:4x4", wraparound=[True, False]).spec
+        'v5e:4x4+wrap=10'
+        >>> load_slice("v5e:8x16").spec  # the generation's own wrap-around
+        'v5e:8x16'
+        """
+        if self.wraparound == self.chip.default_wraparound(self.shape):
+            return self.name
+        if all(self.wraparound):
+            return f"{self.name}+wrap"
+        return f"{self.name}+wrap=" + "".join("1" if w else "0" for w in self.wraparound)
 
     def contains(self, coord: Sequence[int]) -> bool:
         """True when ``coord`` names a chip of this slice."""
@@ -410,6 +426,38 @@ def load_slice(name: str, *, wraparound: Sequence[bool] | bool | None = None) ->
         chip=chip,
         name=name,
     )
+
+
+_SPEC_RE = re.compile(r"^(?P<name>[^+]+?)(?:\+wrap(?:=(?P<flags>[01]+))?)?$")
+
+
+def parse_slice_spec(spec: str) -> Slice:
+    """A slice spec: ``NAME``, ``NAME+wrap`` (every dimension wrapped) or
+    ``NAME+wrap=FLAGS`` (one 0/1 per dimension) -> :class:`Slice`.
+
+    The what-if override: the same chips with (or without) wrap-around links.
+
+    >>> parse_slice_spec("v5e:4x4+wrap=10").wraparound
+    (True, False)
+    >>> parse_slice_spec("v5e:4x4+wrap").wraparound
+    (True, True)
+    >>> parse_slice_spec("v5e:4x4+wrap=1")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sim.errors.TopologyError: v5e:4x4: wraparound [True] must be one bool or one bool ...
+    """
+    m = _SPEC_RE.match(spec.strip()) if isinstance(spec, str) else None
+    if m is None:
+        raise TopologyError(
+            f"slice spec {spec!r} is not NAME[+wrap[=FLAGS]]; e.g. 'v5e:4x4', 'v5e:4x4+wrap' "
+            f"or 'v5e:4x4+wrap=10' (FLAGS: one 0/1 per dimension)"
+        )
+    name, flags = m.group("name"), m.group("flags")
+    if "+wrap" not in spec:
+        return load_slice(name)
+    if flags is None:
+        return load_slice(name, wraparound=True)
+    return load_slice(name, wraparound=[f == "1" for f in flags])
 
 
 def _adhoc_chip(num_dims: int, link_bandwidth_bytes_per_s: float, hop_latency_s: float) -> Chip:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from aoizora.commands.plan import add_cache_argument
-from aoizora.validation import default_predictors, read_measurements
+from aoizora.studies.validation import default_predictors, read_measurements
 
 __all__ = ["main"]
 

@@ -2,7 +2,7 @@
 
 Fits the generation's one-way link bandwidth, per-hop latency and per-collective
 launch overheads to the file's collective rows on that generation's slices
-(least squares on the simulator's linear form, see aoizora/calibration.py and
+(least squares on the simulator's linear form, see aoizora/studies/calibration.py and
 docs/validation.md), prints the residual of every row and writes a calibrated
 topology file beside the shipped one -- by default
 ``topologies/calibrated/<gen>.<tag>.toml``. The shipped ``topologies/<gen>.toml``
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aoizora.calibration import (
+from aoizora.studies.calibration import (
     OVERHEAD_MODES,
     CalibrationFit,
     calibrate,
@@ -28,7 +28,7 @@ from aoizora.calibration import (
     file_sha256,
     write_calibrated_topology,
 )
-from aoizora.validation import read_measurements
+from aoizora.studies.validation import read_measurements
 
 __all__ = ["format_fit", "register", "run"]
 

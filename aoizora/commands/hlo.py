@@ -21,9 +21,9 @@ import argparse
 import json
 from typing import Any
 
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import HloParseError, PlacementError
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
+from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import ReplayResult, replay
 from sim.topology import load_slice
 

@@ -21,8 +21,8 @@ import json
 import sys
 from typing import Any
 
-from aoizora.commands.plan import add_cache_argument
-from aoizora.validation import (
+from aoizora.commands.args import add_cache_argument
+from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
     ValidationReport,

@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from aoizora.commands.plan import (
+from aoizora.commands.args import (
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
@@ -137,18 +137,19 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aoizora.errors import WorkloadError
-    from aoizora.whatif import run_whatif
-    from aoizora.workload import wan_workload
-    from aoizora.workloads.wan import parse_resolution
+    from aoizora.studies.whatif import run_whatif
+    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from sim.topology import parse_slice_spec
 
     specs = [s.strip() for s in args.slices.split(",") if s.strip()]
     if not specs:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
+    slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
     workload = wan_workload(args.model, parse_resolution(args.resolution, frames=args.frames))
     rows = run_whatif(
         workload,
-        specs,
+        slices,
         top_k=args.top_k,
         max_placements=args.max_placements,
         cache_dir=args.cache_dir,

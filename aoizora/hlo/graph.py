@@ -62,7 +62,7 @@ import re
 from dataclasses import replace
 
 from aoizora.errors import HloParseError
-from aoizora.hlo.costs import CostModel, collective_base
+from aoizora.hlo.compute import CostModel, collective_base
 from aoizora.hlo.loops import trip_count
 from aoizora.hlo.nodes import (
     Collective,

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 
 from aoizora.errors import HloParseError
-from aoizora.hlo.costs import collective_base
+from aoizora.hlo.compute import collective_base
 from aoizora.hlo.groups import ReplicaGroupError, parse_pairs, parse_replica_groups
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, Instruction

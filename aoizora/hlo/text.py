@@ -303,6 +303,99 @@ def _header_int(header: Mapping[str, str], key: str, default: int, lineno: int, 
 _INSTR_START_RE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=")
 
 
+@dataclass
+class _Open:
+    """The computation being read: its header and the instructions so far."""
+
+    name: str
+    is_entry: bool
+    line: int
+    instrs: list[Instruction] = field(default_factory=list)
+    pending: tuple[str, int] | None = None  # an instruction whose text may continue
+
+    def flush(self) -> None:
+        if self.pending is not None:
+            self.instrs.append(_parse_instruction(*self.pending))
+            self.pending = None
+
+    def feed(self, line: str, num: int) -> bool:
+        """Take one body line; True when it closes the computation."""
+        if line.rstrip() == "}":
+            self.flush()
+            return True
+        if not line.strip():
+            return False
+        if self.pending is not None and not _INSTR_START_RE.match(line):
+            # TPU custom calls print multi-line attributes (kernel_metadata JSON,
+            # '}}, metadata=...'): such a line continues the instruction before it.
+            self.pending = (self.pending[0] + "\n" + line, self.pending[1])
+            return False
+        self.flush()
+        self.pending = (line, num)
+        return False
+
+
+def _computations(lines: list[str], start: int) -> tuple[dict[str, Computation], str | None]:
+    """Every computation after the header line ``start`` and the ENTRY's name."""
+    computations: dict[str, Computation] = {}
+    entry_name: str | None = None
+    current: _Open | None = None
+    in_section = False
+    for index in range(start + 1, len(lines)):
+        line = lines[index]
+        num = index + 1
+        if current is not None:
+            if current.feed(line, num):
+                computations[current.name] = _finish_computation(
+                    current.name, current.instrs, current.line, current.is_entry, lines
+                )
+                current = None
+            continue
+        stripped = line.strip()
+        if not stripped:
+            in_section = False
+            continue
+        if stripped in _SECTIONS:
+            in_section = True
+            continue
+        if in_section and stripped[0].isdigit():
+            continue
+        m = _COMP_RE.match(line)
+        if m is None or line[0].isspace():
+            raise _error(
+                num,
+                "expected a computation header '%name (params) -> shape {' or 'ENTRY ...'",
+                line,
+            )
+        current = _Open(name=m.group(2), is_entry=m.group(1) is not None, line=num)
+        if current.name in computations:
+            raise _error(num, f"computation %{current.name} is defined twice", line)
+        if current.is_entry:
+            if entry_name is not None:
+                raise _error(num, f"a second ENTRY computation (first: %{entry_name})", line)
+            entry_name = current.name
+    if current is not None:
+        raise _error(
+            current.line,
+            f"computation %{current.name} is not closed by '}}' before the end of the text "
+            f"(truncated input?)",
+            lines[current.line - 1],
+        )
+    return computations, entry_name
+
+
+def _check_calls(computations: Mapping[str, Computation], lines: list[str]) -> None:
+    for comp in computations.values():
+        for instr in comp.instructions:
+            for callee in instr.called():
+                if callee not in computations:
+                    raise _error(
+                        instr.line,
+                        f"%{instr.name} calls computation %{callee}, which is not defined",
+                        lines[instr.line - 1],
+                    )
+
+
 def parse_module(text: str) -> HloModule:
     """Parse compiled HLO text (``compiled.as_text()``) into an :class:`HloModule`.
 
@@ -321,85 +414,13 @@ def parse_module(text: str) -> HloModule:
     name, header = _parse_header(lines[lineno], header_line)
     num_partitions = _header_int(header, "num_partitions", 1, header_line, lines[lineno])
     replica_count = _header_int(header, "replica_count", 1, header_line, lines[lineno])
-
-    computations: dict[str, Computation] = {}
-    entry_name: str | None = None
-    current: str | None = None
-    current_entry = False
-    current_line = 0
-    instrs: list[Instruction] = []
-    in_section = False
-    pending: tuple[str, int] | None = None  # an instruction whose text may continue
-    for index in range(lineno + 1, len(lines)):
-        line = lines[index]
-        num = index + 1
-        if current is not None:
-            if line.rstrip() == "}":
-                if pending is not None:
-                    instrs.append(_parse_instruction(*pending))
-                    pending = None
-                comp = _finish_computation(current, instrs, current_line, current_entry, lines)
-                computations[current] = comp
-                current = None
-                continue
-            if not line.strip():
-                continue
-            if pending is not None and not _INSTR_START_RE.match(line):
-                # TPU custom calls print multi-line attributes (kernel_metadata JSON,
-                # '}}, metadata=...'): such a line continues the instruction before it.
-                pending = (pending[0] + "\n" + line, pending[1])
-                continue
-            if pending is not None:
-                instrs.append(_parse_instruction(*pending))
-            pending = (line, num)
-            continue
-        stripped = line.strip()
-        if not stripped:
-            in_section = False
-            continue
-        if stripped in _SECTIONS:
-            in_section = True
-            continue
-        if in_section and stripped[0].isdigit():
-            continue
-        m = _COMP_RE.match(line)
-        if m is None or line[0].isspace():
-            raise _error(
-                num,
-                "expected a computation header '%name (params) -> shape {' or 'ENTRY ...'",
-                line,
-            )
-        current = m.group(2)
-        if current in computations:
-            raise _error(num, f"computation %{current} is defined twice", line)
-        current_entry = m.group(1) is not None
-        current_line = num
-        instrs = []
-        if current_entry:
-            if entry_name is not None:
-                raise _error(num, f"a second ENTRY computation (first: %{entry_name})", line)
-            entry_name = current
-    if current is not None:
-        raise _error(
-            current_line,
-            f"computation %{current} is not closed by '}}' before the end of the text "
-            f"(truncated input?)",
-            lines[current_line - 1],
-        )
+    computations, entry_name = _computations(lines, lineno)
     if entry_name is None:
         raise HloParseError(
             "the module has no ENTRY computation (compiled HLO marks one computation "
             "'ENTRY %main... {'); was the text truncated?"
         )
-    for comp in computations.values():
-        for instr in comp.instructions:
-            for callee in instr.called():
-                if callee not in computations:
-                    raise _error(
-                        instr.line,
-                        f"%{instr.name} calls computation %{callee}, which is not defined",
-                        lines[instr.line - 1],
-                    )
+    _check_calls(computations, lines)
     return HloModule(
         name=name,
         computations=computations,

@@ -8,7 +8,8 @@ estimate, the placement-oblivious bound Q1, and the top-K by Q1. See
 
 from __future__ import annotations
 
-from aoizora.stage1.dag import Node, PredictionDag, build_dag
+from aoizora.stage1.dag import build_dag
+from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.q1 import (
     ChipLike,
     Stage1Estimate,

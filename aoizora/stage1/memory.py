@@ -1,7 +1,7 @@
 """The per-chip memory estimate of a Stage-1 program: a liveness scan in program order.
 
 ``memory_bytes_per_chip = argument_bytes_per_chip + peak_temp_bytes_per_chip``
-(:class:`~aoizora.stage1.dag.PredictionDag`): arguments (sharded parameters and
+(:class:`~aoizora.stage1.prediction.PredictionDag`): arguments (sharded parameters and
 inputs) stay live for the whole step; the temporary peak is a liveness scan of
 the entry function in program order (a value lives from its definition to its
 last use; a loop, ``shard_map`` or call adds its body's own peak at that point,

@@ -7,7 +7,7 @@ overlap schedule of :mod:`aoizora.stage1.schedule` over these durations:
   ``max(flops / bf16_flops_per_s, hbm_bytes / hbm_bandwidth_bytes_per_s)``
   (Williams et al., "Roofline", CACM 2009; scaling-book "roofline" chapter).
   Matmuls, convolutions, kernels and the relayout copies around all-to-alls
-  (:data:`aoizora.stage1.dag.RELAYOUT_PASSES`); other elementwise work is
+  (:data:`aoizora.stage1.prediction.RELAYOUT_PASSES`); other elementwise work is
   not counted, so this side is a lower bound.
 * communication nodes -- ideal per-axis bandwidth, no contention between axes
   (placement-oblivious). Each mesh axis is costed as a line of ``n`` chips (a
@@ -35,10 +35,11 @@ simulated, placement-aware latency.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from aoizora.stage1.dag import Node, PredictionDag, build_dag
+from aoizora.stage1.dag import build_dag
+from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
 
@@ -49,7 +50,9 @@ __all__ = [
     "axis_phases",
     "collective_time_s",
     "estimate",
+    "estimate_from_json",
     "estimate_module",
+    "estimate_to_json",
     "rank_stage1",
 ]
 
@@ -172,6 +175,36 @@ class Stage1Estimate:
             "warnings": list(self.warnings),
             "nodes": [n.to_json_dict() for n in self.nodes],
         }
+
+
+def estimate_to_json(estimate: Stage1Estimate) -> dict[str, Any]:
+    """An estimate as JSON data for the Stage-1 cache, without its DAG nodes.
+
+    >>> e = Stage1Estimate("c", 1.0, 0.5, 0.5, 10.0, (("x", 2.0),), 64, ())
+    >>> estimate_from_json(estimate_to_json(e)) == e
+    True
+    """
+    data = asdict(estimate)
+    data["nodes"] = []
+    return data
+
+
+def estimate_from_json(data: Mapping[str, Any]) -> Stage1Estimate:
+    """Inverse of :func:`estimate_to_json` (``nodes=()``)."""
+    return Stage1Estimate(
+        candidate_id=data["candidate_id"],
+        q1_s=data["q1_s"],
+        compute_s=data["compute_s"],
+        comm_s=data["comm_s"],
+        flops_per_chip=data["flops_per_chip"],
+        comm_bytes_per_axis=tuple((a, b) for a, b in data["comm_bytes_per_axis"]),
+        memory_bytes_per_chip=data["memory_bytes_per_chip"],
+        nodes=(),
+        comm_s_per_axis=tuple((a, t) for a, t in data["comm_s_per_axis"]),
+        hbm_traffic_bytes_per_chip=data["hbm_traffic_bytes_per_chip"],
+        argument_bytes_per_chip=data["argument_bytes_per_chip"],
+        warnings=tuple(data["warnings"]),
+    )
 
 
 def _check_axes(module: ShardyModule, mesh_axis_sizes: Mapping[str, int]) -> None:

@@ -39,7 +39,7 @@ the same idea as XLA's ``LatencyHidingScheduler``, openxla/xla
 with independent work). It stays placement-oblivious: durations come from the
 per-axis line formulas of :mod:`aoizora.stage1.q1`.
 
->>> from aoizora.stage1.dag import Node
+>>> from aoizora.stage1.prediction import Node
 >>> def n(i, kind, deps=(), region=0, coll=""):
 ...     return Node(i, kind, coll, ("x",) if coll else (), (2,) if coll else (), 2 if coll else 1,
 ...                 0, 0.0, 0.0, 1, deps, "", "", region)
@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aoizora.stage1.dag import Node
+from aoizora.stage1.prediction import Node
 
 __all__ = ["SYNC_COLLECTIVES", "makespan_s"]
 
@@ -87,7 +87,7 @@ def makespan_s(
 
     ``durations_s[node_id]`` is the time of one execution of a node;
     ``regions`` the ``(region, parent, trip)`` of every loop body
-    (:attr:`~aoizora.stage1.dag.PredictionDag.regions`). Nodes of a loop body
+    (:attr:`~aoizora.stage1.prediction.PredictionDag.regions`). Nodes of a loop body
     must be contiguous in program order, as :func:`~aoizora.stage1.dag.build_dag`
     emits them.
     """

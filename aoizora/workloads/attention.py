@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import jax
@@ -186,6 +187,80 @@ def _merge(
     return out, lse
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One sharded attention call: the mesh, the q sharding and the kernel."""
+
+    mesh: jax.sharding.Mesh
+    q_spec: PartitionSpec
+    kernel: Kernel
+    kv_valid_len: int
+    needs_mask: bool
+    seq_name: str | tuple[str, ...]
+    n_seq: int
+
+    def per_chip(
+        self, body: Callable[..., jax.Array], *in_specs: PartitionSpec
+    ) -> Callable[..., jax.Array]:
+        # Every kind is a manual-sharding region whose output is sharded like q.
+        return jax.shard_map(
+            body, mesh=self.mesh, in_specs=in_specs, out_specs=self.q_spec, check_vma=False
+        )
+
+    def full(self, ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+        """Attention over every key position 0..S-1, local: mask those past kv_valid_len."""
+        valid = jnp.arange(kl.shape[2]) < self.kv_valid_len if self.needs_mask else None
+        out, _ = local_attention(ql, kl, vl, valid, kernel=self.kernel, with_lse=False)
+        return out
+
+
+def _ulysses(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    def body(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+        # Sequence shards -> head shards: split heads (dim 1), gather seq (dim 2).
+        # all_to_all concatenates in the PartitionSpec's order of a tuple of axes
+        # (checked: it agrees with all_gather and axis_index), so after it the key
+        # positions are simply 0..S-1.
+        def to_heads(x: jax.Array) -> jax.Array:
+            return jax.lax.all_to_all(x, call.seq_name, 1, 2, tiled=True)
+
+        out = call.full(to_heads(ql), to_heads(kl), to_heads(vl))
+        return jax.lax.all_to_all(out, call.seq_name, 2, 1, tiled=True)
+
+    return call.per_chip(body, call.q_spec, call.q_spec, call.q_spec)(q, k, v)
+
+
+def _ring(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    n_seq, seq_name, needs_mask = call.n_seq, call.seq_name, call.needs_mask
+
+    def body(ql: jax.Array, kl: jax.Array, vl: jax.Array, pos: jax.Array) -> jax.Array:
+        # `pos` holds the global key positions of the local K/V chunk and travels with it:
+        # ppermute over a tuple of mesh axes numbers devices in mesh order, not in the
+        # PartitionSpec's order (checked: a +1 shift over ('context', 'fsdp') on a
+        # (fsdp=2, context=4) mesh gives [7 6 0 1 2 3 4 5]), so "chunk idx - step" is wrong.
+        perm = [(j, (j + 1) % n_seq) for j in range(n_seq)]
+        out: jax.Array | None = None
+        lse: jax.Array | None = None
+        for step in range(n_seq):
+            valid = pos < call.kv_valid_len if needs_mask else None
+            o_s, l_s = local_attention(ql, kl, vl, valid, kernel=call.kernel, with_lse=True)
+            assert l_s is not None
+            if out is None or lse is None:
+                out, lse = o_s, l_s
+            else:
+                out, lse = _merge(out, lse, o_s, l_s)
+            if step + 1 < n_seq:
+                kl = jax.lax.ppermute(kl, seq_name, perm)
+                vl = jax.lax.ppermute(vl, seq_name, perm)
+                if needs_mask:
+                    pos = jax.lax.ppermute(pos, seq_name, perm)
+        assert out is not None
+        return out.astype(ql.dtype)
+
+    positions = jnp.arange(k.shape[2], dtype=jnp.int32)
+    s_spec = PartitionSpec(call.q_spec[2])
+    return call.per_chip(body, call.q_spec, call.q_spec, call.q_spec, s_spec)(q, k, v, positions)
+
+
 def sharded_attention(
     q: jax.Array,
     k: jax.Array,
@@ -208,70 +283,22 @@ def sharded_attention(
             f"attention q_spec {q_spec} must shard (batch, heads, seq, head_dim) and leave "
             f"head_dim whole, e.g. PartitionSpec('data', 'tensor', 'context', None)"
         )
-    b_e, h_e, s_e, _ = tuple(q_spec)
-    seq_axes = spec_axes(s_e)
-    n_seq = math.prod(int(mesh.shape[a]) for a in seq_axes)
-    kv_len = k.shape[2]
     if kind not in ATTENTION_KINDS:
         raise WorkloadError(f"attention kind {kind!r} is unknown; use one of {ATTENTION_KINDS}")
-    needs_mask = kv_valid_len < kv_len
-
-    def per_chip(
-        body: Callable[..., jax.Array], *in_specs: PartitionSpec
-    ) -> Callable[..., jax.Array]:
-        # Every kind is a manual-sharding region whose output is sharded like q.
-        return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=q_spec, check_vma=False)
-
-    def full_attention(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
-        # All key positions 0..S-1 are local: mask those past kv_valid_len.
-        valid = jnp.arange(kl.shape[2]) < kv_valid_len if needs_mask else None
-        out, _ = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=False)
-        return out
-
-    if kind == "gather_kv" or n_seq == 1:
+    b_e, h_e, s_e, _ = tuple(q_spec)
+    seq_axes = spec_axes(s_e)
+    call = _Call(
+        mesh=mesh,
+        q_spec=q_spec,
+        kernel=kernel,
+        kv_valid_len=kv_valid_len,
+        needs_mask=kv_valid_len < k.shape[2],
+        seq_name=seq_axes[0] if len(seq_axes) == 1 else seq_axes,
+        n_seq=math.prod(int(mesh.shape[a]) for a in seq_axes),
+    )
+    if kind == "gather_kv" or call.n_seq == 1:
         kv_spec = PartitionSpec(b_e, h_e, None, None)
-        return per_chip(full_attention, q_spec, kv_spec, kv_spec)(q, k, v)
-
-    seq_name: str | tuple[str, ...] = seq_axes[0] if len(seq_axes) == 1 else seq_axes
-
+        return call.per_chip(call.full, q_spec, kv_spec, kv_spec)(q, k, v)
     if kind == "ulysses":
-
-        def body_ulysses(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
-            # Sequence shards -> head shards: split heads (dim 1), gather seq (dim 2).
-            # all_to_all concatenates in the PartitionSpec's order of a tuple of axes
-            # (checked: it agrees with all_gather and axis_index), so after it the key
-            # positions are simply 0..S-1.
-            def to_heads(x: jax.Array) -> jax.Array:
-                return jax.lax.all_to_all(x, seq_name, 1, 2, tiled=True)
-
-            out = full_attention(to_heads(ql), to_heads(kl), to_heads(vl))
-            return jax.lax.all_to_all(out, seq_name, 2, 1, tiled=True)
-
-        return per_chip(body_ulysses, q_spec, q_spec, q_spec)(q, k, v)
-
-    def body_ring(ql: jax.Array, kl: jax.Array, vl: jax.Array, pos: jax.Array) -> jax.Array:
-        # `pos` holds the global key positions of the local K/V chunk and travels with it:
-        # ppermute over a tuple of mesh axes numbers devices in mesh order, not in the
-        # PartitionSpec's order (checked: a +1 shift over ('context', 'fsdp') on a
-        # (fsdp=2, context=4) mesh gives [7 6 0 1 2 3 4 5]), so "chunk idx - step" is wrong.
-        perm = [(j, (j + 1) % n_seq) for j in range(n_seq)]
-        out: jax.Array | None = None
-        lse: jax.Array | None = None
-        for step in range(n_seq):
-            valid = pos < kv_valid_len if needs_mask else None
-            o_s, l_s = local_attention(ql, kl, vl, valid, kernel=kernel, with_lse=True)
-            assert l_s is not None
-            if out is None or lse is None:
-                out, lse = o_s, l_s
-            else:
-                out, lse = _merge(out, lse, o_s, l_s)
-            if step + 1 < n_seq:
-                kl = jax.lax.ppermute(kl, seq_name, perm)
-                vl = jax.lax.ppermute(vl, seq_name, perm)
-                if needs_mask:
-                    pos = jax.lax.ppermute(pos, seq_name, perm)
-        assert out is not None
-        return out.astype(ql.dtype)
-
-    positions = jnp.arange(kv_len, dtype=jnp.int32)
-    return per_chip(body_ring, q_spec, q_spec, q_spec, PartitionSpec(s_e))(q, k, v, positions)
+        return _ulysses(call, q, k, v)
+    return _ring(call, q, k, v)

@@ -37,11 +37,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from aoizora.clip import Clip
 from aoizora.errors import WorkloadError
-from aoizora.rules import LogicalAxes, Rules, logical_to_pspec, sharding_degree
-from aoizora.workload import BuildContext, Probe, Workload
 from aoizora.workloads.attention import ATTENTION_KINDS, Kernel, sharded_attention
+from aoizora.workloads.base import BuildContext, Probe, Workload
+from aoizora.workloads.clip import Clip
+from aoizora.workloads.rules import LogicalAxes, Rules, logical_to_pspec, sharding_degree
 from aoizora.workloads.wan_config import (
     CFG_BATCH,
     MESH_AXIS_NAMES,
@@ -61,7 +61,7 @@ from aoizora.workloads.wan_config import (
 )
 
 # The configuration names are re-exported: the CLI commands, docs and many
-# callers import them from here beside make_wan_workload.
+# callers import them from here beside wan_workload.
 
 __all__ = [
     "WanConfig",
@@ -81,7 +81,7 @@ __all__ = [
     "wan_logical_axes",
     "wan_step",
     "padded_tokens",
-    "make_wan_workload",
+    "wan_workload",
 ]
 
 
@@ -214,6 +214,139 @@ class _Shard:
         return jax.lax.with_sharding_constraint(x, NamedSharding(self.ctx.mesh, self.spec(axes)))
 
 
+def _linear(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    return jnp.einsum("...i,io->...o", x, w) + b
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What the pieces of one candidate's step share."""
+
+    cfg: WanConfig
+    ctx: BuildContext
+    shard: _Shard
+    kernel: Kernel
+    n_tok: int
+    s_pad: int
+    q_spec: PartitionSpec
+
+    def heads_split(self, x: jax.Array) -> jax.Array:  # (B, S, dim) -> (B, H, S, hd)
+        b, s, _ = x.shape
+        return x.reshape(b, s, self.cfg.num_heads, self.cfg.head_dim).transpose(0, 2, 1, 3)
+
+    def heads_merge(self, x: jax.Array) -> jax.Array:  # (B, H, S, hd) -> (B, S, dim)
+        b, _, s, _ = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(b, s, self.cfg.num_heads * self.cfg.head_dim)
+
+
+def _self_attention(
+    st: _Step, x: jax.Array, p: Mapping[str, jax.Array], e: tuple[jax.Array, ...],
+    angles: jax.Array,
+) -> jax.Array:  # fmt: skip
+    shift1, scale1, gate1 = e
+    eps, shard, dt = st.cfg.eps, st.shard, x.dtype
+    heads, hd = st.cfg.num_heads, st.cfg.head_dim
+    y = (_layer_norm(x, eps) * (1 + scale1) + shift1).astype(dt)
+    q = _rms_norm(_linear(y, p["sa_q_w"], p["sa_q_b"]), p["sa_norm_q"], eps)
+    k = _rms_norm(_linear(y, p["sa_k_w"], p["sa_k_b"]), p["sa_norm_k"], eps)
+    v = _linear(y, p["sa_v_w"], p["sa_v_b"])
+    b_, s_, _ = q.shape
+    q = _apply_rope(q.reshape(b_, s_, heads, hd), angles).reshape(b_, s_, -1)
+    k = _apply_rope(k.reshape(b_, s_, heads, hd), angles).reshape(b_, s_, -1)
+    q, k, v = (shard(st.heads_split(t), _QKV) for t in (q, k, v))
+    a = sharded_attention(
+        q, k, v, mesh=st.ctx.mesh, q_spec=st.q_spec, kind=st.ctx.attention, kernel=st.kernel,
+        kv_valid_len=st.n_tok,
+    )  # fmt: skip
+    a = shard(st.heads_merge(a), _HIDDEN)
+    y = _linear(a, p["sa_o_w"], p["sa_o_b"])
+    return shard((x.astype(jnp.float32) + y.astype(jnp.float32) * gate1).astype(dt), _HIDDEN)
+
+
+def _cross_attention(
+    st: _Step, x: jax.Array, p: Mapping[str, jax.Array], text: jax.Array
+) -> jax.Array:
+    """Cross-attention to the text tokens (no modulation; LayerNorm with affine)."""
+    eps, shard, dt = st.cfg.eps, st.shard, x.dtype
+    y = (_layer_norm(x, eps) * p["norm3_w"].astype(jnp.float32)
+         + p["norm3_b"].astype(jnp.float32)).astype(dt)  # fmt: skip
+    q = _rms_norm(_linear(y, p["ca_q_w"], p["ca_q_b"]), p["ca_norm_q"], eps)
+    k = _rms_norm(_linear(text, p["ca_k_w"], p["ca_k_b"]), p["ca_norm_k"], eps)
+    v = _linear(text, p["ca_v_w"], p["ca_v_b"])
+    q = shard(st.heads_split(q), _QKV)
+    k, v = shard(st.heads_split(k), _TEXT_KV), shard(st.heads_split(v), _TEXT_KV)
+    # q is sharded like self-attention's; the text K/V are gathered.
+    a = sharded_attention(
+        q, k, v, mesh=st.ctx.mesh, q_spec=st.q_spec, kind="gather_kv", kernel=st.kernel,
+        kv_valid_len=text.shape[1],
+    )  # fmt: skip
+    a = shard(st.heads_merge(a), _HIDDEN)
+    return shard(x + _linear(a, p["ca_o_w"], p["ca_o_b"]), _HIDDEN)
+
+
+def _block(
+    st: _Step, x: jax.Array, p: Mapping[str, jax.Array], e0: jax.Array, text: jax.Array,
+    angles: jax.Array,
+) -> jax.Array:  # fmt: skip
+    """One transformer block: self-attention, cross-attention, feed-forward."""
+    e = p["modulation"].astype(jnp.float32)[None] + e0  # (B, 6, dim)
+    e = st.shard(e, ("activation_batch", "modulation", "activation_embed"))
+    shift1, scale1, gate1, shift2, scale2, gate2 = (e[:, i : i + 1] for i in range(6))
+    dt = x.dtype
+    x = _self_attention(st, x, p, (shift1, scale1, gate1), angles)
+    x = _cross_attention(st, x, p, text)
+    y = (_layer_norm(x, st.cfg.eps) * (1 + scale2) + shift2).astype(dt)
+    hmid = st.shard(jax.nn.gelu(_linear(y, p["ffn_w1"], p["ffn_b1"]), approximate=True), _FFN)
+    y = _linear(hmid, p["ffn_w2"], p["ffn_b2"])
+    return st.shard((x.astype(jnp.float32) + y.astype(jnp.float32) * gate2).astype(dt), _HIDDEN)
+
+
+def _embed(
+    st: _Step, params: Any, latents: jax.Array, timestep: jax.Array, text: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Patchified tokens, the time embedding, the shared modulation and the text tokens."""
+    cfg = st.cfg
+    bsz, ch, f, h, w = latents.shape
+    pf, ph, pw = cfg.patch
+    gf, gh, gw = f // pf, h // ph, w // pw
+    # Patchify: (B, C, F, H, W) -> (B, tokens, C*pf*ph*pw), tokens ordered (f, h, w)
+    # like Conv3d(stride=patch).flatten(2).transpose(1, 2).
+    x = latents.reshape(bsz, ch, gf, pf, gh, ph, gw, pw)
+    x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(bsz, gf * gh * gw, ch * pf * ph * pw)
+    x = _linear(x, params["patch_w"], params["patch_b"])
+    if st.s_pad != st.n_tok:
+        x = jnp.pad(x, ((0, 0), (0, st.s_pad - st.n_tok), (0, 0)))
+    x = st.shard(x, _HIDDEN)
+
+    # Time embedding and the shared modulation (f32, as Wan's autocast(float32) block).
+    e = _sinusoid(timestep, cfg.freq_dim).astype(x.dtype)
+    e = _linear(e, params["time_w1"], params["time_b1"])
+    e = _linear(jax.nn.silu(e), params["time_w2"], params["time_b2"])
+    e0 = _linear(jax.nn.silu(e), params["time_proj_w"], params["time_proj_b"])
+    e0 = e0.astype(jnp.float32).reshape(bsz, 6, cfg.dim)
+
+    txt = _linear(text, params["text_w1"], params["text_b1"])
+    txt = _linear(jax.nn.gelu(txt, approximate=True), params["text_w2"], params["text_b2"])
+    return x, e, e0, st.shard(txt, _TEXT)
+
+
+def _head(
+    st: _Step, params: Any, x: jax.Array, e: jax.Array, latent_shape: tuple[int, ...]
+) -> jax.Array:
+    """LayerNorm + (2, dim) modulation, Linear, unpatchify."""
+    cfg = st.cfg
+    bsz, _, f, h, w = latent_shape
+    pf, ph, pw = cfg.patch
+    gf, gh, gw = f // pf, h // ph, w // pw
+    eh = params["head_modulation"].astype(jnp.float32)[None] + e.astype(jnp.float32)[:, None]
+    y = (_layer_norm(x, cfg.eps) * (1 + eh[:, 1:2]) + eh[:, 0:1]).astype(x.dtype)
+    y = _linear(y, params["head_w"], params["head_b"])[:, : st.n_tok]
+    co = cfg.out_channels
+    y = y.reshape(bsz, gf, gh, gw, pf, ph, pw, co)
+    y = y.transpose(0, 7, 1, 4, 2, 5, 3, 6).reshape(bsz, co, f, h, w)
+    return st.shard(y, _LATENT)
+
+
 def wan_step(
     cfg: WanConfig,
     clip: Clip,
@@ -233,114 +366,28 @@ def wan_step(
             f"Wan step: attention {ctx.attention!r} unknown; use one of {ATTENTION_KINDS}"
         )
     shard = _Shard(ctx)
-    grid = token_grid(clip)
     n_tok = num_tokens(clip)
     seq_deg = sharding_degree(shard.spec(_HIDDEN)[1], ctx.mesh_sizes)
-    s_pad = padded_tokens(n_tok, seq_deg)
-    q_spec = shard.spec(_QKV)
-    text_q_spec = q_spec  # cross-attention: q like self-attention, text K/V gathered
-    heads, hd, eps = cfg.num_heads, cfg.head_dim, cfg.eps
-
-    def heads_split(x: jax.Array) -> jax.Array:  # (B, S, dim) -> (B, H, S, hd)
-        b, s, _ = x.shape
-        return x.reshape(b, s, heads, hd).transpose(0, 2, 1, 3)
-
-    def heads_merge(x: jax.Array) -> jax.Array:  # (B, H, S, hd) -> (B, S, dim)
-        b, _, s, _ = x.shape
-        return x.transpose(0, 2, 1, 3).reshape(b, s, heads * hd)
-
-    def linear(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
-        return jnp.einsum("...i,io->...o", x, w) + b
-
-    def block(x: jax.Array, p: Mapping[str, jax.Array], e0: jax.Array, text: jax.Array,
-              angles: jax.Array) -> jax.Array:  # fmt: skip
-        e = p["modulation"].astype(jnp.float32)[None] + e0  # (B, 6, dim)
-        e = shard(e, ("activation_batch", "modulation", "activation_embed"))
-        shift1, scale1, gate1, shift2, scale2, gate2 = (e[:, i : i + 1] for i in range(6))
-        dt = x.dtype
-
-        # Self-attention.
-        y = (_layer_norm(x, eps) * (1 + scale1) + shift1).astype(dt)
-        q = _rms_norm(linear(y, p["sa_q_w"], p["sa_q_b"]), p["sa_norm_q"], eps)
-        k = _rms_norm(linear(y, p["sa_k_w"], p["sa_k_b"]), p["sa_norm_k"], eps)
-        v = linear(y, p["sa_v_w"], p["sa_v_b"])
-        b_, s_, _ = q.shape
-        q = _apply_rope(q.reshape(b_, s_, heads, hd), angles).reshape(b_, s_, -1)
-        k = _apply_rope(k.reshape(b_, s_, heads, hd), angles).reshape(b_, s_, -1)
-        q, k, v = (shard(heads_split(t), _QKV) for t in (q, k, v))
-        a = sharded_attention(
-            q, k, v, mesh=ctx.mesh, q_spec=q_spec, kind=ctx.attention, kernel=kernel,
-            kv_valid_len=n_tok,
-        )  # fmt: skip
-        a = shard(heads_merge(a), _HIDDEN)
-        y = linear(a, p["sa_o_w"], p["sa_o_b"])
-        x = shard((x.astype(jnp.float32) + y.astype(jnp.float32) * gate1).astype(dt), _HIDDEN)
-
-        # Cross-attention to the text tokens (no modulation; LayerNorm with affine).
-        y = (_layer_norm(x, eps) * p["norm3_w"].astype(jnp.float32)
-             + p["norm3_b"].astype(jnp.float32)).astype(dt)  # fmt: skip
-        q = _rms_norm(linear(y, p["ca_q_w"], p["ca_q_b"]), p["ca_norm_q"], eps)
-        k = _rms_norm(linear(text, p["ca_k_w"], p["ca_k_b"]), p["ca_norm_k"], eps)
-        v = linear(text, p["ca_v_w"], p["ca_v_b"])
-        q = shard(heads_split(q), _QKV)
-        k, v = shard(heads_split(k), _TEXT_KV), shard(heads_split(v), _TEXT_KV)
-        a = sharded_attention(
-            q, k, v, mesh=ctx.mesh, q_spec=text_q_spec, kind="gather_kv", kernel=kernel,
-            kv_valid_len=text.shape[1],
-        )  # fmt: skip
-        a = shard(heads_merge(a), _HIDDEN)
-        x = shard(x + linear(a, p["ca_o_w"], p["ca_o_b"]), _HIDDEN)
-
-        # Feed-forward.
-        y = (_layer_norm(x, eps) * (1 + scale2) + shift2).astype(dt)
-        hmid = shard(jax.nn.gelu(linear(y, p["ffn_w1"], p["ffn_b1"]), approximate=True), _FFN)
-        y = linear(hmid, p["ffn_w2"], p["ffn_b2"])
-        return shard((x.astype(jnp.float32) + y.astype(jnp.float32) * gate2).astype(dt), _HIDDEN)
+    st = _Step(
+        cfg=cfg, ctx=ctx, shard=shard, kernel=kernel, n_tok=n_tok,
+        s_pad=padded_tokens(n_tok, seq_deg), q_spec=shard.spec(_QKV),
+    )  # fmt: skip
+    grid = token_grid(clip)
 
     def step(params: Any, latents: jax.Array, timestep: jax.Array, text: jax.Array) -> jax.Array:
-        bsz, ch, f, h, w = latents.shape
-        pf, ph, pw = cfg.patch
-        gf, gh, gw = f // pf, h // ph, w // pw
-        # Patchify: (B, C, F, H, W) -> (B, tokens, C*pf*ph*pw), tokens ordered (f, h, w)
-        # like Conv3d(stride=patch).flatten(2).transpose(1, 2).
-        x = latents.reshape(bsz, ch, gf, pf, gh, ph, gw, pw)
-        x = x.transpose(0, 2, 4, 6, 1, 3, 5, 7).reshape(bsz, gf * gh * gw, ch * pf * ph * pw)
-        x = linear(x, params["patch_w"], params["patch_b"])
-        if s_pad != n_tok:
-            x = jnp.pad(x, ((0, 0), (0, s_pad - n_tok), (0, 0)))
-        x = shard(x, _HIDDEN)
-
-        # Time embedding and the shared modulation (f32, as Wan's autocast(float32) block).
-        e = _sinusoid(timestep, cfg.freq_dim).astype(x.dtype)
-        e = linear(e, params["time_w1"], params["time_b1"])
-        e = linear(jax.nn.silu(e), params["time_w2"], params["time_b2"])
-        e0 = linear(jax.nn.silu(e), params["time_proj_w"], params["time_proj_b"])
-        e0 = e0.astype(jnp.float32).reshape(bsz, 6, cfg.dim)
-
-        txt = linear(text, params["text_w1"], params["text_b1"])
-        txt = linear(jax.nn.gelu(txt, approximate=True), params["text_w2"], params["text_b2"])
-        txt = shard(txt, _TEXT)
-        angles = _rope_angles(cfg, grid, s_pad)
-
+        x, e, e0, txt = _embed(st, params, latents, timestep, text)
+        angles = _rope_angles(cfg, grid, st.s_pad)
         blocks = params["blocks"]
         if scan_layers:
 
             def body(carry: jax.Array, p: Mapping[str, jax.Array]) -> tuple[jax.Array, None]:
-                return block(carry, p, e0, txt, angles), None
+                return _block(st, carry, p, e0, txt, angles), None
 
             x, _ = jax.lax.scan(body, x, blocks)
         else:
             for i in range(cfg.num_layers):
-                x = block(x, {k: v[i] for k, v in blocks.items()}, e0, txt, angles)
-
-        # Head: LayerNorm + (2, dim) modulation, Linear, unpatchify.
-        eh = params["head_modulation"].astype(jnp.float32)[None] + e.astype(jnp.float32)[:, None]
-        y = (_layer_norm(x, eps) * (1 + eh[:, 1:2]) + eh[:, 0:1]).astype(x.dtype)
-        y = linear(y, params["head_w"], params["head_b"])[:, :n_tok]
-        co = cfg.out_channels
-        y = y.reshape(bsz, gf, gh, gw, pf, ph, pw, co)
-        y = y.transpose(0, 7, 1, 4, 2, 5, 3, 6).reshape(bsz, co, f, h, w)
-        return shard(y, _LATENT)
+                x = _block(st, x, {k: v[i] for k, v in blocks.items()}, e0, txt, angles)
+        return _head(st, params, x, e, latents.shape)
 
     return step
 
@@ -389,7 +436,7 @@ def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules
     return check
 
 
-def make_wan_workload(
+def wan_workload(
     model: str,
     clip: Clip,
     *,
@@ -397,9 +444,17 @@ def make_wan_workload(
     scan_layers: bool = True,
     config: WanConfig | None = None,
 ) -> Workload:
-    """Build the :class:`~aoizora.workload.Workload` (see :func:`aoizora.workload.wan_workload`).
+    """The Wan 2.1 denoising step for ``model`` (a key of ``WAN_CONFIGS``) and ``clip``.
 
-    ``config`` overrides the named model (for custom test shapes).
+    ``kernel="auto"`` runs Pallas splash attention for TPU compiles and XLA
+    attention for CPU compiles; ``"xla"`` forces XLA attention everywhere (used
+    to cross-check FLOPs, since ``cost_analysis`` does not cost Pallas calls).
+    ``scan_layers=False`` unrolls the layer loop (``cost_analysis`` counts a
+    ``scan`` body once). ``config`` overrides the named model (custom test shapes).
+
+        >>> wl = wan_workload("wan2.1-1.3b", parse_resolution("480p"))
+        >>> wl.name, wl.info["tokens"]
+        ('wan2.1-1.3b@832x480x81', 32760)
     """
     if config is None:
         if model not in WAN_CONFIGS:

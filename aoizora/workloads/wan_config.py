@@ -28,9 +28,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from aoizora.clip import Clip
 from aoizora.errors import WorkloadError
-from aoizora.rules import LogicalAxes, Rules
+from aoizora.workloads.clip import Clip
+from aoizora.workloads.rules import LogicalAxes, Rules
 
 __all__ = [
     "CFG_BATCH",

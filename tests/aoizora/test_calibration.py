@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.calibration import (
+from aoizora.cli import main
+from aoizora.studies.calibration import (
     CalibrationError,
     calibrate,
     calibrated_slice,
@@ -19,8 +20,7 @@ from aoizora.calibration import (
     load_calibration,
     write_calibrated_topology,
 )
-from aoizora.cli import main
-from aoizora.validation import (
+from aoizora.studies.validation import (
     Measurement,
     format_measurements,
     parse_measurements,

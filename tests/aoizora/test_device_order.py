@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlacementError
+from aoizora.placement.device_order import DeviceOrder
 from sim.topology import load_slice
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aoizora.errors import PlanError
-from aoizora.pictures import (
+from aoizora.report.pictures import (
     RankingEntry,
     chrome_trace,
     link_loads,

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlacementError
-from aoizora.placements import (
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.placement.enumerate import (
     Placement,
     SubAxis,
     canonical,

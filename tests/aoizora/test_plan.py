@@ -14,9 +14,9 @@ import jax
 import pytest
 
 import aoizora
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlanError
-from aoizora.placements import enumerate_placements
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.placement.enumerate import enumerate_placements
 from aoizora.plan import (
     PLAN_SCHEMA,
     Clip,
@@ -25,7 +25,7 @@ from aoizora.plan import (
     Provenance,
     load_plan,
 )
-from aoizora.rules import Rules, logical_to_pspec
+from aoizora.workloads.rules import Rules, logical_to_pspec
 from sim.topology import load_slice
 
 RULES = Rules.of(

@@ -17,24 +17,22 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.compile import topology_devices
-from aoizora.device_order import DeviceOrder
 from aoizora.hlo.graph import graph_from_text
+from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan import load_plan
-from aoizora.plan_report import busiest_region, write_report_dir
 from aoizora.planner import (
     LOGICAL_SEARCH,
     CandidateScores,
     PlanOutcome,
     _exhaustive_check,
-    network_footprint,
     run_plan,
 )
-from aoizora.replay import replay
-from aoizora.report import render_report
+from aoizora.replay import network_footprint, replay
+from aoizora.report.directory import busiest_region, write_report_dir
+from aoizora.report.summary import render_report
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import parse_resolution
+from aoizora.tpu import topology_devices
+from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
 pytestmark = pytest.mark.slow
@@ -175,7 +173,7 @@ def test_winner_q2_replays_from_the_plan_file(cold: PlanOutcome, tmp_path: Path)
     )
     graph = graph_from_text(cold.winner.compile.hlo_text)
     assert replay(graph, slice_, order).step_time_s == pytest.approx(plan.predicted.winner_s)
-    mesh = plan.mesh(topology_devices("v5e:2x2"))
+    mesh = plan.mesh(topology_devices(load_slice("v5e:2x2")))
     assert mesh.axis_names == plan.mesh_axis_names
     for pos, dev in enumerate(mesh.devices.flat):
         assert tuple(dev.coords[:2]) == plan.coords[pos]

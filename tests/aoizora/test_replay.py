@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlacementError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import OpaqueNode
 from aoizora.hlo.shapes import Shape
+from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import opaque_cost_s, replay, sim_kind
 from sim.collectives import collective_flows
 from sim.engine import simulate

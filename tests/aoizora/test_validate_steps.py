@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.candidates import Baseline, baseline_candidates
+from aoizora.cache import plan_caches
+from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.cli import main
 from aoizora.compile import compile_candidate
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import ValidationError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import mape_percent
+from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import replay
-from aoizora.validation import COLUMNS, Measurement, parse_measurements, predict_step
-from aoizora.validation.step import step_graph
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import parse_resolution
+from aoizora.studies.validation import COLUMNS, Measurement, parse_measurements, predict_step
+from aoizora.studies.validation.step import step_graph
+from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
 pytestmark = pytest.mark.slow
@@ -92,13 +92,13 @@ def _canonical_coords(axes: str, order: tuple[int, ...]) -> list[tuple[int, int]
 def expected(plan_cache_dir: Path) -> dict[str, float]:
     """Every row's step time from compile_candidate + graph_from_text + replay directly."""
     workload = wan_workload(MODEL, parse_resolution("256x256", frames=5))
-    baselines: dict[str, Baseline] = {b.name: b for b in baseline_candidates(workload, SLICE)}
     slice_ = load_slice(SLICE)
+    baselines: dict[str, Baseline] = {b.name: b for b in baseline_candidates(workload, slice_)}
     out: dict[str, float] = {}
     for row_id, _, axes, _, order, baseline, _ in ROWS:
         cand = baselines[baseline].candidate
         result = compile_candidate(
-            workload, cand, SLICE, cache_dir=str(plan_cache_dir / "compiled")
+            workload, cand, slice_, cache=plan_caches(plan_cache_dir).compiled
         )
         assert result.ok and result.backend == "tpu", result.error
         graph = graph_from_text(result.hlo_text)

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import aoizora.metrics
-import aoizora.validation
+import aoizora.studies.validation
 from aoizora.cli import main
 from aoizora.errors import ValidationError
-from aoizora.validation import (
+from aoizora.studies.validation import (
     COLUMNS,
     Measurement,
     StepCase,
@@ -56,7 +56,7 @@ def _one(line: str) -> Measurement:
 
 
 def test_package_reexports_every_name_of_the_old_module() -> None:
-    # The names the single-module aoizora.validation exported (callers import them
+    # The names the single-module aoizora.studies.validation exported (callers import them
     # from the package); the rank statistics are aoizora.metrics' own objects.
     old = [
         "COLLECTIVE_KINDS", "COLUMNS", "DIMWISE", "ROW_KINDS", "SPREAD_KINDS", "CollectiveCase",
@@ -66,11 +66,11 @@ def test_package_reexports_every_name_of_the_old_module() -> None:
         "predict_collective", "rank_average", "read_measurements", "row_slice", "spearman",
         "top1_agreement", "validate",
     ]  # fmt: skip
-    assert set(old) <= set(aoizora.validation.__all__)
-    for name in aoizora.validation.__all__:
-        assert hasattr(aoizora.validation, name), name
+    assert set(old) <= set(aoizora.studies.validation.__all__)
+    for name in aoizora.studies.validation.__all__:
+        assert hasattr(aoizora.studies.validation, name), name
     for name in aoizora.metrics.__all__:
-        assert getattr(aoizora.validation, name) is getattr(aoizora.metrics, name)
+        assert getattr(aoizora.studies.validation, name) is getattr(aoizora.metrics, name)
 
 
 # --------------------------------------------------------------------------- format

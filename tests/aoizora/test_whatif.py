@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from aoizora.commands.whatif import render_rows, rows_to_csv
-from aoizora.errors import WorkloadError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import run_plan
 from aoizora.replay import replay
-from aoizora.whatif import parse_slice_spec, run_whatif
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import parse_resolution
+from aoizora.studies.whatif import run_whatif
+from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.errors import TopologyError
+from sim.topology import parse_slice_spec
 
 CLIP = parse_resolution("256x256", frames=5)
 
@@ -40,10 +39,23 @@ def test_parse_slice_spec(spec: str, shape: tuple[int, ...], wrap: tuple[bool, .
     assert s.shape == shape and s.wraparound == wrap
 
 
-@pytest.mark.parametrize("spec", ["v5e", "v5e:4x4+wrp", "v5e:4x4+wrap=1x", "4x4"])
-def test_parse_slice_spec_rejects_malformed(spec: str) -> None:
-    with pytest.raises(WorkloadError, match="NAME\\[\\+wrap"):
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("v5e:4x4+wrp", "NAME\\[\\+wrap"),
+        ("v5e:4x4+wrap=1x", "NAME\\[\\+wrap"),
+        ("v5e", "must look like '<generation>:<shape>'"),
+        ("4x4", "must look like '<generation>:<shape>'"),
+    ],
+)
+def test_parse_slice_spec_rejects_malformed(spec: str, message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
         parse_slice_spec(spec)
+
+
+@pytest.mark.parametrize("spec", ["v5e:2x4", "v5e:4x4+wrap", "v5e:4x4+wrap=01", "v5e:8x16"])
+def test_slice_spec_round_trips(spec: str) -> None:
+    assert parse_slice_spec(spec).spec == spec
 
 
 def test_parse_slice_spec_wrong_flag_count() -> None:
@@ -55,7 +67,8 @@ def test_parse_slice_spec_wrong_flag_count() -> None:
 def test_run_whatif_rows_match_their_plans(plan_cache_dir: Path) -> None:
     workload = wan_workload("wan-tiny", CLIP)
     specs = ["v5e:2x2", "v5e:2x2+wrap", "v4:2x2x2"]
-    rows = run_whatif(workload, specs, top_k=2, cache_dir=str(plan_cache_dir))
+    slices = [parse_slice_spec(s) for s in specs]
+    rows = run_whatif(workload, slices, top_k=2, cache_dir=str(plan_cache_dir))
     assert [r.spec for r in rows] == specs
     ok, wrapped, v4 = rows
     # v4 has two TensorCores per chip: libtpu's 16 devices do not match 8 chips.

@@ -59,7 +59,7 @@ def test_groups_equal_jaxlib_expansion(name: str) -> None:
         assert (c.kind, c.channel_id, groups) in oracle, (c, sorted(oracle))
     # and every collective instruction jaxlib sees is one we expanded identically
     ours = set()
-    from aoizora.hlo.costs import collective_base
+    from aoizora.hlo.compute import collective_base
     from aoizora.hlo.groups import parse_pairs, parse_replica_groups
 
     for comp in module.computations.values():

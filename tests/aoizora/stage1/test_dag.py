@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from aoizora.stage1 import build_dag, read_lowered, reshard_collectives
-from aoizora.stage1.dag import PredictionDag
+from aoizora.stage1.prediction import PredictionDag
 from aoizora.stage1.shardy import AxisRef, Sharding, TensorType
 from tests.aoizora.stage1.hlo_oracle import bytes_by_axes, hlo_collectives, while_bodies
 

@@ -22,7 +22,7 @@ from aoizora.stage1 import (
     estimate,
     rank_stage1,
 )
-from aoizora.stage1.dag import Node
+from aoizora.stage1.prediction import Node
 from sim.topology import load_chip
 
 

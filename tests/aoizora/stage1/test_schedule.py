@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from aoizora.stage1 import build_dag, estimate, read_lowered
-from aoizora.stage1.dag import RELAYOUT_PASSES, Node
+from aoizora.stage1.prediction import RELAYOUT_PASSES, Node
 from aoizora.stage1.schedule import makespan_s
 
 

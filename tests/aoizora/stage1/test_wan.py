@@ -7,20 +7,20 @@ from typing import Any
 
 import pytest
 
-from aoizora.candidates import (
+from aoizora.candidates.baselines import baseline_candidates
+from aoizora.candidates.space import (
     Candidate,
     argument_bytes_per_chip,
-    baseline_candidates,
     enumerate_candidates,
 )
 from aoizora.compile import lower
 from aoizora.stage1 import Stage1Estimate, estimate, rank_stage1
-from aoizora.workload import Workload, wan_workload
-from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_flops
-from sim.topology import load_chip
+from aoizora.workloads.base import Workload
+from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_flops, wan_workload
+from sim.topology import load_chip, load_slice
 from tests.aoizora.stage1.hlo_oracle import hlo_collectives, while_bodies
 
-SLICE = "v5e:2x4"
+SLICE = load_slice("v5e:2x4")
 CLIP = parse_resolution("256x256", frames=5)  # 512 tokens
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from aoizora.candidates import (
+from aoizora.candidates.baselines import baseline_candidates
+from aoizora.candidates.space import (
     Candidate,
     argument_bytes_per_chip,
-    baseline_candidates,
     candidate_from_json,
     candidate_to_json,
     check_candidate,
@@ -16,8 +16,8 @@ from aoizora.candidates import (
     mesh_shapes,
 )
 from aoizora.errors import CandidateError
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution
+from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_workload
+from sim.topology import load_slice
 
 WL_13B = wan_workload("wan2.1-1.3b", parse_resolution("480p"))
 WL_14B = wan_workload("wan2.1-14b", parse_resolution("720p"))
@@ -75,8 +75,8 @@ def test_idle_mesh_axis_rejected() -> None:
     import jax
     import jax.numpy as jnp
 
-    from aoizora.rules import Rules
-    from aoizora.workload import user_workload
+    from aoizora.workloads.base import user_workload
+    from aoizora.workloads.rules import Rules
 
     wl = user_workload(
         "mm",
@@ -148,7 +148,7 @@ def test_argument_bytes_per_chip() -> None:
 def test_baselines_and_device_orders(
     slice_name: str, existing: tuple[int, ...], recipe: tuple[int, ...]
 ) -> None:
-    base = {b.name: b for b in baseline_candidates(WL_13B, slice_name)}
+    base = {b.name: b for b in baseline_candidates(WL_13B, load_slice(slice_name))}
     n = len(existing)
     assert (
         base["existing deployment"].candidate.id
@@ -163,7 +163,7 @@ def test_baselines_and_device_orders(
 
 
 def test_baseline_4x4_recipe_needs_split_axes() -> None:
-    base = {b.name: b for b in baseline_candidates(WL_13B, "v5e:4x4")}
+    base = {b.name: b for b in baseline_candidates(WL_13B, load_slice("v5e:4x4"))}
     assert sorted(base["existing deployment"].device_order) == list(range(16))
     # FACTS.md: data=2 x context=8 raises NotImplementedError without splitting axes.
     assert "allow_split_physical_axes=True" in base["maxdiffusion recipe"].note

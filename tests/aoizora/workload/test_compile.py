@@ -16,20 +16,17 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from aoizora.candidates import argument_bytes_per_chip, baseline_candidates, make_candidate
-from aoizora.compile import (
-    chip_hbm_bytes,
-    compile_candidate,
-    lower,
-    slice_backend,
-    topology_devices,
-)
-from aoizora.rules import Rules
-from aoizora.workload import user_workload, wan_workload
-from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_flops
+from aoizora.candidates.baselines import baseline_candidates
+from aoizora.candidates.space import argument_bytes_per_chip, make_candidate
+from aoizora.compile import compile_candidate, lower
+from aoizora.tpu import slice_backend, topology_devices
+from aoizora.workloads.base import user_workload
+from aoizora.workloads.rules import Rules
+from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_flops, wan_workload
+from sim.topology import load_chip, load_slice
 
 pytestmark = pytest.mark.skipif(
-    slice_backend("v5e:2x2") != "tpu", reason="libtpu AOT topologies unavailable"
+    slice_backend(load_slice("v5e:2x2")) != "tpu", reason="libtpu AOT topologies unavailable"
 )
 
 TINY_CLIP = parse_resolution("256x256", frames=5)  # 512 tokens
@@ -41,7 +38,7 @@ def _count(pattern: str, hlo: str) -> int:
 
 
 def test_topology_devices_ids_are_physical() -> None:
-    devs = topology_devices("v5e:2x4")
+    devs = topology_devices(load_slice("v5e:2x4"))
     # libtpu's id of a v5e chip is x + X*y.
     assert sorted(d.id for d in devs) == list(range(8))
     assert all(d.id == d.coords[0] + 2 * d.coords[1] for d in devs)
@@ -49,22 +46,23 @@ def test_topology_devices_ids_are_physical() -> None:
 
 def test_lower_is_cheap_and_carries_shardings() -> None:
     cand = make_candidate(TINY, (2, 1, 4, 1), "maxdiffusion", "gather_kv")
-    text = lower(TINY, cand, "v5e:2x4").as_text()
+    text = lower(TINY, cand, load_slice("v5e:2x4")).as_text()
     assert "sdy.mesh" in text and "sdy.manual_computation" in text
     assert '"context"' in text and "tpu_custom_call" in text
 
 
 @pytest.mark.slow
 def test_tiny_wan_on_2x2_recipe_baseline() -> None:
-    base = {b.name: b for b in baseline_candidates(TINY, "v5e:2x2")}["maxdiffusion recipe"]
-    res = compile_candidate(TINY, base.candidate, "v5e:2x2", order=base.device_order)
+    baselines = baseline_candidates(TINY, load_slice("v5e:2x2"))
+    base = {b.name: b for b in baselines}["maxdiffusion recipe"]
+    res = compile_candidate(TINY, base.candidate, load_slice("v5e:2x2"), order=base.device_order)
     assert res.ok and res.error is None and res.backend == "tpu" and res.warnings == ()
     assert res.device_order == (0, 1, 3, 2)
     assert "num_partitions=4" in res.hlo_text
     # Splash for self- and cross-attention (one scan body), K/V gathered over context.
     assert _count(r'custom_call_target="tpu_custom_call"', res.hlo_text) == 2
     assert _count(r"all-gather(-start)?\(", res.hlo_text) > 0
-    assert res.feasible is True and res.hbm_bytes == chip_hbm_bytes("v5e")
+    assert res.feasible is True and res.hbm_bytes == int(load_chip("v5e").hbm_bytes)
     assert res.memory is not None and 0 < res.memory.total_bytes < 1e9
     assert res.compile_s > 0
     # The analytic per-chip argument bytes agree with the compiler's (TPU tiles pad a little).
@@ -75,12 +73,12 @@ def test_tiny_wan_on_2x2_recipe_baseline() -> None:
 @pytest.mark.slow
 def test_tiny_wan_on_2x4_ulysses_and_ring() -> None:
     uly = make_candidate(TINY, (1, 1, 4, 2), "maxdiffusion", "ulysses")
-    res = compile_candidate(TINY, uly, "v5e:2x4", order=(7, 6, 5, 4, 3, 2, 1, 0))
+    res = compile_candidate(TINY, uly, load_slice("v5e:2x4"), order=(7, 6, 5, 4, 3, 2, 1, 0))
     assert res.ok, res.error
     assert res.device_order == (7, 6, 5, 4, 3, 2, 1, 0)
     assert _count(r"all-to-all(-start)?\(", res.hlo_text) >= 2
     ring = make_candidate(TINY, (2, 1, 4, 1), "fsdp", "ring")
-    res = compile_candidate(TINY, ring, "v5e:2x4")
+    res = compile_candidate(TINY, ring, load_slice("v5e:2x4"))
     assert res.ok, res.error
     assert _count(r"collective-permute-start\(", res.hlo_text) >= 2
     # A ring of 4 runs the kernel 4 times for self-attention, once for cross-attention.
@@ -93,11 +91,11 @@ def test_flops_within_5_percent_of_analytic() -> None:
     full = wan_flops(cfg, TINY_CLIP)
     unrolled = wan_workload("wan-tiny", TINY_CLIP, kernel="xla", scan_layers=False)
     cand = make_candidate(unrolled, (1, 1, 1, 1), "maxdiffusion", "gather_kv")
-    res = compile_candidate(unrolled, cand, "v5e:1x1")
+    res = compile_candidate(unrolled, cand, load_slice("v5e:1x1"))
     assert res.ok, res.error
     assert abs(res.flops / full.total - 1) < 0.05
     # The production step: XLA sees one scan body and no Pallas work.
-    res = compile_candidate(TINY, cand, "v5e:1x1")
+    res = compile_candidate(TINY, cand, load_slice("v5e:1x1"))
     assert res.ok, res.error
     one_layer = wan_flops(replace(cfg, num_layers=1), TINY_CLIP)
     visible = one_layer.total - one_layer.self_attention
@@ -115,10 +113,10 @@ def test_14b_memory_feasibility_flips() -> None:
     the compiler's own argument bytes.
     """
     wl = wan_workload("wan2.1-14b", TINY_CLIP)
-    hbm = chip_hbm_bytes("v5e")
+    hbm = int(load_chip("v5e").hbm_bytes)
     assert hbm is not None
     one = make_candidate(wl, (1, 1, 1, 1), "maxdiffusion", "gather_kv")
-    res = compile_candidate(wl, one, "v5e:1x1")
+    res = compile_candidate(wl, one, load_slice("v5e:1x1"))
     assert res.feasible is False and not res.ok
     assert "HBM" in res.feasibility_reason and "RESOURCE_EXHAUSTED" in (res.error or "")
     assert argument_bytes_per_chip(wl, one) > hbm
@@ -139,10 +137,15 @@ def test_failure_is_returned_not_raised() -> None:
         rule_sets=(Rules.of("dp", [("batch", "data")]),),
     )
     wl = replace(wl, build=lambda ctx: broken)
-    res = compile_candidate(wl, make_candidate(wl, (4, 1, 1, 1), "dp", "none"), "v5e:2x2")
+    res = compile_candidate(
+        wl, make_candidate(wl, (4, 1, 1, 1), "dp", "none"), load_slice("v5e:2x2")
+    )
     assert not res.ok and res.feasible is None
     assert res.error is not None and "reshape" in res.error.lower()
     bad_order = compile_candidate(
-        wl, make_candidate(wl, (4, 1, 1, 1), "dp", "none"), "v5e:2x2", order=(0, 1, 2, 2)
+        wl,
+        make_candidate(wl, (4, 1, 1, 1), "dp", "none"),
+        load_slice("v5e:2x2"),
+        order=(0, 1, 2, 2),
     )
     assert not bad_order.ok and "not a permutation" in (bad_order.error or "")

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jax.sharding import PartitionSpec as P
 
 from aoizora.errors import WorkloadError
-from aoizora.rules import (
+from aoizora.workloads.rules import (
     Rules,
     is_logical_axes,
     logical_to_mesh_axes,

@@ -8,11 +8,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from aoizora.candidates import enumerate_candidates
-from aoizora.compile import compile_candidate, slice_backend
+from aoizora.cache import JsonCache
+from aoizora.candidates.space import enumerate_candidates
+from aoizora.compile import compile_candidate
 from aoizora.errors import WorkloadError
-from aoizora.rules import Rules
-from aoizora.workload import user_workload
+from aoizora.tpu import slice_backend
+from aoizora.workloads.base import user_workload
+from aoizora.workloads.rules import Rules
+from sim.topology import load_slice
 
 
 def mlp(params: dict[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -54,26 +57,27 @@ def test_user_workload_candidates() -> None:
     assert ctx and all("'context'" in r.reason for r in ctx)
 
 
-@pytest.mark.skipif(slice_backend("v5e:2x2") != "tpu", reason="libtpu unavailable")
+@pytest.mark.skipif(slice_backend(load_slice("v5e:2x2")) != "tpu", reason="libtpu unavailable")
 def test_user_workload_compiles_with_its_shardings() -> None:
     wl = _workload()
     space = enumerate_candidates(wl, 4)
     cand = space.by_id("data2.fsdp1.context1.tensor2/dp_tp/none")
-    res = compile_candidate(wl, cand, "v5e:2x2")
+    res = compile_candidate(wl, cand, load_slice("v5e:2x2"))
     assert res.ok, res.error
     # w2's contracting dim is sharded over tensor: the partitioner must reduce.
     assert "all-reduce" in res.hlo_text or "reduce-scatter" in res.hlo_text
     assert res.flops > 0
 
 
-@pytest.mark.skipif(slice_backend("v5e:2x2") != "tpu", reason="libtpu unavailable")
+@pytest.mark.skipif(slice_backend(load_slice("v5e:2x2")) != "tpu", reason="libtpu unavailable")
 def test_compile_cache_round_trip(tmp_path: Path) -> None:
     wl = _workload()
     cand = enumerate_candidates(wl, 4).by_id("data1.fsdp4.context1.tensor1/fsdp/none")
-    cold = compile_candidate(wl, cand, "v5e:2x2", cache_dir=str(tmp_path))
-    warm = compile_candidate(wl, cand, "v5e:2x2", cache_dir=str(tmp_path))
+    cache = JsonCache(tmp_path, compress=True)
+    cold = compile_candidate(wl, cand, load_slice("v5e:2x2"), cache=cache)
+    warm = compile_candidate(wl, cand, load_slice("v5e:2x2"), cache=cache)
     assert cold.ok and not cold.cache_hit and warm.cache_hit
-    assert len(list(tmp_path.iterdir())) == 1
+    assert len(list(tmp_path.rglob("*.json.gz"))) == 1
     assert (warm.hlo_text, warm.flops, warm.memory, warm.device_order) == (
         cold.hlo_text,
         cold.flops,
@@ -81,8 +85,8 @@ def test_compile_cache_round_trip(tmp_path: Path) -> None:
         cold.device_order,
     )
     # Another device order is another compile (another cache entry).
-    other = compile_candidate(wl, cand, "v5e:2x2", order=(3, 2, 1, 0), cache_dir=str(tmp_path))
-    assert not other.cache_hit and len(list(tmp_path.iterdir())) == 2
+    other = compile_candidate(wl, cand, load_slice("v5e:2x2"), order=(3, 2, 1, 0), cache=cache)
+    assert not other.cache_hit and len(list(tmp_path.rglob("*.json.gz"))) == 2
 
 
 def test_user_workload_errors() -> None:

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from aoizora.errors import WorkloadError
-from aoizora.workload import BuildContext, wan_workload
 from aoizora.workloads.attention import local_attention
+from aoizora.workloads.base import BuildContext
 from aoizora.workloads.wan import (
     WAN_CONFIGS,
     WAN_RULE_SETS,
@@ -21,12 +21,12 @@ from aoizora.workloads.wan import (
     WanConfig,
     check_wan_clip,
     latent_shape,
-    make_wan_workload,
     num_tokens,
     padded_tokens,
     parse_resolution,
     token_grid,
     wan_flops,
+    wan_workload,
 )
 
 
@@ -142,7 +142,7 @@ SMALL_CLIP = Clip(48, 32, 5)  # latent (2, 4, 6) -> tokens (2, 2, 3) = 12
 
 
 def _run(mesh_shape: tuple[int, ...], rules_id: str, attention: str, inputs: tuple) -> np.ndarray:
-    wl = make_wan_workload("small", SMALL_CLIP, config=SMALL, kernel="xla")
+    wl = wan_workload("small", SMALL_CLIP, config=SMALL, kernel="xla")
     n = int(np.prod(mesh_shape))
     mesh = jax.sharding.Mesh(
         np.array(jax.devices("cpu")[:n]).reshape(mesh_shape), ("data", "fsdp", "context", "tensor")
@@ -154,7 +154,7 @@ def _run(mesh_shape: tuple[int, ...], rules_id: str, attention: str, inputs: tup
 @pytest.mark.slow
 def test_every_attention_kind_computes_the_same_step() -> None:
     assert num_tokens(SMALL_CLIP) == 12
-    wl = make_wan_workload("small", SMALL_CLIP, config=SMALL, kernel="xla")
+    wl = wan_workload("small", SMALL_CLIP, config=SMALL, kernel="xla")
     leaves, tree = jax.tree.flatten(wl.abstract_args)
     keys = jax.random.split(jax.random.key(1), len(leaves))
     vals = [

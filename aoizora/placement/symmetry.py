@@ -12,7 +12,7 @@ For a slice these are
 
 Transposing two equal-length dimensions is *not* one (routing is x-first), nor
 is a reflection of an even wrapped dimension (the simulator breaks the half-way
-tie towards the positive direction); see :mod:`aoizora.placements`.
+tie towards the positive direction); see :mod:`aoizora.placement.enumerate`.
 
 :func:`canonical` maps any device order to its class key, the smallest
 physical-id image under the symmetries.
@@ -25,8 +25,8 @@ import itertools
 
 import numpy as np
 
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import PlacementError
+from aoizora.placement.device_order import DeviceOrder
 from sim.topology import Slice
 
 __all__ = ["canonical", "canonical_rows", "check_order_on", "slice_automorphisms"]

@@ -34,8 +34,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str
     return [line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)]
 
 
-def render_report(outcome: PlanOutcome) -> str:
-    """The human-readable summary printed by ``aoizora plan``."""
+def _header(outcome: PlanOutcome) -> list[str]:
     wl, s = outcome.workload, outcome.slice_
     backend = outcome.winner.compile.backend
     timings = dict(outcome.timings_s)
@@ -55,7 +54,10 @@ def render_report(outcome: PlanOutcome) -> str:
         f"{sum(len(c.placements) for c in outcome.scored)} (sharding, placement) pairs in "
         f"{timings.get('rank', 0.0):.1f} s"
     )
-    lines.append("")
+    return lines
+
+
+def _winner_table(outcome: PlanOutcome) -> list[str]:
     win = outcome.winner_q2_s
     rows: list[tuple[str, ...]] = [
         (
@@ -69,10 +71,7 @@ def render_report(outcome: PlanOutcome) -> str:
     for b in outcome.baselines:
         speedup = "n/a" if b.q2_s is None else f"{b.q2_s / win:.2f}x"
         rows.append((b.name, b.candidate_id, "default order", format_ms(b.q2_s), speedup))
-    lines += _table(
-        ("", "sharding", "placement", "simulated step", "winner speedup"),
-        rows,
-    )
+    lines = _table(("", "sharding", "placement", "simulated step", "winner speedup"), rows)
     lines.append("")
     lines.append(
         f"placement spread of the winning sharding (simulated): best "
@@ -81,12 +80,15 @@ def render_report(outcome: PlanOutcome) -> str:
     )
     if not outcome.winner.in_top_k:
         lines.append("note: the winner is a baseline's sharding, not one Stage 1 kept")
-    lines.append("")
+    return lines
+
+
+def _candidate_table(outcome: PlanOutcome) -> list[str]:
     q1 = {e.candidate_id: e.q1_s for e in (*outcome.stage1.kept, *outcome.stage1.dropped_weak)}
-    cand_rows: list[tuple[str, ...]] = []
+    rows: list[tuple[str, ...]] = []
     for c in sorted(outcome.scored, key=lambda c: (c.best.q2_s, c.candidate.id)):
         mem = c.compile.memory
-        cand_rows.append(
+        rows.append(
             (
                 c.candidate.id,
                 "yes" if c.in_top_k else "no",
@@ -98,19 +100,14 @@ def render_report(outcome: PlanOutcome) -> str:
                 format_ms(c.worst.q2_s),
             )
         )
-    lines += _table(
-        (
-            "compiled sharding",
-            "Stage 1",
-            "Q1",
-            "compile",
-            "HBM/chip",
-            "placements",
-            "best Q2",
-            "worst Q2",
-        ),
-        cand_rows,
-    )
+    header = ("compiled sharding", "Stage 1", "Q1", "compile", "HBM/chip", "placements",
+              "best Q2", "worst Q2")  # fmt: skip
+    return _table(header, rows)
+
+
+def render_report(outcome: PlanOutcome) -> str:
+    """The human-readable summary printed by ``aoizora plan``."""
+    lines = [*_header(outcome), "", *_winner_table(outcome), "", *_candidate_table(outcome)]
     for cid, reason in outcome.failed:
         lines.append(f"not ranked: {cid}: {reason}")
     if outcome.exhaustive is not None:

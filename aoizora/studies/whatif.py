@@ -12,45 +12,27 @@ Each row reports the best simulated step latency, the speedups over the baseline
 and the peak and mean link utilisation of the winner's simulated step (bytes a
 link carried / (its bandwidth x the step time), from the simulator's link records).
 
-    >>> parse_slice_spec("v5e:4x4+wrap=10").wraparound
-    (True, False)
+    >>> from sim.topology import parse_slice_spec
+    >>> parse_slice_spec("v5e:4x4+wrap=10").spec
+    'v5e:4x4+wrap=10'
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aoizora.errors import AoizoraError, WorkloadError
+from aoizora.errors import AoizoraError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import PlanOutcome, Progress, run_plan
 from aoizora.replay import replay
-from aoizora.workload import Workload
+from aoizora.workloads.base import Workload
 from sim.errors import SimError
 from sim.records import SimResult
-from sim.topology import Slice, load_slice
+from sim.topology import Slice
 
-__all__ = ["WhatIfRow", "parse_slice_spec", "run_whatif", "whatif_row"]
-
-_SPEC_RE = re.compile(r"^(?P<name>[a-z0-9]+:\d+(?:x\d+)*)(?:\+wrap(?:=(?P<flags>[01]+))?)?$")
-
-
-def parse_slice_spec(spec: str) -> Slice:
-    """``NAME``, ``NAME+wrap`` or ``NAME+wrap=FLAGS`` (one 0/1 per dimension) -> Slice."""
-    m = _SPEC_RE.match(spec.strip())
-    if m is None:
-        raise WorkloadError(
-            f"slice spec {spec!r} is not NAME[+wrap[=FLAGS]]; e.g. 'v5e:4x4', 'v5e:4x4+wrap' "
-            f"or 'v5e:4x4+wrap=10' (FLAGS: one 0/1 per dimension)"
-        )
-    name, flags = m.group("name"), m.group("flags")
-    if "+wrap" not in spec:
-        return load_slice(name)
-    if flags is None:
-        return load_slice(name, wraparound=True)
-    return load_slice(name, wraparound=[f == "1" for f in flags])
+__all__ = ["WhatIfRow", "run_whatif", "whatif_row"]
 
 
 @dataclass(frozen=True)
@@ -121,7 +103,7 @@ def whatif_row(spec: str, outcome: PlanOutcome) -> WhatIfRow:
 
 def run_whatif(
     workload: Workload,
-    specs: Sequence[str],
+    slices: Sequence[Slice],
     *,
     top_k: int = 1,
     max_placements: int | None = None,
@@ -129,15 +111,16 @@ def run_whatif(
     progress: Progress | None = None,
     plan: Callable[..., PlanOutcome] = run_plan,
 ) -> tuple[WhatIfRow, ...]:
-    """Plan ``workload`` on every slice spec, in the given order.
+    """Plan ``workload`` on every slice (:func:`sim.topology.parse_slice_spec` reads
+    specs such as ``v5e:4x4+wrap``), in the given order; rows are labelled ``slice_.spec``.
 
     A slice that cannot be planned (unknown shape, nothing fits in HBM, every
     compile failed) becomes a row with ``error`` set; the study goes on.
     """
     say = progress or (lambda _: None)
-    slices = [(spec, parse_slice_spec(spec)) for spec in specs]  # bad specs fail up front
     rows: list[WhatIfRow] = []
-    for i, (spec, slice_) in enumerate(slices, start=1):
+    for i, slice_ in enumerate(slices, start=1):
+        spec = slice_.spec
         say(f"== what-if {i}/{len(slices)}: {spec} ({slice_.num_chips} chips)")
         try:
             outcome = plan(

@@ -133,10 +133,10 @@ class StepCase:
 
     ``clip`` is ``FRAMESxHEIGHTxWIDTH`` (e.g. ``81x480x832``); ``device_order``
     lists libtpu device ids in mesh-flat (row-major) order, as
-    :meth:`aoizora.device_order.DeviceOrder.from_physical_ids` takes them.
+    :meth:`aoizora.placement.device_order.DeviceOrder.from_physical_ids` takes them.
     ``attention`` is the attention kind (``gather_kv``, ``ulysses``, ``ring``
     for Wan); ``None`` when the row leaves it empty -- the step predictor then
-    takes maxdiffusion's default (see :mod:`aoizora.validation.step`).
+    takes maxdiffusion's default (see :mod:`aoizora.studies.validation.step`).
     """
 
     model: str
@@ -333,6 +333,113 @@ def _slice_shape(slice_name: str, *, name: str, line: int) -> tuple[int, ...]:
         raise _err(name, line, f"slice={slice_name!r}: {exc}") from None
 
 
+def _spread(cell: Mapping[str, str], *, name: str, line: int) -> tuple[str, float | None]:
+    spread_kind = cell["spread_kind"]
+    if spread_kind not in SPREAD_KINDS:
+        raise _err(name, line, f"spread_kind={spread_kind!r} must be one of {list(SPREAD_KINDS)}")
+    if spread_kind == "unreported":
+        if cell["spread_s"]:
+            raise _err(name, line, "spread_s must be empty when spread_kind is 'unreported'")
+        return spread_kind, None
+    if not cell["spread_s"]:
+        raise _err(
+            name,
+            line,
+            f"spread_kind={spread_kind!r} needs spread_s (seconds), or set spread_kind to "
+            "'unreported'",
+        )
+    return spread_kind, _float(
+        cell["spread_s"], column="spread_s", name=name, line=line, positive=False
+    )
+
+
+def _collective_case(
+    cell: Mapping[str, str], shape: tuple[int, ...], *, name: str, line: int
+) -> CollectiveCase:
+    for key in ("collective", "groups", "size_bytes"):
+        if not cell[key]:
+            raise _err(name, line, f"a 'collective' row needs {key!r}")
+    if cell["collective"] not in COLLECTIVE_KINDS:
+        raise _err(
+            name,
+            line,
+            f"collective={cell['collective']!r} must be one of {list(COLLECTIVE_KINDS)}",
+        )
+    try:
+        size = int(cell["size_bytes"])
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise _err(name, line, f"size_bytes={cell['size_bytes']!r} must be a positive integer")
+    try:
+        parse_group_spec(cell["groups"], shape=shape)
+    except ValidationError as exc:
+        raise _err(name, line, str(exc)) from None
+    return CollectiveCase(
+        collective=cell["collective"],
+        groups=cell["groups"],
+        size_bytes=size,
+        algorithm=cell["algorithm"] or None,
+    )
+
+
+def _step_mesh(
+    cell: Mapping[str, str], *, name: str, line: int
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    if not _SHAPE_RE.match(cell["mesh_shape"]):
+        raise _err(name, line, f"mesh_shape={cell['mesh_shape']!r} must look like '2x4'")
+    mesh_shape = tuple(int(n) for n in cell["mesh_shape"].split("x"))
+    axes = tuple(cell["mesh_axes"].split())
+    if len(axes) != len(mesh_shape) or len(set(axes)) != len(axes):
+        raise _err(
+            name,
+            line,
+            f"mesh_axes={cell['mesh_axes']!r} must name each of the {len(mesh_shape)} "
+            "mesh dimensions once, separated by spaces, e.g. 'data context'",
+        )
+    return mesh_shape, axes
+
+
+def _step_case(
+    cell: Mapping[str, str], shape: tuple[int, ...], *, name: str, line: int
+) -> StepCase:
+    for key in _STEP_ONLY:
+        if not cell[key]:
+            raise _err(name, line, f"a 'step' row needs {key!r}")
+    if not _CLIP_RE.match(cell["clip"]):
+        raise _err(
+            name, line, f"clip={cell['clip']!r} must be FRAMESxHEIGHTxWIDTH, e.g. 81x480x832"
+        )
+    mesh_shape, axes = _step_mesh(cell, name=name, line=line)
+    attention = cell["attention"] or None
+    if attention is not None and not _NAME_RE.match(attention):
+        raise _err(
+            name,
+            line,
+            f"attention={attention!r} must be one attention kind name, e.g. 'gather_kv', or "
+            "empty for maxdiffusion's default",
+        )
+    order = _ints(cell["device_order"], column="device_order", name=name, line=line)
+    chips = math.prod(shape)
+    if sorted(order) != list(range(chips)) or math.prod(mesh_shape) != chips:
+        raise _err(
+            name,
+            line,
+            f"device_order={cell['device_order']!r} must be a permutation of the "
+            f"{chips} chip ids of {cell['slice']} and mesh_shape must multiply to {chips}, "
+            f"e.g. {' '.join(str(i) for i in range(chips))!r}",
+        )
+    return StepCase(
+        model=cell["model"],
+        clip=cell["clip"],
+        mesh_shape=mesh_shape,
+        mesh_axes=axes,
+        rules_id=cell["rules_id"],
+        device_order=order,
+        attention=attention,
+    )
+
+
 def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
     cell = {k: (raw.get(k) or "").strip() for k in COLUMNS}
     for key in _REQUIRED:
@@ -347,22 +454,7 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
     if kind not in ROW_KINDS:
         raise _err(name, line, f"kind={kind!r} must be one of {list(ROW_KINDS)}")
     measured = _float(cell["measured_s"], column="measured_s", name=name, line=line, positive=True)
-    spread_kind = cell["spread_kind"]
-    if spread_kind not in SPREAD_KINDS:
-        raise _err(name, line, f"spread_kind={spread_kind!r} must be one of {list(SPREAD_KINDS)}")
-    spread: float | None = None
-    if spread_kind == "unreported":
-        if cell["spread_s"]:
-            raise _err(name, line, "spread_s must be empty when spread_kind is 'unreported'")
-    else:
-        if not cell["spread_s"]:
-            raise _err(
-                name,
-                line,
-                f"spread_kind={spread_kind!r} needs spread_s (seconds), or set spread_kind to "
-                "'unreported'",
-            )
-        spread = _float(cell["spread_s"], column="spread_s", name=name, line=line, positive=False)
+    spread_kind, spread = _spread(cell, name=name, line=line)
     shape = _slice_shape(cell["slice"], name=name, line=line)
     wrap = _wrap(cell["wraparound"], name=name, line=line)
     if wrap is not None and len(wrap) != len(shape):
@@ -376,80 +468,7 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
     stray = [k for k in other if cell[k]]
     if stray:
         raise _err(name, line, f"a {kind!r} row must leave {stray} empty")
-    collective: CollectiveCase | None = None
-    step: StepCase | None = None
-    if kind == "collective":
-        for key in ("collective", "groups", "size_bytes"):
-            if not cell[key]:
-                raise _err(name, line, f"a 'collective' row needs {key!r}")
-        if cell["collective"] not in COLLECTIVE_KINDS:
-            raise _err(
-                name,
-                line,
-                f"collective={cell['collective']!r} must be one of {list(COLLECTIVE_KINDS)}",
-            )
-        try:
-            size = int(cell["size_bytes"])
-        except ValueError:
-            size = 0
-        if size <= 0:
-            raise _err(name, line, f"size_bytes={cell['size_bytes']!r} must be a positive integer")
-        try:
-            parse_group_spec(cell["groups"], shape=shape)
-        except ValidationError as exc:
-            raise _err(name, line, str(exc)) from None
-        collective = CollectiveCase(
-            collective=cell["collective"],
-            groups=cell["groups"],
-            size_bytes=size,
-            algorithm=cell["algorithm"] or None,
-        )
-    else:
-        for key in _STEP_ONLY:
-            if not cell[key]:
-                raise _err(name, line, f"a 'step' row needs {key!r}")
-        if not _CLIP_RE.match(cell["clip"]):
-            raise _err(
-                name, line, f"clip={cell['clip']!r} must be FRAMESxHEIGHTxWIDTH, e.g. 81x480x832"
-            )
-        if not _SHAPE_RE.match(cell["mesh_shape"]):
-            raise _err(name, line, f"mesh_shape={cell['mesh_shape']!r} must look like '2x4'")
-        mesh_shape = tuple(int(n) for n in cell["mesh_shape"].split("x"))
-        axes = tuple(cell["mesh_axes"].split())
-        if len(axes) != len(mesh_shape) or len(set(axes)) != len(axes):
-            raise _err(
-                name,
-                line,
-                f"mesh_axes={cell['mesh_axes']!r} must name each of the {len(mesh_shape)} "
-                "mesh dimensions once, separated by spaces, e.g. 'data context'",
-            )
-        attention = cell["attention"] or None
-        if attention is not None and not _NAME_RE.match(attention):
-            raise _err(
-                name,
-                line,
-                f"attention={attention!r} must be one attention kind name, e.g. 'gather_kv', or "
-                "empty for maxdiffusion's default",
-            )
-        order = _ints(cell["device_order"], column="device_order", name=name, line=line)
-        chips = math.prod(shape)
-        if sorted(order) != list(range(chips)) or math.prod(mesh_shape) != chips:
-            raise _err(
-                name,
-                line,
-                f"device_order={cell['device_order']!r} must be a permutation of the "
-                f"{chips} chip ids of {cell['slice']} and mesh_shape must multiply to {chips}, "
-                f"e.g. {' '.join(str(i) for i in range(chips))!r}",
-            )
-        step = StepCase(
-            model=cell["model"],
-            clip=cell["clip"],
-            mesh_shape=mesh_shape,
-            mesh_axes=axes,
-            rules_id=cell["rules_id"],
-            device_order=order,
-            attention=attention,
-        )
+    is_collective = kind == "collective"
     return Measurement(
         row_id=row_id,
         kind=kind,
@@ -462,8 +481,8 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
         hardware=cell["hardware"],
         software=cell["software"],
         notes=cell["notes"],
-        collective=collective,
-        step=step,
+        collective=_collective_case(cell, shape, name=name, line=line) if is_collective else None,
+        step=None if is_collective else _step_case(cell, shape, name=name, line=line),
         line=line,
     )
 

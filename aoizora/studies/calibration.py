@@ -32,7 +32,7 @@ The result is written *beside* the shipped file, as
 ``topologies/calibrated/<gen>.<tag>.toml``; :func:`write_calibrated_topology`
 refuses to overwrite ``topologies/<gen>.toml``.
 
->>> from aoizora.validation import parse_measurements, predict_collective
+>>> from aoizora.studies.validation import parse_measurements, predict_collective
 >>> rows = parse_measurements(
 ...     "row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source\\n"
 ...     "a,collective,v5e:2x2,all-gather,ids:0 1,1000000,1.2e-05,unreported,x\\n"
@@ -44,6 +44,7 @@ refuses to overwrite ``topologies/<gen>.toml``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -56,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from aoizora.errors import AoizoraError, ValidationError
-from aoizora.validation import Measurement, predict_collective
+from aoizora.studies.validation import Measurement, predict_collective, row_slice
 from sim.topology import Slice, load_chip, load_slice, make_slice, topologies_dir
 
 __all__ = [
@@ -142,7 +143,7 @@ class CalibrationFit:
 def collective_features(row: Measurement) -> tuple[float, float]:
     """``(a, h)``: bandwidth-critical bytes and latency-critical hops of a collective row.
 
-    >>> from aoizora.validation import parse_measurements
+    >>> from aoizora.studies.validation import parse_measurements
     >>> row = parse_measurements(
     ...     "row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source\\n"
     ...     "a,collective,v5e:8x16,all-gather,dims:1,3200,1e-5,unreported,x\\n")[0]
@@ -160,12 +161,93 @@ def _measured_array(rows: Sequence[Measurement]) -> np.ndarray:
     return np.array([r.measured_s for r in rows], dtype=float)
 
 
-def _generation_of(slice_name: str) -> str:
-    return slice_name.split(":", 1)[0]
+def _generation_of(row: Measurement) -> str:
+    return row_slice(row).chip.generation
 
 
 def _simulated(row: Measurement, bandwidth: float, latency: float) -> float:
     return predict_collective(row, link_bandwidth_bytes_per_s=bandwidth, hop_latency_s=latency)
+
+
+def _parameter_names(kinds: Sequence[str], *, fit_latency: bool, overhead: str) -> list[str]:
+    names = ["inv_bandwidth"] + (["hop_latency"] if fit_latency else [])
+    if overhead == "per-kind":
+        names += [f"overhead:{k}" for k in kinds]
+    elif overhead == "shared":
+        names += ["overhead:*"]
+    return names
+
+
+def _linear_system(
+    use: Sequence[Measurement],
+    kinds: Sequence[str],
+    *,
+    fit_latency: bool,
+    overhead: str,
+    hop_latency_s: float,
+    num_params: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``measured = bytes/B + hops*latency + overhead``, relative to each row."""
+    design = np.zeros((len(use), num_params))
+    target = np.zeros(len(use))
+    for i, row in enumerate(use):
+        assert row.collective is not None
+        a, h = collective_features(row)
+        design[i, 0] = a
+        target[i] = row.measured_s
+        col = 1
+        if fit_latency:
+            design[i, col] = h
+            col += 1
+        else:
+            target[i] -= h * hop_latency_s
+        if overhead == "per-kind":
+            design[i, col + kinds.index(row.collective.collective)] = 1.0
+        elif overhead == "shared":
+            design[i, col] = 1.0
+    # Relative residuals: divide each row by its measurement. The rows span
+    # microseconds to tens of milliseconds; unweighted, the largest buffers
+    # would decide every parameter and the small, latency-bound rows none.
+    weight = 1.0 / _measured_array(use)
+    return design * weight[:, None], target * weight
+
+
+def _solve(
+    design: np.ndarray, target: np.ndarray, names: Sequence[str], *, what: str
+) -> tuple[np.ndarray, str]:
+    """Least squares with every parameter >= 0; ``what`` names the rows in errors."""
+    # Columns differ by ~10 orders of magnitude (bytes vs hops vs 1); scale
+    # them to unit norm so the rank test and the solve are well conditioned.
+    norms = np.linalg.norm(design, axis=0)
+    norms[norms == 0] = 1.0
+    scaled = design / norms
+    rank = int(np.linalg.matrix_rank(scaled, tol=1e-9))
+    if rank < len(names):
+        raise CalibrationError(
+            f"{what} cannot separate the {len(names)} parameters {list(names)} (rank {rank}): "
+            "add rows with other sizes, group shapes or kinds, or fit fewer -- --overhead "
+            "shared/none, or --fix-latency"
+        )
+    solution, *_ = np.linalg.lstsq(scaled, target, rcond=None)
+    method = "numpy.linalg.lstsq"
+    if np.any(solution < 0):
+        from scipy.optimize import lsq_linear  # type: ignore[import-untyped]
+
+        solution = lsq_linear(scaled, target, bounds=(0.0, np.inf), method="bvls").x
+        method = "scipy.optimize.lsq_linear(bounds>=0, bvls)"
+    return solution / norms, method
+
+
+def _residuals(use: Sequence[Measurement], fit: CalibrationFit) -> tuple[RowResidual, ...]:
+    """Residuals of the real model (simulator at the fitted numbers + overhead), not of
+    the linear surrogate."""
+    out = []
+    for row in use:
+        assert row.collective is not None
+        fitted_s = _simulated(row, fit.link_bandwidth_bytes_per_s, fit.hop_latency_s)
+        fitted_s += fit.overhead_for(row.collective.collective)
+        out.append(RowResidual(row.row_id, row.collective.collective, row.measured_s, fitted_s))
+    return tuple(out)
 
 
 def calibrate(
@@ -190,63 +272,21 @@ def calibrate(
             f"overhead={overhead!r} must be one of {list(OVERHEAD_MODES)}, e.g. 'per-kind'"
         )
     chip = load_chip(generation)
-    use = [r for r in rows if r.kind == "collective" and _generation_of(r.slice_name) == generation]
+    use = [r for r in rows if r.kind == "collective" and _generation_of(r) == generation]
     skipped = tuple(r.row_id for r in rows if r not in use)
     if not use:
         raise CalibrationError(
             f"no collective rows on {generation} slices to fit (skipped {len(skipped)} rows); "
             f"pick --generation from the rows' slices, e.g. "
-            f"{sorted({_generation_of(r.slice_name) for r in rows})}"
+            f"{sorted({_generation_of(r) for r in rows})}"
         )
     kinds = sorted({r.collective.collective for r in use if r.collective is not None})
-    names = ["inv_bandwidth"] + (["hop_latency"] if fit_latency else [])
-    if overhead == "per-kind":
-        names += [f"overhead:{k}" for k in kinds]
-    elif overhead == "shared":
-        names += ["overhead:*"]
-    design = np.zeros((len(use), len(names)))
-    target = np.zeros(len(use))
-    for i, row in enumerate(use):
-        assert row.collective is not None
-        a, h = collective_features(row)
-        design[i, 0] = a
-        target[i] = row.measured_s
-        col = 1
-        if fit_latency:
-            design[i, col] = h
-            col += 1
-        else:
-            target[i] -= h * chip.hop_latency_s
-        if overhead == "per-kind":
-            design[i, col + kinds.index(row.collective.collective)] = 1.0
-        elif overhead == "shared":
-            design[i, col] = 1.0
-    # Relative residuals: divide each row by its measurement. The rows span
-    # microseconds to tens of milliseconds; unweighted, the largest buffers
-    # would decide every parameter and the small, latency-bound rows none.
-    weight = 1.0 / _measured_array(use)
-    design *= weight[:, None]
-    target *= weight
-    # Columns differ by ~10 orders of magnitude (bytes vs hops vs 1); scale
-    # them to unit norm so the rank test and the solve are well conditioned.
-    norms = np.linalg.norm(design, axis=0)
-    norms[norms == 0] = 1.0
-    scaled = design / norms
-    rank = int(np.linalg.matrix_rank(scaled, tol=1e-9))
-    if rank < len(names):
-        raise CalibrationError(
-            f"{len(use)} {generation} collective rows cannot separate the {len(names)} "
-            f"parameters {names} (rank {rank}): add rows with other sizes, group shapes or "
-            "kinds, or fit fewer -- --overhead shared/none, or --fix-latency"
-        )
-    solution, *_ = np.linalg.lstsq(scaled, target, rcond=None)
-    method = "numpy.linalg.lstsq"
-    if np.any(solution < 0):
-        from scipy.optimize import lsq_linear  # type: ignore[import-untyped]
-
-        solution = lsq_linear(scaled, target, bounds=(0.0, np.inf), method="bvls").x
-        method = "scipy.optimize.lsq_linear(bounds>=0, bvls)"
-    params = solution / norms
+    names = _parameter_names(kinds, fit_latency=fit_latency, overhead=overhead)
+    design, target = _linear_system(
+        use, kinds, fit_latency=fit_latency, overhead=overhead,
+        hop_latency_s=chip.hop_latency_s, num_params=len(names),
+    )  # fmt: skip
+    params, method = _solve(design, target, names, what=f"{len(use)} {generation} collective rows")
     if params[0] <= 0:
         raise CalibrationError(
             f"the fit gives no finite link bandwidth for {generation} (1/B = {params[0]:g}); "
@@ -255,16 +295,13 @@ def calibrate(
     values = dict(zip(names, params.tolist(), strict=True))
     if refine:
         values, method = _refine(use, names, values, chip.hop_latency_s, method)
-    bandwidth = 1.0 / values["inv_bandwidth"]
-    latency = values.get("hop_latency", chip.hop_latency_s)
-    overheads = tuple(
-        (n.split(":", 1)[1], v) for n, v in values.items() if n.startswith("overhead:")
-    )
     fit = CalibrationFit(
         generation=generation,
-        link_bandwidth_bytes_per_s=bandwidth,
-        hop_latency_s=latency,
-        overhead_s=overheads,
+        link_bandwidth_bytes_per_s=1.0 / values["inv_bandwidth"],
+        hop_latency_s=values.get("hop_latency", chip.hop_latency_s),
+        overhead_s=tuple(
+            (n.split(":", 1)[1], v) for n, v in values.items() if n.startswith("overhead:")
+        ),
         fitted=tuple(names),
         method=method,
         residuals=(),
@@ -274,16 +311,7 @@ def calibrate(
         source_name=source_name,
         source_sha256=source_sha256,
     )
-    # Residuals of the real model (simulator at the fitted numbers + overhead),
-    # not of the linear surrogate.
-    residuals = []
-    for row in use:
-        assert row.collective is not None
-        fitted_s = _simulated(row, bandwidth, latency) + fit.overhead_for(row.collective.collective)
-        residuals.append(
-            RowResidual(row.row_id, row.collective.collective, row.measured_s, fitted_s)
-        )
-    return CalibrationFit(**{**fit.__dict__, "residuals": tuple(residuals)})
+    return dataclasses.replace(fit, residuals=_residuals(use, fit))
 
 
 def _refine(
@@ -356,6 +384,39 @@ def _quote_key(key: str) -> str:
     return key if re.match(r"^[A-Za-z0-9_\-]+$", key) else _toml_value(key)
 
 
+def _calibration_table(fit: CalibrationFit) -> list[str]:
+    """The ``[calibration]`` table: how the numbers were fitted, and every residual."""
+    lines = [
+        "",
+        "[calibration]",
+        f"format = {_toml_value(_FORMAT)}",
+        f"method = {_toml_value(fit.method)}",
+        f"fitted = {_toml_value(list(fit.fitted))}",
+        f"measurement_file = {_toml_value(fit.source_name)}",
+        f"measurement_sha256 = {_toml_value(fit.source_sha256)}",
+        "shipped_link_bandwidth_bytes_per_s = "
+        + _toml_value(fit.shipped_link_bandwidth_bytes_per_s),
+        f"shipped_hop_latency_s = {_toml_value(fit.shipped_hop_latency_s)}",
+        f"rms_residual_s = {_toml_value(fit.rms_residual_s)}",
+        f"mape_percent = {_toml_value(fit.mape_percent)}",
+        f"skipped_rows = {_toml_value(list(fit.skipped))}",
+        "",
+        "[calibration.overhead_s]",
+    ]
+    lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in fit.overhead_s)
+    for r in fit.residuals:
+        lines += [
+            "",
+            "[[calibration.residuals]]",
+            f"row_id = {_toml_value(r.row_id)}",
+            f"kind = {_toml_value(r.kind)}",
+            f"measured_s = {_toml_value(r.measured_s)}",
+            f"fitted_s = {_toml_value(r.fitted_s)}",
+            f"residual_s = {_toml_value(r.residual_s)}",
+        ]
+    return lines
+
+
 def write_calibrated_topology(
     fit: CalibrationFit, path: str | Path, *, force: bool = False
 ) -> Path:
@@ -407,34 +468,7 @@ def write_calibrated_topology(
         lines.append("")
         lines.append(f"[{_quote_key(name)}]")
         lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in table.items())
-    lines += [
-        "",
-        "[calibration]",
-        f"format = {_toml_value(_FORMAT)}",
-        f"method = {_toml_value(fit.method)}",
-        f"fitted = {_toml_value(list(fit.fitted))}",
-        f"measurement_file = {_toml_value(fit.source_name)}",
-        f"measurement_sha256 = {_toml_value(fit.source_sha256)}",
-        "shipped_link_bandwidth_bytes_per_s = "
-        + _toml_value(fit.shipped_link_bandwidth_bytes_per_s),
-        f"shipped_hop_latency_s = {_toml_value(fit.shipped_hop_latency_s)}",
-        f"rms_residual_s = {_toml_value(fit.rms_residual_s)}",
-        f"mape_percent = {_toml_value(fit.mape_percent)}",
-        f"skipped_rows = {_toml_value(list(fit.skipped))}",
-        "",
-        "[calibration.overhead_s]",
-    ]
-    lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in fit.overhead_s)
-    for r in fit.residuals:
-        lines += [
-            "",
-            "[[calibration.residuals]]",
-            f"row_id = {_toml_value(r.row_id)}",
-            f"kind = {_toml_value(r.kind)}",
-            f"measured_s = {_toml_value(r.measured_s)}",
-            f"fitted_s = {_toml_value(r.fitted_s)}",
-            f"residual_s = {_toml_value(r.residual_s)}",
-        ]
+    lines += _calibration_table(fit)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out

@@ -3,14 +3,14 @@
 - ``collective`` rows: :func:`predict_collective` replays the collective in
   :mod:`sim` (:func:`collective_nodes` builds its flows, with the ``dimwise``
   algorithm composed here from sim's one-dimensional collectives);
-- ``step`` rows: :func:`aoizora.validation.step.predict_step` compiles the
+- ``step`` rows: :func:`aoizora.studies.validation.step.predict_step` compiles the
   model's step and replays it for the row's device order.
 
 :func:`default_predictors` gives both, as ``aoizora validate`` uses them.
 
 Example
 -------
->>> from aoizora.validation.format import parse_measurements
+>>> from aoizora.studies.validation.format import parse_measurements
 >>> (row,) = parse_measurements(
 ...     "row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_kind,source\\n"
 ...     "a,collective,v5e:1x2,all-gather,ids:0 1,2000000,1e-5,unreported,x\\n")
@@ -26,8 +26,8 @@ import functools
 from collections.abc import Callable
 
 from aoizora.errors import ValidationError
-from aoizora.validation.format import Measurement, parse_group_spec, row_slice
-from aoizora.validation.step import predict_step
+from aoizora.studies.validation.format import Measurement, parse_group_spec, row_slice
+from aoizora.studies.validation.step import predict_step
 from sim.collectives import collective_flows
 from sim.engine import Compute, Flow, simulate
 from sim.topology import Slice

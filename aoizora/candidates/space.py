@@ -16,16 +16,7 @@ splits them into legal ones and rejected ones, each rejection with its reasons:
   padding over 1 %);
 * the same shardings as an earlier candidate (a duplicate).
 
-:func:`baseline_candidates` names today's deployments so reports can compare:
-
-* ``"existing deployment"`` -- maxdiffusion's defaults: ``context`` = all chips,
-  its rules, K/V all-gathered (``gather_kv``), and the device order of
-  ``jax.experimental.mesh_utils.create_device_mesh`` (maxdiffusion
-  ``max_utils.create_device_mesh`` with ``allow_split_physical_axes: False``);
-* ``"maxdiffusion recipe"`` -- the published recipe: ``data`` = 2 (the CFG pair) x
-  ``context`` = the rest, same rules, attention and device-order function.
-
-    >>> from aoizora.workload import wan_workload
+    >>> from aoizora.workloads.wan import wan_workload
     >>> from aoizora.workloads.wan import parse_resolution
     >>> space = enumerate_candidates(wan_workload("wan2.1-1.3b", parse_resolution("480p")), 4)
     >>> space.legal[0].id
@@ -42,7 +33,8 @@ from typing import Any
 import jax
 
 from aoizora.errors import CandidateError, WorkloadError
-from aoizora.rules import (
+from aoizora.workloads.base import Workload
+from aoizora.workloads.rules import (
     Rules,
     is_logical_axes,
     logical_to_pspec,
@@ -50,27 +42,22 @@ from aoizora.rules import (
     rules_to_json,
     sharding_degree,
 )
-from aoizora.workload import Workload
 
 __all__ = [
     "DEFAULT_MESH_AXIS_NAMES",
     "Candidate",
     "Rejected",
     "CandidateSpace",
-    "Baseline",
-    "BASELINE_NAMES",
     "mesh_shapes",
     "make_candidate",
     "check_candidate",
     "enumerate_candidates",
-    "baseline_candidates",
     "candidate_to_json",
     "argument_bytes_per_chip",
     "candidate_from_json",
 ]
 
 DEFAULT_MESH_AXIS_NAMES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
-BASELINE_NAMES: tuple[str, ...] = ("existing deployment", "maxdiffusion recipe")
 
 
 @dataclass(frozen=True)
@@ -153,20 +140,6 @@ class CandidateSpace:
             f"no candidate {candidate_id!r} for {self.workload} on {self.num_chips} chips; "
             f"e.g. {self.legal[0].id if self.legal else '(none legal)'}"
         )
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """A named deployment to compare with: its candidate and its default device order.
-
-    ``device_order`` lists libtpu physical chip ids (``x + X*y`` on v5e) in mesh-flat
-    (row-major) order; ``note`` says how it was obtained.
-    """
-
-    name: str
-    candidate: Candidate
-    device_order: tuple[int, ...]
-    note: str
 
 
 def mesh_shapes(num_chips: int, num_axes: int) -> tuple[tuple[int, ...], ...]:
@@ -333,35 +306,6 @@ def enumerate_candidates(
     return CandidateSpace(workload.name, num_chips, tuple(legal), tuple(rejected))
 
 
-def baseline_candidates(workload: Workload, slice_name: str) -> tuple[Baseline, ...]:
-    """The named baselines of a Wan workload on ``slice_name`` (``()`` for other workloads).
-
-    Device orders come from ``mesh_utils.create_device_mesh`` on the slice's libtpu
-    devices (see :func:`aoizora.compile.default_device_order`).
-    """
-    from aoizora.compile import default_device_order, slice_num_chips
-
-    if workload.info.get("kind") != "wan":
-        return ()
-    n = slice_num_chips(slice_name)
-    out: list[Baseline] = []
-    shapes = {
-        "existing deployment": (1, 1, n, 1),
-        "maxdiffusion recipe": (2, 1, n // 2, 1),
-    }
-    for name in BASELINE_NAMES:
-        shape = shapes[name]
-        if math.prod(shape) != n:
-            continue  # one chip: no recipe with data = 2
-        cand = make_candidate(workload, shape, "maxdiffusion", "gather_kv")
-        reasons = check_candidate(workload, cand)
-        if reasons:
-            raise CandidateError(f"baseline {name!r} ({cand.id}) is illegal: {'; '.join(reasons)}")
-        order, note = default_device_order(shape, slice_name)
-        out.append(Baseline(name=name, candidate=cand, device_order=order, note=note))
-    return tuple(out)
-
-
 def candidate_to_json(candidate: Candidate) -> dict[str, Any]:
     """A JSON-ready value for a plan file (rules included)."""
     return {
@@ -403,7 +347,7 @@ def argument_bytes_per_chip(workload: Workload, candidate: Candidate) -> int:
     TPU tile padding of small dimensions is not modelled, so compiled
     ``memory_analysis`` argument bytes can be slightly larger.
 
-        >>> from aoizora.workload import wan_workload
+        >>> from aoizora.workloads.wan import wan_workload
         >>> from aoizora.workloads.wan import parse_resolution
         >>> wl = wan_workload("wan2.1-14b", parse_resolution("480p"))
         >>> c = make_candidate(wl, (1, 1, 1, 1), "maxdiffusion", "gather_kv")

@@ -22,11 +22,11 @@ import json
 from pathlib import Path
 
 from aoizora.hlo.graph import graph_from_text
-from aoizora.pictures.heatmap import link_loads, plot_link_heatmap
-from aoizora.pictures.ranking import RankingEntry, plot_ranking
-from aoizora.pictures.trace import chrome_trace, write_chrome_trace
 from aoizora.planner import PlanOutcome, outcome_summary
 from aoizora.replay import replay
+from aoizora.report.pictures.heatmap import link_loads, plot_link_heatmap
+from aoizora.report.pictures.ranking import RankingEntry, plot_ranking
+from aoizora.report.pictures.trace import chrome_trace, write_chrome_trace
 from sim.records import SimResult
 
 __all__ = ["busiest_region", "write_report_dir"]

@@ -1,14 +1,14 @@
 """Predict every row of a measurement file and compute each group's metrics.
 
-Rows are grouped by :attr:`~aoizora.validation.format.Measurement.group_key`
+Rows are grouped by :attr:`~aoizora.studies.validation.format.Measurement.group_key`
 (kind, workload, slice): a group is one question -- "rank these placements of
 one step", "follow this size sweep of one collective". Each group gets
 Spearman's rho, top-1 agreement and MAPE (:mod:`aoizora.metrics`); the gate
-(:mod:`aoizora.validation.gate`) holds them against thresholds.
+(:mod:`aoizora.studies.validation.gate`) holds them against thresholds.
 
 Example
 -------
->>> from aoizora.validation.format import parse_measurements
+>>> from aoizora.studies.validation.format import parse_measurements
 >>> text = '''row_id,kind,slice,collective,groups,size_bytes,measured_s,spread_s,spread_kind,source
 ... a,collective,v5e:2x2,all-gather,dims:0,1000000,2.0e-05,,unreported,https://example.org
 ... b,collective,v5e:2x2,all-gather,dims:0,4000000,5.0e-05,,unreported,https://example.org
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from aoizora.errors import ValidationError
 from aoizora.metrics import mape_percent, spearman, top1_agreement
-from aoizora.validation.format import Measurement
-from aoizora.validation.predict import Predictor
+from aoizora.studies.validation.format import Measurement
+from aoizora.studies.validation.predict import Predictor
 
 __all__ = ["GroupReport", "RowPrediction", "ValidationReport", "validate"]
 

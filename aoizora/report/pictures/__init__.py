@@ -3,9 +3,9 @@
 Each module exposes the numbers it draws as data (so tests compare them with the
 simulator's records) and a function that writes the file:
 
-- :mod:`aoizora.pictures.heatmap`: :func:`link_loads`, :func:`plot_link_heatmap` (PNG)
-- :mod:`aoizora.pictures.trace`: :func:`chrome_trace`, :func:`write_chrome_trace` (JSON)
-- :mod:`aoizora.pictures.ranking`: :func:`ranking_rows`, :func:`plot_ranking` (PNG)
+- :mod:`aoizora.report.pictures.heatmap`: :func:`link_loads`, :func:`plot_link_heatmap` (PNG)
+- :mod:`aoizora.report.pictures.trace`: :func:`chrome_trace`, :func:`write_chrome_trace` (JSON)
+- :mod:`aoizora.report.pictures.ranking`: :func:`ranking_rows`, :func:`plot_ranking` (PNG)
 
 Matplotlib is used through its Agg canvas directly (no pyplot, no global
 state), and PNGs are written without a timestamp or version tag, so the same
@@ -14,9 +14,9 @@ input gives the same bytes.
 
 from __future__ import annotations
 
-from aoizora.pictures.heatmap import LinkLoad, LinkLoadMap, link_loads, plot_link_heatmap
-from aoizora.pictures.ranking import RankingEntry, RankingRow, plot_ranking, ranking_rows
-from aoizora.pictures.trace import chrome_trace, write_chrome_trace
+from aoizora.report.pictures.heatmap import LinkLoad, LinkLoadMap, link_loads, plot_link_heatmap
+from aoizora.report.pictures.ranking import RankingEntry, RankingRow, plot_ranking, ranking_rows
+from aoizora.report.pictures.trace import chrome_trace, write_chrome_trace
 
 __all__ = [
     "LinkLoad",

@@ -2,22 +2,22 @@
 
 One concept per module:
 
-- :mod:`aoizora.validation.format` -- the measurement CSV: :class:`Measurement`
+- :mod:`aoizora.studies.validation.format` -- the measurement CSV: :class:`Measurement`
   rows (``collective`` and ``step``), :func:`parse_measurements`,
   :func:`read_measurements`, :func:`format_measurements`, group specs and
   :func:`row_slice`;
-- :mod:`aoizora.validation.predict` -- one predictor per row kind:
+- :mod:`aoizora.studies.validation.predict` -- one predictor per row kind:
   :func:`predict_collective` (the collective in :mod:`sim`) and
   :func:`default_predictors`;
-- :mod:`aoizora.validation.step` -- :func:`predict_step`: compile the row's
+- :mod:`aoizora.studies.validation.step` -- :func:`predict_step`: compile the row's
   sharding, replay it with the row's device order (the planner's Q2);
-- :mod:`aoizora.validation.report` -- :func:`validate`: predictions grouped by
+- :mod:`aoizora.studies.validation.validate` -- :func:`validate`: predictions grouped by
   workload and slice, with Spearman's rho, top-1 agreement and MAPE per group
   (the statistics live in :mod:`aoizora.metrics`);
-- :mod:`aoizora.validation.gate` -- :class:`Thresholds` and :func:`gate`.
+- :mod:`aoizora.studies.validation.gate` -- :class:`Thresholds` and :func:`gate`.
 
 The file format is documented in ``docs/validation.md``. Every name is
-re-exported here, so ``from aoizora.validation import ...`` keeps working.
+re-exported here, so ``from aoizora.studies.validation import ...`` keeps working.
 
 Example
 -------
@@ -39,7 +39,7 @@ Example
 from __future__ import annotations
 
 from aoizora.metrics import mape_percent, rank_average, spearman, top1_agreement
-from aoizora.validation.format import (
+from aoizora.studies.validation.format import (
     COLLECTIVE_KINDS,
     COLUMNS,
     ROW_KINDS,
@@ -53,16 +53,21 @@ from aoizora.validation.format import (
     read_measurements,
     row_slice,
 )
-from aoizora.validation.gate import GateFailure, Thresholds, gate
-from aoizora.validation.predict import (
+from aoizora.studies.validation.gate import GateFailure, Thresholds, gate
+from aoizora.studies.validation.predict import (
     DIMWISE,
     Predictor,
     collective_nodes,
     default_predictors,
     predict_collective,
 )
-from aoizora.validation.report import GroupReport, RowPrediction, ValidationReport, validate
-from aoizora.validation.step import DEFAULT_ATTENTION, predict_step
+from aoizora.studies.validation.step import DEFAULT_ATTENTION, predict_step
+from aoizora.studies.validation.validate import (
+    GroupReport,
+    RowPrediction,
+    ValidationReport,
+    validate,
+)
 
 __all__ = [
     "COLLECTIVE_KINDS",

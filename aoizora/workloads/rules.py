@@ -75,7 +75,7 @@ def is_logical_axes(value: object) -> bool:
 class Rules:
     """An ordered tuple of ``(logical name, mesh axis names)`` pairs plus a stable name.
 
-    ``name`` is the rules id a plan file and a :class:`~aoizora.candidates.Candidate`
+    ``name`` is the rules id a plan file and a :class:`~aoizora.candidates.space.Candidate`
     refer to. Build one with :meth:`of`, which also accepts a bare mesh axis
     string or ``None`` (replicated) as the right-hand side:
 

@@ -22,7 +22,7 @@ An empty ``attention`` cell means maxdiffusion's default, :data:`DEFAULT_ATTENTI
 
 Example
 -------
->>> from aoizora.validation.format import StepCase
+>>> from aoizora.studies.validation.format import StepCase
 >>> canonical_mesh(StepCase("wan-tiny", "5x256x256", (2, 2), ("context", "data"),
 ...                         "maxdiffusion", (0, 1, 3, 2)))
 ((2, 1, 2, 1), (0, 3, 1, 2))
@@ -33,19 +33,20 @@ Clip(width=480, height=256, frames=5)
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
-from aoizora.candidates import DEFAULT_MESH_AXIS_NAMES, check_candidate, make_candidate
+from aoizora.cache import plan_caches
+from aoizora.candidates.space import check_candidate, make_candidate
 from aoizora.compile import compile_candidate
-from aoizora.device_order import DeviceOrder
 from aoizora.errors import AoizoraError, ValidationError
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
+from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import replay
-from aoizora.validation.format import Measurement, StepCase, row_slice
-from aoizora.workload import wan_workload
-from aoizora.workloads.wan import WAN_CONFIGS, Clip, parse_resolution
+from aoizora.studies.validation.format import Measurement, StepCase, row_slice
+from aoizora.workloads.wan import WAN_CONFIGS, Clip, parse_resolution, wan_workload
+from aoizora.workloads.wan_config import MESH_AXIS_NAMES
+from sim.topology import Slice
 
 __all__ = [
     "DEFAULT_ATTENTION",
@@ -81,17 +82,17 @@ def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
     the planner's own (same id, same compile-cache entry).
     """
     axes = step.mesh_axes
-    unknown = [a for a in axes if a not in DEFAULT_MESH_AXIS_NAMES]
+    unknown = [a for a in axes if a not in MESH_AXIS_NAMES]
     if unknown:
         raise ValidationError(
             f"mesh_axes={' '.join(axes)!r}: axes {unknown} are not Wan mesh axes; name some of "
-            f"{list(DEFAULT_MESH_AXIS_NAMES)}, e.g. 'data context'"
+            f"{list(MESH_AXIS_NAMES)}, e.g. 'data context'"
         )
     ids = np.asarray(step.device_order, dtype=np.int64).reshape(step.mesh_shape)
-    perm = sorted(range(len(axes)), key=lambda i: DEFAULT_MESH_AXIS_NAMES.index(axes[i]))
+    perm = sorted(range(len(axes)), key=lambda i: MESH_AXIS_NAMES.index(axes[i]))
     flat = tuple(int(i) for i in ids.transpose(perm).reshape(-1))
     sizes = dict(zip(axes, step.mesh_shape, strict=True))
-    shape = tuple(sizes.get(a, 1) for a in DEFAULT_MESH_AXIS_NAMES)
+    shape = tuple(sizes.get(a, 1) for a in MESH_AXIS_NAMES)
     return shape, flat
 
 
@@ -99,13 +100,13 @@ def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def _compiled_graph(
     model: str,
     clip: str,
-    slice_name: str,
+    slice_: Slice,
     mesh_shape: tuple[int, ...],
     rules_id: str,
     attention: str,
-    compile_dir: str | None,
+    cache_dir: str | None,
 ) -> CollectiveGraph:
-    """Compile one candidate for ``slice_name`` (default device order) and parse its graph."""
+    """Compile one candidate for ``slice_`` (default device order) and parse its graph."""
     if model not in WAN_CONFIGS:
         raise ValidationError(
             f"model={model!r} is not a Wan config; use one of {sorted(WAN_CONFIGS)}, "
@@ -118,14 +119,15 @@ def _compiled_graph(
         raise ValidationError(
             f"the sharding {candidate.id} is illegal for {workload.name}: {'; '.join(reasons)}"
         )
-    result = compile_candidate(workload, candidate, slice_name, cache_dir=compile_dir)
+    cache = plan_caches(cache_dir).compiled if cache_dir is not None else None
+    result = compile_candidate(workload, candidate, slice_, cache=cache)
     if not result.ok:
-        raise ValidationError(f"compiling {candidate.id} for {slice_name} failed: {result.error}")
+        raise ValidationError(f"compiling {candidate.id} for {slice_.name} failed: {result.error}")
     if result.backend != "tpu":
         # A host-CPU program is not the TPU's: its collectives and kernels differ,
         # so a gate over it would judge the wrong program.
         raise ValidationError(
-            f"{candidate.id} was compiled for the CPU, not {slice_name}: "
+            f"{candidate.id} was compiled for the CPU, not {slice_.name}: "
             f"{'; '.join(result.warnings)}"
         )
     return graph_from_text(result.hlo_text)
@@ -139,15 +141,14 @@ def step_graph(row: Measurement, *, cache_dir: str | None = None) -> CollectiveG
     """
     step = _step_of(row)
     shape, _ = canonical_mesh(step)
-    compile_dir = None if cache_dir is None else str(Path(cache_dir) / "compiled")
     return _compiled_graph(
         step.model,
         step.clip,
-        row.slice_name,
+        row_slice(row),
         shape,
         step.rules_id,
         step.attention or DEFAULT_ATTENTION,
-        compile_dir,
+        cache_dir,
     )
 
 

@@ -116,26 +116,9 @@ def _link_name(slice_: Slice, i: int) -> str:
     return f"{axis}{sign} {link.src}->{link.dst}{wrap}"
 
 
-def chrome_trace(
-    result: SimResult,
-    slice_: Slice,
-    *,
-    routing_order: Sequence[int] | None = None,
-    name: str | None = None,
-) -> dict[str, Any]:
-    """The trace as a JSON-ready dict ``{"traceEvents": [...], ...}``.
-
-    ``slice_`` and ``routing_order`` must be the ones the run used (they give
-    each flow's links).
-    """
+def _compute_events(result: SimResult, slice_: Slice) -> list[dict[str, Any]]:
+    """Compute nodes: lanes per chip; joins (no chip) on their own process."""
     events: list[dict[str, Any]] = []
-    events.append(_meta(LINKS_PID, None, "process_name", "ICI links"))
-    events.append(_meta(JOINS_PID, None, "process_name", "joins"))
-    events.append(_meta(JOINS_PID, 0, "thread_name", "joins"))
-    for pid, coord in enumerate(slice_.coords):
-        events.append(_meta(chip_pid(pid), None, "process_name", f"chip {pid} {coord}"))
-        events.append(_meta(chip_pid(pid), None, "process_sort_index", str(pid)))
-    # Compute nodes: per chip lanes; joins on their own process.
     per_chip_compute: dict[int, list[tuple[float, float, int]]] = {}
     for k, c in enumerate(result.computes):
         if c.chip is not None:
@@ -156,7 +139,15 @@ def chrome_trace(
             pid, tid = chip_pid(slice_.physical_id(c.chip)), compute_lane[k]
         args = {"duration_s": c.duration_s, "chip": None if c.chip is None else list(c.chip)}
         events.append(_span(c.id, "compute", c.release_s, c.finish_s, pid, tid, args))
-    # Flows: lanes per sending chip, threads numbered after the compute lanes.
+    return events
+
+
+def _flow_events(
+    result: SimResult, slice_: Slice, routing_order: Sequence[int] | None
+) -> tuple[list[dict[str, Any]], dict[int, list[tuple[float, float]]]]:
+    """Flows: lanes per sending chip, numbered after the compute lanes; and when each
+    link was busy draining them."""
+    events: list[dict[str, Any]] = []
     per_chip_flows: dict[int, list[tuple[float, float, int]]] = {}
     for k, f in enumerate(result.flows):
         per_chip_flows.setdefault(slice_.physical_id(f.src), []).append(
@@ -183,6 +174,31 @@ def chrome_trace(
             if f.finish_s > f.drain_s and f.hops > 0:
                 for link in route_link_ids(slice_, f.src, f.dst, order=routing_order).tolist():
                     link_busy.setdefault(int(link), []).append((f.drain_s, f.finish_s))
+    return events, link_busy
+
+
+def chrome_trace(
+    result: SimResult,
+    slice_: Slice,
+    *,
+    routing_order: Sequence[int] | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """The trace as a JSON-ready dict ``{"traceEvents": [...], ...}``.
+
+    ``slice_`` and ``routing_order`` must be the ones the run used (they give
+    each flow's links).
+    """
+    events: list[dict[str, Any]] = []
+    events.append(_meta(LINKS_PID, None, "process_name", "ICI links"))
+    events.append(_meta(JOINS_PID, None, "process_name", "joins"))
+    events.append(_meta(JOINS_PID, 0, "thread_name", "joins"))
+    for pid, coord in enumerate(slice_.coords):
+        events.append(_meta(chip_pid(pid), None, "process_name", f"chip {pid} {coord}"))
+        events.append(_meta(chip_pid(pid), None, "process_sort_index", str(pid)))
+    events += _compute_events(result, slice_)
+    flow_events, link_busy = _flow_events(result, slice_, routing_order)
+    events += flow_events
     for i in range(len(slice_.links)):
         events.append(_meta(LINKS_PID, i, "thread_name", _link_name(slice_, i)))
     for i in sorted(link_busy):

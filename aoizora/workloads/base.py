@@ -9,12 +9,11 @@ to those names, so the model code never changes between candidates.
 
 Two ways to get one:
 
-* :func:`wan_workload` -- the Wan 2.1 DiT denoising step (see
-  :mod:`aoizora.workloads.wan`);
+* :func:`aoizora.workloads.wan.wan_workload` -- the Wan 2.1 DiT denoising step;
 * :func:`user_workload` -- any JAX function of yours, without touching its code:
 
     >>> import jax, jax.numpy as jnp
-    >>> from aoizora.rules import Rules
+    >>> from aoizora.workloads.rules import Rules
     >>> def mlp(w1, w2, x):
     ...     return jax.nn.gelu(x @ w1) @ w2
     >>> wl = user_workload(
@@ -39,10 +38,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import jax
 
 from aoizora.errors import WorkloadError
-from aoizora.rules import LogicalAxes, Rules, is_logical_axes
+from aoizora.workloads.rules import LogicalAxes, Rules, is_logical_axes
 
 if TYPE_CHECKING:
-    from aoizora.clip import Clip
+    pass
 
 __all__ = [
     "Backend",
@@ -50,7 +49,6 @@ __all__ = [
     "Probe",
     "Workload",
     "user_workload",
-    "wan_workload",
     "check_logical_tree",
 ]
 
@@ -99,7 +97,7 @@ class Workload:
       name: stable id (goes into candidate ids and reports).
       build: ``BuildContext -> function``; the function takes ``*abstract_args``.
       abstract_args: tuple of pytrees of :class:`jax.ShapeDtypeStruct`.
-      arg_logical_axes: same structure, a :data:`~aoizora.rules.LogicalAxes` per leaf.
+      arg_logical_axes: same structure, a :data:`~aoizora.workloads.rules.LogicalAxes` per leaf.
       out_logical_axes: logical axes of the result pytree.
       abstract_out: the result pytree of :class:`jax.ShapeDtypeStruct`.
       rule_sets: the candidate rule sets to enumerate (first = the default).
@@ -222,28 +220,3 @@ def user_workload(
         probes=tuple(probes),
         info={"kind": "user"},
     )
-
-
-def wan_workload(
-    model: str,
-    clip: Clip,
-    *,
-    kernel: Literal["auto", "splash", "xla"] = "auto",
-    scan_layers: bool = True,
-) -> Workload:
-    """The Wan 2.1 denoising step for ``model`` (a key of ``WAN_CONFIGS``) and ``clip``.
-
-    ``kernel="auto"`` runs Pallas splash attention for TPU compiles and XLA
-    attention for CPU compiles; ``"xla"`` forces XLA attention everywhere (used
-    to cross-check FLOPs, since ``cost_analysis`` does not cost Pallas calls).
-    ``scan_layers=False`` unrolls the layer loop (``cost_analysis`` counts a
-    ``scan`` body once).
-
-        >>> from aoizora.workloads.wan import parse_resolution
-        >>> wl = wan_workload("wan2.1-1.3b", parse_resolution("480p"))
-        >>> wl.name, wl.info["tokens"]
-        ('wan2.1-1.3b@832x480x81', 32760)
-    """
-    from aoizora.workloads.wan import make_wan_workload
-
-    return make_wan_workload(model, clip, kernel=kernel, scan_layers=scan_layers)

@@ -5,7 +5,7 @@ when :func:`gate` returns any failure.
 
 Example
 -------
->>> from aoizora.validation.report import GroupReport, RowPrediction, ValidationReport
+>>> from aoizora.studies.validation.validate import GroupReport, RowPrediction, ValidationReport
 >>> g = GroupReport(
 ...     kind="collective", workload="all-gather dims:0", slice_label="v5e:2x2",
 ...     rows=(RowPrediction("a", 1.1, 1.0, None), RowPrediction("b", 2.2, 2.0, None)),
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aoizora.validation.report import ValidationReport
+from aoizora.studies.validation.validate import ValidationReport
 
 __all__ = ["GateFailure", "Thresholds", "gate"]
 

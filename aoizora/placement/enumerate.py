@@ -71,9 +71,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aoizora.device_order import DeviceOrder, check_mesh_shape
 from aoizora.errors import PlacementError
-from aoizora.slice_symmetry import canonical, canonical_rows, slice_automorphisms
+from aoizora.placement.device_order import DeviceOrder, check_mesh_shape
+from aoizora.placement.symmetry import canonical, canonical_rows, slice_automorphisms
 from sim.topology import Slice
 
 __all__ = [
@@ -323,6 +323,43 @@ def _check_inputs(
     return shape, names
 
 
+def _add_flattened(
+    found: dict[str, Placement],
+    shape: tuple[int, ...],
+    slice_: Slice,
+    free: tuple[SubAxis, ...],
+    *,
+    directions: bool,
+) -> None:
+    """Flattened paths: one snake/ring over every chip along whole dimensions (so
+    consecutive logical ids are neighbours), reshaped to the mesh. A plain walk
+    reshaped is already a structured placement; a path over split pieces would not
+    keep neighbours adjacent."""
+    num_dims = len(slice_.shape)
+    id_strides = np.asarray([math.prod(slice_.shape[:d]) for d in range(num_dims)], dtype=np.int64)
+    for (subs,) in _assignments([slice_.num_chips], free):
+        for path_subs, traversal, offsets in _axis_options(subs, directions=directions):
+            if traversal == "plain":
+                continue
+            layout = AxisLayout(
+                name="flat", size=slice_.num_chips, sub_axes=path_subs, traversal=traversal
+            )
+            pid = layout.label()
+            if pid in found:
+                continue
+            coords = _mesh_coords((slice_.num_chips,), [0], [offsets], num_dims)
+            ids = tuple(int(i) for i in coords @ id_strides)
+            order = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=slice_)
+            found[pid] = Placement(
+                id=pid,
+                order=order,
+                layouts=(layout,),
+                class_key=(),
+                members=(pid,),
+                flattened=True,
+            )
+
+
 def raw_placements(
     mesh_shape: Sequence[int],
     slice_: Slice,
@@ -367,33 +404,8 @@ def raw_placements(
                 found[pid] = Placement(
                     id=pid, order=order, layouts=layouts, class_key=(), members=(pid,)
                 )
-        if len(axes) < 2 or len(free) != len(dims):
-            continue
-        # Flattened paths: one snake/ring over every chip along whole
-        # dimensions (so consecutive logical ids are neighbours), reshaped to
-        # the mesh. A plain walk reshaped is already one of the placements
-        # above; a path over split pieces would not keep neighbours adjacent.
-        for (subs,) in _assignments([slice_.num_chips], free):
-            for path_subs, traversal, offsets in _axis_options(subs, directions=directions):
-                if traversal == "plain":
-                    continue
-                layout = AxisLayout(
-                    name="flat", size=slice_.num_chips, sub_axes=path_subs, traversal=traversal
-                )
-                pid = layout.label()
-                if pid in found:
-                    continue
-                coords = _mesh_coords((slice_.num_chips,), [0], [offsets], num_dims)
-                ids = tuple(int(i) for i in coords @ id_strides)
-                order = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=slice_)
-                found[pid] = Placement(
-                    id=pid,
-                    order=order,
-                    layouts=(layout,),
-                    class_key=(),
-                    members=(pid,),
-                    flattened=True,
-                )
+        if len(axes) >= 2 and len(free) == len(dims):
+            _add_flattened(found, shape, slice_, free, directions=directions)
     if not found:
         raise PlacementError(
             f"mesh shape {list(shape)} cannot be laid onto {slice_.name} (shape "

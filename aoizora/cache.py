@@ -1,0 +1,205 @@
+"""Every persistent cache of the planner, with one key scheme, so a repeated plan skips work.
+
+Three kinds of entry live under one cache directory (``--cache-dir``), one JSON file
+a key, written atomically:
+
+* ``stage1/`` -- Stage-1 estimates. An estimate depends on the workload (model and
+  clip), the candidate, the slice and its chip numbers, and the code that lowers and
+  reads the program (:data:`SOURCES` ``["stage1"]``).
+* ``compiled/`` -- compile results (HLO text, costs, memory; gzipped). A compile
+  depends on the StableHLO, the target, the device order and the jax/jaxlib/libtpu
+  versions. jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve
+  libtpu AOT compiles: reading an entry back fails with "PjRtCompiler must be
+  constructed with a Client to call DeserializeLoadedExecutable" (checked with jax
+  0.10.2 + libtpu 0.0.52), and the planner needs only the compile's products.
+* ``q2/`` -- simulated step times. A replay depends on the compiled program, the
+  slice (shape, wrap-around, chip and link numbers), the placement's network
+  footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator
+  code (:data:`SOURCES` ``["q2"]``).
+
+The one key scheme: :func:`cache_key` hashes the kind's format tag, the versions,
+the fingerprint of the kind's source files and the kind's own parts.
+
+    >>> import tempfile
+    >>> cache = JsonCache(tempfile.mkdtemp())
+    >>> key = cache_key("q2", "some program", "some footprint")
+    >>> cache.put(key, {"step_time_s": 0.5}); cache.get(key)
+    {'step_time_s': 0.5}
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from sim.topology import Slice
+
+__all__ = [
+    "SOURCES",
+    "JsonCache",
+    "PlanCaches",
+    "cache_key",
+    "code_fingerprint",
+    "compile_key",
+    "plan_caches",
+    "q2_key",
+    "stage1_key",
+    "versions",
+]
+
+_FORMAT = "aoizora.result-cache/1"
+_ROOT = Path(__file__).resolve().parent.parent
+# Format tag of each kind; bump one to invalidate that kind's entries.
+_KINDS = {
+    "stage1": "aoizora.stage1-cache/2",
+    "compiled": "aoizora.compile-cache/1",
+    "q2": "aoizora.q2-cache/2",
+}
+# Sources (relative to the repository root) whose code decides each kind of result.
+# A compile result depends only on the StableHLO and the versions, not on our code.
+SOURCES: dict[str, tuple[str, ...]] = {
+    "stage1": (
+        "aoizora/workloads",
+        "aoizora/candidates",
+        "aoizora/stage1",
+        "aoizora/tpu.py",
+        "aoizora/compile.py",
+    ),
+    "compiled": (),
+    "q2": ("aoizora/hlo", "aoizora/replay.py", "sim"),
+}
+
+
+@cache
+def versions() -> str:
+    """``jax=...,jaxlib=...,libtpu=...``: compiled programs change between releases."""
+    import jax
+
+    parts = [f"jax={jax.__version__}"]
+    for dist in ("jaxlib", "libtpu"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist}=none")
+    return ",".join(parts)
+
+
+@cache
+def code_fingerprint(sources: tuple[str, ...]) -> str:
+    """Hash of the given source files/folders (``""`` for no sources)."""
+    if not sources:
+        return ""
+    digest = hashlib.sha256()
+    for name in sources:
+        path = _ROOT / name
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for f in files:
+            digest.update(str(f.relative_to(_ROOT)).encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(kind: str, *parts: str) -> str:
+    """The key of one entry of ``kind``: sha256 over the format tag, the versions, the
+    code fingerprint of ``SOURCES[kind]`` (when not empty) and ``parts``, NUL-separated."""
+    if kind not in _KINDS:
+        raise ValueError(f"unknown cache kind {kind!r}; one of {sorted(_KINDS)}")
+    head = [_KINDS[kind], versions()]
+    fingerprint = code_fingerprint(SOURCES[kind])
+    if fingerprint:
+        head.append(fingerprint)
+    return hashlib.sha256("\0".join((*head, *parts)).encode()).hexdigest()
+
+
+def _chip_numbers(slice_: Slice) -> str:
+    chip = slice_.chip
+    return json.dumps(
+        [
+            chip.bf16_flops_per_s,
+            chip.hbm_bytes,
+            chip.hbm_bandwidth_bytes_per_s,
+            slice_.link_bandwidth_bytes_per_s,
+            slice_.hop_latency_s,
+        ]
+    )
+
+
+def stage1_key(*, workload_name: str, candidate_id: str, slice_: Slice) -> str:
+    """The key of one candidate's Stage-1 estimate."""
+    return cache_key("stage1", workload_name, candidate_id, slice_.name, _chip_numbers(slice_))
+
+
+def compile_key(*, lowered_text: str, slice_name: str, backend: str, order: Sequence[int]) -> str:
+    """The key of one compile: the target, the device order and the StableHLO."""
+    return cache_key("compiled", slice_name, backend, ",".join(map(str, order)), lowered_text)
+
+
+def q2_key(*, hlo_text: str, slice_: Slice, footprint: tuple[object, ...]) -> str:
+    """The key of one replay: program, network and placement footprint."""
+    network = json.dumps([list(slice_.shape), list(slice_.wraparound)])
+    program = hashlib.sha256(hlo_text.encode()).hexdigest()
+    return cache_key("q2", program, network, _chip_numbers(slice_), repr(footprint))
+
+
+class JsonCache:
+    """JSON values on disk under ``directory`` (created on first write), one file a key.
+
+    ``compress=True`` gzips the files (compile results carry the HLO text).
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, compress: bool = False) -> None:
+        self.directory = Path(directory)
+        self.compress = compress
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / (f"{key}.json.gz" if self.compress else f"{key}.json")
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored value, or None (missing, unreadable or another format)."""
+        path = self._path(key)
+        try:
+            raw = gzip.decompress(path.read_bytes()) if self.compress else path.read_bytes()
+            data = json.loads(raw.decode("utf-8"))
+        except (OSError, ValueError, EOFError):
+            return None
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            return None
+        value = data.get("value")
+        return value if isinstance(value, dict) else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        """Store ``value`` atomically (a concurrent planner never reads half a file)."""
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        raw = json.dumps({"format": _FORMAT, "value": value}, sort_keys=True).encode("utf-8")
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        # mtime=0: the same value gives the same bytes.
+        tmp.write_bytes(gzip.compress(raw, mtime=0) if self.compress else raw)
+        tmp.replace(path)
+
+
+@dataclass(frozen=True)
+class PlanCaches:
+    """The three caches of one cache directory."""
+
+    stage1: JsonCache
+    compiled: JsonCache
+    q2: JsonCache
+
+
+def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
+    """``stage1/``, ``compiled/`` (gzipped) and ``q2/`` under ``cache_dir``."""
+    root = Path(cache_dir)
+    return PlanCaches(
+        stage1=JsonCache(root / "stage1"),
+        compiled=JsonCache(root / "compiled", compress=True),
+        q2=JsonCache(root / "q2"),
+    )
