@@ -1,36 +1,18 @@
-"""Max-min fair rates for the engine's incremental updates, in plain Python.
+"""Max-min fair rates of a whole problem, two ways: the textbook and the vectorised.
 
-The engine keeps a max-min allocation for the draining flows and, at each
-arrival or departure, recomputes only the flows that can change. Two exact
-facts make that possible (``lambda`` is the progressive-filling level, the rate
-all unfrozen flows have reached):
+The engine keeps its allocation between events and updates only what a change
+reaches (:mod:`sim.sharing`); these solvers answer a problem from scratch:
 
-1. **Nothing below the first changed event changes.** Progressive filling
-   freezes flows in increasing level order. If a flow ``f`` departs, no link of
-   ``f`` saturated below ``f``'s old rate (``f`` froze at its first saturated
-   link), and without ``f`` those links saturate no earlier, so every flow
-   whose old rate is below ``f``'s keeps it. If flows arrive, link ``l`` of
-   their routes saturates in the new filling at the level solving
-   ``sum(min(r_i, lambda) for old flows i on l) + k_l * lambda = capacity``
-   (``k_l`` arriving flows on ``l``; :func:`saturation_level`); below the
-   smallest such level, and below the smallest departed rate, the new filling
-   repeats the old one event for event. So with ``theta`` that minimum, every
-   flow whose old rate is below ``theta`` keeps its rate, and the others are
-   the max-min allocation of the *residual* problem: those flows alone, on
-   capacities minus the kept flows' rates (at every level below ``theta`` the
-   residual load is at most the full load at ``theta``, so the residual
-   filling has no event below ``theta`` and coincides with the full one above
-   it). Any smaller ``theta`` is also exact, just more work.
-2. **Disjoint components are independent.** In the residual problem, flows
-   that share no link (even transitively) with an arriving or departing flow
-   face the same residual problem as before, so they keep their rates too.
-
-:func:`progressive_filling` then solves the (small) residual component by the
-textbook algorithm: repeatedly saturate the link with the smallest fair share
-``remaining capacity / unfrozen flows``, freezing its flows at that share. A
-heap keeps it at ``O(pairs * log(links))``; for the few dozen flows of a
-typical component plain Python beats numpy, whose per-call overhead dominates
-at this size.
+- :func:`progressive_filling`: the textbook algorithm in plain Python --
+  repeatedly saturate the link with the smallest fair share ``remaining
+  capacity / unfrozen flows``, freezing its flows at that share (a heap keeps
+  it at ``O(pairs * log(links))``; ties go to the smaller link id);
+- :func:`max_min_rates`: the same allocation with numpy, freezing every local
+  bottleneck per round; :mod:`sim.sharing` uses it for large batches of
+  simultaneous arrivals and departures (a collective step);
+- :func:`saturation_level`: the level at which one link fills when some of its
+  flows are capped by other links -- the equation every link of an
+  incremental update solves.
 
 >>> progressive_filling({0: (0,), 1: (0, 1)}, {0: 1.0, 1: 10.0})
 {0: 0.5, 1: 0.5}

@@ -58,7 +58,11 @@ def _spec_dims(spec: str, num_dims: int) -> tuple[int, ...] | None:
 
 
 def collective_nodes(
-    row: Measurement, slice_: Slice, *, id_prefix: str | None = None
+    row: Measurement,
+    slice_: Slice,
+    *,
+    id_prefix: str | None = None,
+    overhead_s: float | None = None,
 ) -> tuple[tuple[Flow | Compute, ...], str]:
     """The simulator nodes of a ``collective`` row and the id of the node that ends it.
 
@@ -74,6 +78,8 @@ def collective_nodes(
     case = row.collective
     if case is None:
         raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
+    # The per-collective overhead (sim.collectives; default: the chip's) is paid once.
+    overhead = slice_.chip.collective_overhead_s if overhead_s is None else overhead_s
     prefix = id_prefix if id_prefix is not None else row.row_id
     groups = parse_group_spec(case.groups, shape=slice_.shape)
     kind = case.collective
@@ -84,12 +90,15 @@ def collective_nodes(
                 f"row {row.row_id!r}: collective-permute only has algorithm 'direct' (or empty)"
             )
         pairs = [(g[i], g[(i + 1) % len(g)]) for g in groups for i in range(len(g))]
-        plan = collective_flows(kind, (), pairs=pairs, buffer_bytes=size, id_prefix=prefix)
+        plan = collective_flows(
+            kind, (), pairs=pairs, buffer_bytes=size, id_prefix=prefix, overhead_s=overhead
+        )
         return plan.nodes, plan.done_id
     if case.algorithm != DIMWISE:
         plan = collective_flows(
-            kind, groups, buffer_bytes=size, algorithm=case.algorithm, id_prefix=prefix
-        )
+            kind, groups, buffer_bytes=size, algorithm=case.algorithm, id_prefix=prefix,
+            slice_=slice_, overhead_s=overhead,
+        )  # fmt: skip
         return plan.nodes, plan.done_id
     dims = _spec_dims(case.groups, slice_.num_dims)
     if dims is None or kind not in ("all-gather", "reduce-scatter", "all-reduce"):
@@ -123,6 +132,8 @@ def collective_nodes(
             buffer_bytes=buffer_bytes,
             id_prefix=f"{prefix}/ph{k}",
             after=after,
+            slice_=slice_,
+            overhead_s=overhead if k == 0 else 0.0,
         )
         nodes.extend(plan.nodes)
         after = (plan.done_id,)
@@ -135,15 +146,17 @@ def predict_collective(
     *,
     link_bandwidth_bytes_per_s: float | None = None,
     hop_latency_s: float | None = None,
+    overhead_s: float | None = None,
 ) -> float:
     """Simulated latency of a ``collective`` row: the finish of its last node.
 
-    The two keywords replace the generation's link numbers (calibration).
+    The keywords replace the generation's link numbers and per-collective
+    overhead (calibration).
     """
     slice_ = row_slice(
         row, link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s, hop_latency_s=hop_latency_s
     )
-    nodes, done = collective_nodes(row, slice_)
+    nodes, done = collective_nodes(row, slice_, overhead_s=overhead_s)
     return simulate(slice_, nodes).finish_s(done)
 
 
