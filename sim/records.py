@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from sim.cables import channels
 from sim.nodes import Compute, Flow
@@ -85,9 +85,12 @@ class LinkRecord:
     utilisation: float
 
 
-@dataclass(frozen=True)
-class Event:
-    """One entry of the event log: ``kind`` is ``release``, ``drain`` or ``finish``."""
+class Event(NamedTuple):
+    """One entry of the event log: ``kind`` is ``release``, ``drain`` or ``finish``.
+
+    A named tuple (immutable, compared by value): a run logs three per flow, and
+    building frozen dataclasses cost more than the run's own bookkeeping.
+    """
 
     time_s: float
     kind: str
@@ -250,7 +253,7 @@ def build_result(
         flows=tuple(flows),
         computes=tuple(computes),
         links=_link_records(slice_, link_bytes, channel_busy_s, makespan_s),
-        events=tuple(Event(t, kind, node_id) for t, kind, node_id in events),
+        events=tuple(map(Event._make, events)),
         rate_log=tuple(rate_log),
     )
 
