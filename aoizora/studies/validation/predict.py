@@ -66,19 +66,18 @@ def collective_nodes(
 ) -> tuple[tuple[Flow | Compute, ...], str]:
     """The simulator nodes of a ``collective`` row and the id of the node that ends it.
 
-    ``algorithm`` empty: sim's default for the kind. ``dimwise`` (all-gather,
-    reduce-scatter, all-reduce over ``dims:``/``all`` groups): one phase per
-    slice dimension, each phase waiting for the previous one --
-    reduce-scatter over the first dimension on the whole buffer, then over the
-    next on the already-scattered ``1/n`` of it, and so on; all-gather runs the
-    same phases in reverse; all-reduce is the reduce-scatter phases followed by
-    the all-gather phases. A ``collective-permute`` row sends the whole buffer
-    from every group member to the next one (a cyclic shift per group).
+    ``algorithm`` empty: sim's ``auto`` (from the groups' layout on ``slice_``);
+    the per-collective overhead (default: the chip's) is paid once. ``dimwise``
+    (all-gather, reduce-scatter, all-reduce over ``dims:``/``all`` groups): one
+    phase per slice dimension, each waiting for the previous one -- reduce-scatter
+    over the first dimension on the whole buffer, then over the next on the
+    already-scattered ``1/n``, and so on; all-gather runs them in reverse;
+    all-reduce is the reduce-scatter phases, then the all-gather phases. A
+    ``collective-permute`` row shifts the whole buffer cyclically in each group.
     """
     case = row.collective
     if case is None:
         raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
-    # The per-collective overhead (sim.collectives; default: the chip's) is paid once.
     overhead = slice_.chip.collective_overhead_s if overhead_s is None else overhead_s
     prefix = id_prefix if id_prefix is not None else row.row_id
     groups = parse_group_spec(case.groups, shape=slice_.shape)
@@ -107,8 +106,7 @@ def collective_nodes(
             f"all-reduce over 'all' or 'dims:' groups, got {kind} over {case.groups!r}; "
             "leave algorithm empty for the simulator's default"
         )
-    # Phase list: (kind, dim, buffer bytes). Reduce-scatter phases shrink the
-    # buffer by each dimension's length; all-gather phases grow it back.
+    # (kind, dim, buffer bytes): reduce-scatters shrink the buffer, all-gathers regrow it.
     phases: list[tuple[str, int, float]] = []
     held = size
     if kind in ("reduce-scatter", "all-reduce"):
