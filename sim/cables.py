@@ -14,7 +14,7 @@ channel's bytes, and no directed link sits idle.
 >>> ring2 = make_slice([2], wraparound=True, link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
 >>> c = channels(ring2)
 >>> c.channel_of, c.capacity_bytes_per_s, c.cables
-((0, 0, 1, 1), (2.0, 1.0), (2, 2))
+((0, 0, 1, 1), (2.0, 2.0), (2, 2))
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ Algorithms (their flows: :mod:`sim.algorithms`): ``ring``, ``bidir_ring`` and
 ``bidir_line`` for all-gather, reduce-scatter and all-reduce; ``pairwise``
 for all-to-all; ``direct`` for collective-permute; and ``auto``, the default
 for every kind, which picks per group from the group's physical layout on
-``slice_`` (:func:`sim.layout.group_layout`): a line on an axis without
-wrap-around runs ``bidir_line``, a full ring ``bidir_ring``, a 2D/3D box a
-ring round a Hamiltonian cycle -- each in the physical order, whatever order
-the replica group lists. Without ``slice_`` the layout is unknown and
+``slice_`` (:func:`sim.layout.group_layout`): ``bidir_ring`` round a full
+physical ring, in the folded order 0, 2, 4, ..., 5, 3, 1 on a line without
+wrap-around, round a Hamiltonian cycle on a 2D/3D box -- each in the physical
+order, whatever order the replica group lists. Without ``slice_`` the layout is unknown and
 ``auto`` runs ``bidir_ring`` in the given order. An explicitly named
 algorithm always walks the group in the given order.
 
@@ -34,8 +34,8 @@ flows wait for. Every plan ends in a join ``done_id`` (a zero-duration
 >>> from sim.topology import load_slice
 >>> p = collective_flows("all-gather", [[(0, 2), (0, 0), (0, 1), (0, 3)]], buffer_bytes=8e6,
 ...                      id_prefix="ag", slice_=load_slice("v5e:2x4"))
->>> p.groups[0].algorithm, p.groups[0].members
-('bidir_line', ((0, 0), (0, 1), (0, 2), (0, 3)))
+>>> p.groups[0].algorithm, p.groups[0].members  # a line: the folded ring
+('bidir_ring', ((0, 0), (0, 2), (0, 3), (0, 1)))
 """
 
 from __future__ import annotations
