@@ -466,6 +466,41 @@ def _baseline_scores(
     return out
 
 
+def _stage2(
+    workload: Workload,
+    slice_: Slice,
+    to_compile: Sequence[Candidate],
+    *,
+    picks: Sequence[str],
+    caches: PlanCaches | None,
+    say: Progress,
+    timings: list[tuple[str, float]],
+    max_placements: int | None,
+    exhaustive: bool,
+    fan: tuple[int | None, str | None],
+    search_seconds: float | None,
+) -> tuple[
+    list[tuple[Candidate, CompileResult]],
+    list[tuple[str, str]],
+    list[CandidateScores],
+    SearchSummary | None,
+]:
+    """Compile, then search the placements, both fanned out over one pool."""
+    with fan_out(workers=fan[0], ray=fan[1]) as pool:
+        t0 = time.perf_counter()
+        compiled, failed = _compile_all(
+            workload, slice_, to_compile, caches=caches, say=say, pool=pool
+        )
+        timings.append(("compile", time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        scored, search = _rank_all(
+            compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
+            say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
+        )  # fmt: skip
+        timings.append(("rank", time.perf_counter() - t0))
+    return compiled, failed, scored, search
+
+
 def run_plan(
     workload: Workload,
     slice_: Slice,
@@ -510,19 +545,11 @@ def run_plan(
     }
     to_compile = _compile_ids(picks, ranking, baselines, exhaustive=exhaustive)
 
-    with fan_out(workers=workers, ray=ray) as pool:
-        t0 = time.perf_counter()
-        compiled, failed = _compile_all(
-            workload, slice_, [candidates[cid] for cid in to_compile], caches=caches, say=say,
-            pool=pool,
-        )  # fmt: skip
-        timings.append(("compile", time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        scored, search = _rank_all(
-            compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
-            say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
-        )  # fmt: skip
-        timings.append(("rank", time.perf_counter() - t0))
+    compiled, failed, scored, search = _stage2(
+        workload, slice_, [candidates[cid] for cid in to_compile], picks=picks, caches=caches,
+        say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
+        fan=(workers, ray), search_seconds=search_seconds,
+    )  # fmt: skip
     if not scored:
         raise PlanError(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "

@@ -29,10 +29,9 @@ collective gets depends on what the node fixes about its groups (see
 >>> nb = NodeBounds(g, space)
 >>> round(nb.bound(space.roots()[0]) * 1e6, 2)  # any 4 chips: 3 steps of 1 hop + 0.5 MiB
 37.95
->>> {space.label(leaf): round(nb.bound(leaf) * 1e6, 2) for leaf in space.leaves()}
-... # doctest: +NORMALIZE_WHITESPACE
-{'axis_0<-x*y': 70.91, 'axis_0<-x*y(snake)': 37.95, 'axis_0<-x*y(ring)': 37.95,
- 'axis_0<-y*x': 70.91, 'axis_0<-y*x(snake)': 37.95, 'axis_0<-y*x(ring)': 37.95}
+>>> sorted({round(nb.bound(leaf) * 1e6, 2) for leaf in space.leaves()})  # the simulator
+... # walks any 2x2 group round its physical ring, so every order is bounded alike
+[37.95]
 """
 
 from __future__ import annotations
