@@ -11,7 +11,8 @@ a key, written atomically:
   versions. jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve
   libtpu AOT compiles: reading an entry back fails with "PjRtCompiler must be
   constructed with a Client to call DeserializeLoadedExecutable" (checked with jax
-  0.10.2 + libtpu 0.0.52), and the planner needs only the compile's products.
+  0.10.2 + libtpu 0.0.52; docs/facts.md, libtpu AOT topologies), and the planner needs
+  only the compile's products.
 * ``q2/`` -- simulated step times. A replay depends on the compiled program, the
   slice (shape, wrap-around, chip and link numbers), the placement's network
   footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator
@@ -74,7 +75,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "aoizora/compile.py",
     ),
     "compiled": (),
-    "q2": ("aoizora/hlo", "aoizora/replay.py", "sim"),
+    "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),
 }
 
 
@@ -146,7 +147,8 @@ def q2_key(*, hlo_text: str, slice_: Slice, footprint: tuple[object, ...]) -> st
     """The key of one replay: program, network and placement footprint."""
     network = json.dumps([list(slice_.shape), list(slice_.wraparound)])
     program = hashlib.sha256(hlo_text.encode()).hexdigest()
-    return cache_key("q2", program, network, _chip_numbers(slice_), repr(footprint))
+    overhead = repr(slice_.chip.collective_overhead_s)  # sim.collectives pays it per collective
+    return cache_key("q2", program, network, _chip_numbers(slice_), overhead, repr(footprint))
 
 
 class JsonCache:

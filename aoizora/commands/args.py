@@ -16,6 +16,7 @@ __all__ = [
     "add_search_arguments",
     "add_workload_arguments",
     "check_search_arguments",
+    "fan_out_options",
     "progress_printer",
 ]
 
@@ -60,16 +61,53 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
     )
     add_cache_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes for compiles and exact replays (default: the machine's cores; 1: serial)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="fan out on a Ray cluster at ADDRESS (bare --ray: start one on this machine; "
+        "needs the extra aoizora[ray])",
+    )
+    p.add_argument(
+        "--search-seconds",
+        type=float,
+        default=None,
+        help="stop the placement search after this long and report its bound and gap "
+        "(default: search until the best placement is proven)",
+    )
 
 
 def check_search_arguments(args: argparse.Namespace) -> None:
-    """Reject a non-positive ``--top-k`` or ``--max-placements`` (:class:`WorkloadError`)."""
+    """Reject a non-positive ``--top-k``, ``--max-placements``, ``--workers`` or
+    ``--search-seconds`` (:class:`WorkloadError`)."""
     if args.top_k < 1:
         raise WorkloadError(f"--top-k {args.top_k}: must be a positive integer, e.g. --top-k 3")
     if args.max_placements is not None and args.max_placements < 1:
         raise WorkloadError(
             f"--max-placements {args.max_placements}: must be a positive integer, e.g. 32"
         )
+    if args.workers is not None and args.workers < 1:
+        raise WorkloadError(
+            f"--workers {args.workers}: must be a positive integer, e.g. --workers 2 (1: serial)"
+        )
+    if args.search_seconds is not None and not args.search_seconds > 0:
+        raise WorkloadError(
+            f"--search-seconds {args.search_seconds}: must be a positive number of seconds, "
+            "e.g. --search-seconds 120"
+        )
+
+
+def fan_out_options(args: argparse.Namespace) -> dict[str, object]:
+    """``workers``, ``ray`` and ``search_seconds`` for :func:`aoizora.planner.run_plan`."""
+    return {"workers": args.workers, "ray": args.ray, "search_seconds": args.search_seconds}
 
 
 def progress_printer(*, quiet: bool) -> Callable[[str], None]:

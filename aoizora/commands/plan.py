@@ -24,6 +24,7 @@ from aoizora.commands.args import (
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
+    fan_out_options,
     progress_printer,
 )
 
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         max_placements=args.max_placements,
         progress=progress,
+        **fan_out_options(args),  # type: ignore[arg-type]
     )
     plan = outcome.plan(model=args.model, clip=clip)
     out = Path(args.out)

@@ -19,6 +19,7 @@ from aoizora.commands.args import (
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
+    fan_out_options,
     progress_printer,
 )
 
@@ -154,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         max_placements=args.max_placements,
         cache_dir=args.cache_dir,
         progress=progress_printer(quiet=args.quiet),
+        plan_options=fan_out_options(args),
     )
     if args.csv:
         Path(args.csv).write_text(rows_to_csv(rows), encoding="utf-8")

@@ -12,7 +12,8 @@ is answered here and nowhere else.
 
 Physical ids follow libtpu's numbering of v5e/v6e/v5p slices: x fastest, i.e.
 ``id = x + X*y (+ X*Y*z)`` (checked against
-``jax.experimental.topologies.get_topology_desc("v5e:2x4", "tpu").devices``);
+``jax.experimental.topologies.get_topology_desc("v5e:2x4", "tpu").devices``;
+docs/facts.md, libtpu AOT topologies);
 the simulator's :class:`sim.topology.Slice` owns that rule
 (``Slice.physical_id`` / ``Slice.coord_of``) and this module defers to it.
 
@@ -91,15 +92,17 @@ class DeviceOrder:
         Raises :class:`PlacementError` unless the ids are a permutation of the
         slice's chips and their count equals the mesh size.
         """
-        ids = tuple(int(i) for i in physical_ids)
+        ids = tuple(map(int, physical_ids))
         shape = check_mesh_shape(mesh_shape, slice_)
-        if sorted(ids) != list(range(slice_.num_chips)):
+        n = slice_.num_chips
+        if len(ids) != n or len(set(ids)) != n or min(ids) != 0 or max(ids) != n - 1:
             raise PlacementError(
                 f"device order {list(ids)} is not a permutation of the {slice_.num_chips} chip "
                 f"ids of {slice_.name} (expected each of 0..{slice_.num_chips - 1} exactly once, "
                 f"e.g. {list(range(slice_.num_chips))})"
             )
-        coords = tuple(tuple(slice_.coord_of(i)) for i in ids)
+        every = slice_.coords  # ids are a permutation of the chips: index directly
+        coords = tuple(every[i] for i in ids)
         return cls(slice_name=slice_.name, mesh_shape=shape, coords=coords, physical_ids=ids)
 
     @classmethod

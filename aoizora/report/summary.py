@@ -54,8 +54,11 @@ def _header(outcome: PlanOutcome) -> list[str]:
         f"{len(outcome.stage1.dropped_infeasible)} over HBM) in "
         f"{timings.get('stage1', 0.0):.1f} s; compiled {len(outcome.scored)} in "
         f"{timings.get('compile', 0.0):.1f} s; ranked "
-        f"{sum(len(c.placements) for c in outcome.scored)} (sharding, placement) pairs in "
-        f"{timings.get('rank', 0.0):.1f} s"
+        f"{sum(c.num_placements or len(c.placements) for c in outcome.scored)} (sharding, "
+        f"placement) pairs in {timings.get('rank', 0.0):.1f} s: "
+        f"{sum(len(c.placements) for c in outcome.scored)} simulated, "
+        f"{sum(c.proven_worse for c in outcome.scored)} proven worse by a bound"
+        + ("" if outcome.search is None else f", gap {outcome.search.gap:.2%}")
     )
     return lines
 
@@ -79,7 +82,8 @@ def _winner_table(outcome: PlanOutcome) -> list[str]:
     lines.append(
         f"placement spread of the winning sharding (simulated): best "
         f"{format_ms(outcome.winner.best.q2_s)}, worst {format_ms(outcome.winner.worst.q2_s)} "
-        f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} placements)"
+        f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} simulated "
+        "placements; the rest were proven no better than the winner)"
     )
     if not outcome.winner.in_top_k:
         lines.append("note: the winner is a baseline's sharding, not one Stage 1 kept")
@@ -134,7 +138,8 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
     ``q1_s`` is null when Stage 1 failed for it; ``stage1_kept`` says whether Stage 1
     handed it to Stage 2; ``compiled`` whether a compile produced its program;
     ``best_q2_s`` its best simulated step time (null unless compiled and within HBM);
-    ``placements`` how many placements were ranked.
+    ``placements`` how many placements Stage 2 weighed for it (the placement family
+    the search covered: simulated, proven worse or left open by a deadline).
     """
     q1 = {e.candidate_id: e.q1_s for e in outcome.stage1.estimates}
     picks = set(outcome.stage1_picks)
@@ -150,7 +155,7 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
                 "stage1_kept": cid in picks,
                 "compiled": cid in compiled,
                 "best_q2_s": s.best.q2_s if s is not None else None,
-                "placements": len(s.placements) if s is not None else 0,
+                "placements": (s.num_placements or len(s.placements)) if s is not None else 0,
             }
         )
     return rows
@@ -171,6 +176,7 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
+        "search": None if outcome.search is None else outcome.search.to_json_dict(),
         "candidates": candidate_rows(outcome),
         **({"exhaustive": outcome.exhaustive.to_json_dict()} if outcome.exhaustive else {}),
     }

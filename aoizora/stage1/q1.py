@@ -11,8 +11,8 @@ overlap schedule of :mod:`aoizora.stage1.schedule` over these durations:
   not counted, so this side is a lower bound.
 * communication nodes -- ideal per-axis bandwidth, no contention between axes
   (placement-oblivious). Each mesh axis is costed as a line of ``n`` chips (a
-  sub-slice of v5e/v6e has no wrap-around, FACTS.md) with full-duplex links of
-  one-way bandwidth ``W`` (``chip.link_bandwidth_bytes_per_s``). See
+  sub-slice of v5e/v6e has no wrap-around, docs/facts.md, TPU chips) with
+  full-duplex links of one-way bandwidth ``W`` (``chip.link_bandwidth_bytes_per_s``). See
   :func:`collective_time_s`.
 
 Async collectives overlap independent compute, synchronous all-to-alls block

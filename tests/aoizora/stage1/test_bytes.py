@@ -19,10 +19,8 @@ import pytest
 from aoizora.cache import plan_caches
 from aoizora.candidates.space import enumerate_candidates
 from aoizora.compile import compile_candidate, lower
-from aoizora.hlo.compute import CostModel
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import ComputeSegment
-from aoizora.hlo.text import parse_module
 from aoizora.replay import sim_kind
 from aoizora.stage1 import estimate
 from aoizora.workloads.wan import parse_resolution, wan_workload
