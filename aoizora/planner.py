@@ -16,10 +16,11 @@ sharding, physical placement) pair has the lowest simulated step latency:
    (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement:
    the device order does not change the compiled program (FACTS.md).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
-   ties broken by (candidate id, placement id). Baselines: the existing
-   deployment (maxdiffusion's defaults with mesh_utils' device order), the
-   maxdiffusion recipe, and logical search (the best-Q1 candidate with the
-   default device order).
+   ties broken by (candidate id, placement id). Baselines
+   (:mod:`aoizora.candidates.baselines`): the default deployment (the first rule
+   set on its natural mesh, mesh_utils' device order) -- for Wan instead the
+   existing deployment (maxdiffusion's defaults) and the maxdiffusion recipe --
+   and logical search (the best-Q1 candidate with the default device order).
 
 ``exhaustive=True`` compiles every Stage-1-feasible candidate and reports the
 recall of Stage 1's top-1 and top-K against the exhaustive winner, and
@@ -44,7 +45,7 @@ from aoizora.hlo.graph import CollectiveGraph, graph_from_text
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.enumerate import Placement, enumerate_placements
-from aoizora.plan import Plan, PredictedLatencies
+from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.replay import ReplayResult, network_footprint, replay
 from aoizora.stage1.q1 import (
     Stage1Estimate,
@@ -54,7 +55,7 @@ from aoizora.stage1.q1 import (
     estimate_to_json,
     rank_stage1,
 )
-from aoizora.tpu import default_device_order
+from aoizora.tpu import check_slice, default_device_order
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
 from sim.topology import Slice
@@ -170,12 +171,16 @@ class PlanOutcome:
         """Worst / best Q2 over the winning candidate's placements (1.0 = no spread)."""
         return self.winner.worst.q2_s / self.winner.best.q2_s
 
-    def plan(self, *, model: str, clip: Clip) -> Plan:
-        """The plan file for the winner."""
+    def plan(self, *, model: str | None = None, clip: Clip | None = None) -> Plan:
+        """The plan file for the winner: the workload's model, clip and abstract inputs
+        (``model`` / ``clip`` override the workload's)."""
         cand = self.winner.candidate
+        wl = self.workload
         return Plan.create(
-            model=model,
-            clip=clip,
+            model=model or wl.model,
+            workload=wl.name,
+            clip=clip or wl.clip,
+            inputs=plan_inputs(wl),
             mesh_axis_names=cand.mesh_axis_names,
             order=self.winner_placement.order,
             rules=cand.rules,
@@ -203,7 +208,7 @@ def _stage1(
     hits = 0
     for i, cand in enumerate(candidates, start=1):
         t0 = time.perf_counter()
-        key = stage1_key(workload_name=workload.name, candidate_id=cand.id, slice_=slice_)
+        key = stage1_key(workload_name=workload.cache_id, candidate_id=cand.id, slice_=slice_)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             hits += 1
@@ -474,6 +479,7 @@ def run_plan(
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
+    check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
     space = _legal_space(workload, slice_, say)
 
     t0 = time.perf_counter()
@@ -570,7 +576,8 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "q2_s": outcome.winner_q2_s,
         },
         "baselines": [
-            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
+            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s, "note": b.note}
+            for b in outcome.baselines
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
