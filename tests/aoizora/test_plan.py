@@ -43,7 +43,9 @@ RULES = Rules.of(
 
 INPUTS = (
     PlanInput("arg0['w']", (1536, 8960), "bfloat16", ("embed", "mlp")),
-    PlanInput("arg1", (2, 32760, 1536), "bfloat16", ("activation_batch", "activation_length", None)),
+    PlanInput(
+        "arg1", (2, 32760, 1536), "bfloat16", ("activation_batch", "activation_length", None)
+    ),  # noqa: E501
 )
 
 

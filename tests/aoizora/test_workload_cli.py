@@ -170,3 +170,18 @@ def test_model_and_workload_are_exclusive(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert "not allowed with argument" in proc.stderr
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_whatif_plans_a_model_of_ones_own(tmp_path: Path) -> None:
+    proc = _cli(
+        "whatif", "--workload", "examples/tiny_block.py:make_small", "--slices", "v5e:2x2",
+        "--top-k", "1", "--json", cache=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(proc.stdout)
+    assert row["error"] is None and row["winner"].endswith("/none")
+    assert set(row["baselines_s"]) == {"default deployment", "logical search"}
+    assert all(q2 >= row["step_s"] for q2 in row["baselines_s"].values())
+    assert not any(c in proc.stderr for c in CHATTER)
