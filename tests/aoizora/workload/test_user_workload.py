@@ -145,3 +145,29 @@ def test_user_workload_errors() -> None:
                       out_logical_axes=out, rule_sets=RULES)  # fmt: skip
     with pytest.raises(WorkloadError, match="is not callable"):
         user_workload("bad", 3, ARGS, AXES, out_logical_axes=out, rule_sets=RULES)  # type: ignore[arg-type]
+
+
+def test_public_api_is_stable() -> None:
+    import inspect
+
+    import aoizora
+
+    assert {"Rules", "user_workload", "load_plan", "AoizoraError"} <= set(aoizora.__all__)
+    assert aoizora.user_workload is user_workload and aoizora.Rules is Rules
+    params = inspect.signature(aoizora.user_workload).parameters
+    positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keyword = {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY}
+    # The documented call: user_workload(name, fn, abstract_args, arg_logical_axes,
+    # out_logical_axes=..., rule_sets=...); later additions must be optional keywords.
+    assert positional == ["name", "fn", "abstract_args", "arg_logical_axes"]
+    assert {"out_logical_axes", "rule_sets"} <= keyword
+    required = {n for n, p in params.items() if p.default is p.empty}
+    assert required == {
+        "name",
+        "fn",
+        "abstract_args",
+        "arg_logical_axes",
+        "out_logical_axes",
+        "rule_sets",
+    }
+    assert list(inspect.signature(aoizora.Rules.of).parameters) == ["name", "pairs"]
