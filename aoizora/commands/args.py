@@ -50,10 +50,14 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def workload_from_args(args: argparse.Namespace) -> Workload:
+def workload_from_args(
+    args: argparse.Namespace, progress: Callable[[str], None] | None = None
+) -> Workload:
     """The workload ``--model`` (Wan, at ``--resolution`` x ``--frames``) or ``--workload``
     names; ``--resolution``/``--frames`` with ``--workload`` are an error (the factory fixes
-    its own shapes)."""
+    its own shapes). ``progress`` gets one line saying what a ``--workload`` factory gave."""
+    import jax
+
     from aoizora.workloads.factory import load_workload
     from aoizora.workloads.wan import parse_resolution, wan_workload
 
@@ -64,7 +68,15 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
                 f"{' and '.join(given)} apply to --model (Wan) only; the factory of --workload "
                 f"{args.workload!r} fixes its own shapes (drop {' and '.join(given)})"
             )
-        return load_workload(args.workload)
+        workload = load_workload(args.workload)
+        if progress is not None:
+            arrays = len(jax.tree.leaves(workload.abstract_args))
+            progress(
+                f"workload {workload.name!r} from {args.workload}: {arrays} input arrays, mesh "
+                f"axes {', '.join(workload.mesh_axis_names)}, rule sets "
+                f"{', '.join(r.name for r in workload.rule_sets)}"
+            )
+        return workload
     resolution = "480p" if args.resolution is None else args.resolution
     frames = 81 if args.frames is None else args.frames
     return wan_workload(args.model, parse_resolution(resolution, frames=frames))

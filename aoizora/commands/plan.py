@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     check_search_arguments(args)
     slice_ = load_slice(args.slice_name)
     check_slices([slice_])  # before the workload is built: a bad slice fails in seconds
-    workload = workload_from_args(args)
     progress = progress_printer(quiet=args.quiet)
+    workload = workload_from_args(args, progress)
     outcome = run_plan(
         workload,
         slice_,

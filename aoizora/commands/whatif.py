@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     check_search_arguments(args)
     slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
     check_slices(slices)  # and so do slices libtpu cannot describe
-    workload = workload_from_args(args)
+    workload = workload_from_args(args, progress_printer(quiet=args.quiet))
     rows = run_whatif(
         workload,
         slices,
