@@ -17,9 +17,10 @@ only by :mod:`sim.topology`.
 
 libtpu prints start-up chatter on file descriptor 2 from C++ when its plugin starts
 on a machine that is not a TPU VM (no ``TPU_ACCELERATOR_TYPE``, no worker
-hostnames). Every libtpu call here runs with fd 2 captured; the known chatter lines
-(:func:`is_libtpu_chatter`) are dropped and everything else is written back, so real
-errors still reach the terminal.
+hostnames). The first libtpu call of a process runs with fd 2 piped through a small
+filter process that drops the known chatter lines (:func:`is_libtpu_chatter`) and
+passes every other line on as it comes, so real errors still reach the terminal --
+even if libtpu aborts the process (the filter outlives it and flushes what it got).
 
     >>> from sim.topology import load_slice
     >>> libtpu_topology_name(load_slice("v5e:2x4", wraparound=True))
@@ -34,8 +35,8 @@ import importlib.util
 import math
 import os
 import re
+import subprocess
 import sys
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -81,7 +82,18 @@ _CHATTER = (
     re.compile(r"^=== Source Location Trace: ===$"),
     re.compile(r"^[\w./-]*/libtpu_init_utils\.cc:\d+$"),
 )
-_FD2_LOCK = threading.Lock()
+_START_LOCK = threading.Lock()
+_started = False  # has this process started libtpu (and so printed its chatter)?
+# The filter process: stdin lines not matching any pattern (argv) go to stdout.
+_FILTER = (
+    "import re, sys\n"
+    "patterns = [re.compile(p) for p in sys.argv[1:]]\n"
+    "for raw in sys.stdin.buffer:\n"
+    "    text = raw.decode('utf-8', 'replace').rstrip()\n"
+    "    if not any(p.search(text) for p in patterns):\n"
+    "        sys.stdout.buffer.write(raw)\n"
+    "        sys.stdout.buffer.flush()\n"
+)
 # How many shapes check_slice may ask libtpu about (about 2-4 ms each once started).
 _MAX_PROBES = 400
 _MAX_LISTED = 6  # shapes named per chip count in the error
@@ -101,34 +113,49 @@ def is_libtpu_chatter(line: str) -> bool:
 
 @contextlib.contextmanager
 def _without_chatter() -> Iterator[None]:
-    """Capture file descriptor 2 (libtpu writes from C++); write back all but the chatter."""
-    with _FD2_LOCK, tempfile.TemporaryFile() as sink:
+    """Pipe file descriptor 2 (libtpu writes from C++) through a filter process that drops
+    the chatter and passes every other line on at once."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read_end, write_end = os.pipe()
+    patterns = [p.pattern for p in _CHATTER]
+    # -I -S: an isolated interpreter without site packages starts in a few ms.
+    filt = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _FILTER, *patterns], stdin=read_end, stdout=saved
+    )
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
         sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines = sink.read().decode("utf-8", "replace").splitlines(keepends=True)
-            kept = "".join(ln for ln in lines if not is_libtpu_chatter(ln))
-            if kept.strip():
-                sys.stderr.write(kept)
-                sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last writer: the filter drains it and exits
+        os.close(saved)
+        filt.wait()
 
 
 def _describe(name: str) -> tuple[Any, ...]:
     """libtpu's devices of topology ``name`` (raises what libtpu raises)."""
+    global _started
     # We only compile ahead of time and never run on a TPU, so several planner processes
     # (or test workers) may load libtpu at once; without this libtpu's process lockfile
     # makes every process but the first fail.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     from jax.experimental import topologies
 
-    with _without_chatter():
-        return tuple(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
+    with _START_LOCK:
+        if not _started:  # libtpu chatters once, when its plugin starts
+            try:
+                with _without_chatter():
+                    return _topology_devices(topologies, name)
+            finally:
+                _started = True
+    return _topology_devices(topologies, name)
+
+
+def _topology_devices(topologies: Any, name: str) -> tuple[Any, ...]:
+    return tuple(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
 
 
 def _shapes_of(num_chips: int, pod_shape: Sequence[int]) -> list[tuple[int, ...]]:

@@ -60,6 +60,22 @@ def test_capture_drops_chatter_and_keeps_everything_else(capfd: pytest.CaptureFi
     assert capfd.readouterr().err == "after\n"
 
 
+def test_a_real_error_survives_an_abort_inside_the_capture() -> None:
+    # libtpu may abort the process (a failed CHECK) while fd 2 is captured: its last
+    # words must still reach the terminal, and the chatter must not.
+    proc = _fresh_python(
+        "import os\n"
+        "from aoizora.tpu import _without_chatter\n"
+        "with _without_chatter():\n"
+        "    os.write(2, b'WARNING: Logging before InitGoogle() is written to STDERR\\n')\n"
+        "    os.write(2, b'F0000 00:00:1.0 1 tpu.cc:1] Check failed: x == y\\n')\n"
+        "    os.abort()\n"
+    )
+    assert proc.returncode != 0
+    assert "Check failed: x == y" in proc.stderr
+    assert "InitGoogle" not in proc.stderr
+
+
 def _fresh_python(code: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
     return subprocess.run(
