@@ -12,7 +12,8 @@ is answered here and nowhere else.
 
 Physical ids follow libtpu's numbering of v5e/v6e/v5p slices: x fastest, i.e.
 ``id = x + X*y (+ X*Y*z)`` (checked against
-``jax.experimental.topologies.get_topology_desc("v5e:2x4", "tpu").devices``);
+``jax.experimental.topologies.get_topology_desc("v5e:2x4", "tpu").devices``;
+docs/facts.md, libtpu AOT topologies);
 the simulator's :class:`sim.topology.Slice` owns that rule
 (``Slice.physical_id`` / ``Slice.coord_of``) and this module defers to it.
 
