@@ -12,7 +12,10 @@ Model, per region (the entry computation, a while body, a call, a branch):
   summed over its kernels (roofline model: Williams, Waterman & Patterson,
   CACM 2009; the TPU form in jax-ml/scaling-book "roofline" chapter).
 - A collective becomes flows (:func:`sim.collectives.collective_flows`) over
-  its groups' chips, in the group order the HLO lists; its flows are released
+  its groups' chips; by default each group runs the algorithm and order its
+  physical layout calls for (``auto``: a ring round a physical ring, a folded
+  ring on a line without wrap-around; docs/simulator.md), whatever order the
+  HLO lists, and pays the chip's per-collective overhead; its flows are released
   when the timeline reaches its start step, and the timeline waits for its
   completion at its done step. Compute scheduled between an async start and
   its done overlaps the transfer; a synchronous collective blocks at once.
@@ -242,6 +245,7 @@ class _RegionSim:
                         algorithm=self._algorithm(kind),
                         id_prefix=prefix,
                         after=prev,
+                        slice_=self.slice,
                     )
                 else:
                     groups = [[self.order.coord_of(d) for d in g] for g in c.groups]
@@ -252,6 +256,7 @@ class _RegionSim:
                         algorithm=self._algorithm(kind),
                         id_prefix=prefix,
                         after=prev,
+                        slice_=self.slice,
                     )
                 nodes.extend(plan.nodes)
                 done_ids[c.id] = plan.done_id

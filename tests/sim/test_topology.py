@@ -27,7 +27,7 @@ def test_generations_have_data_with_a_source_beside_every_number() -> None:
         with (topologies_dir() / f"{gen}.toml").open("rb") as fh:
             data = tomllib.load(fh)
         numeric = [k for k, v in data.items() if isinstance(v, dict) and "value" in v]
-        assert len(numeric) == 8, gen
+        assert len(numeric) == 9, gen
         for key in numeric:
             assert data[key]["source"].strip(), (gen, key)
         assert data["wrap_rule"]["source"].strip()
@@ -48,6 +48,7 @@ def test_chip_numbers_match_facts() -> None:
         assert chip.link_bandwidth_bytes_per_s == link_bw
         assert (chip.ports, chip.num_dims) == (ports, dims)
         assert chip.hop_latency_s == 1e-6
+        assert chip.collective_overhead_s >= 0.0
 
 
 @pytest.mark.parametrize(
