@@ -18,10 +18,11 @@ sharding, physical placement) pair has the lowest simulated step latency:
    (sometimes) which of them libtpu overlaps with compute
    (docs/facts.md, Placement and compilation).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
-   ties broken by (candidate id, placement id). Baselines: the existing
-   deployment (maxdiffusion's defaults with mesh_utils' device order), the
-   maxdiffusion recipe, and logical search (the best-Q1 candidate with the
-   default device order).
+   ties broken by (candidate id, placement id). Baselines
+   (:mod:`aoizora.candidates.baselines`): the default deployment (the first rule
+   set on its natural mesh, mesh_utils' device order) -- for Wan instead the
+   existing deployment (maxdiffusion's defaults) and the maxdiffusion recipe --
+   and logical search (the best-Q1 candidate with the default device order).
 
 ``exhaustive=True`` compiles every Stage-1-feasible candidate and reports the
 recall of Stage 1's top-1 and top-K against the exhaustive winner, and
@@ -47,7 +48,7 @@ from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.plan import Plan, PredictedLatencies
+from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import search_placements
@@ -59,6 +60,7 @@ from aoizora.stage1.q1 import (
     estimate_to_json,
     rank_stage1,
 )
+from aoizora.tpu import check_slice
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
 from sim.topology import Slice
@@ -187,12 +189,16 @@ class PlanOutcome:
         """Worst / best Q2 over the winning candidate's placements (1.0 = no spread)."""
         return self.winner.worst.q2_s / self.winner.best.q2_s
 
-    def plan(self, *, model: str, clip: Clip) -> Plan:
-        """The plan file for the winner."""
+    def plan(self, *, model: str | None = None, clip: Clip | None = None) -> Plan:
+        """The plan file for the winner: the workload's model, clip and abstract inputs
+        (``model`` / ``clip`` override the workload's)."""
         cand = self.winner.candidate
+        wl = self.workload
         return Plan.create(
-            model=model,
-            clip=clip,
+            model=model or wl.model,
+            workload=wl.name,
+            clip=clip or wl.clip,
+            inputs=plan_inputs(wl),
             mesh_axis_names=cand.mesh_axis_names,
             order=self.winner_placement.order,
             rules=cand.rules,
@@ -220,7 +226,7 @@ def _stage1(
     hits = 0
     for i, cand in enumerate(candidates, start=1):
         t0 = time.perf_counter()
-        key = stage1_key(workload_name=workload.name, candidate_id=cand.id, slice_=slice_)
+        key = stage1_key(workload_name=workload.cache_id, candidate_id=cand.id, slice_=slice_)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             hits += 1
@@ -530,6 +536,7 @@ def run_plan(
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
+    check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
     space = _legal_space(workload, slice_, say)
 
     t0 = time.perf_counter()
@@ -623,7 +630,8 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "q2_s": outcome.winner_q2_s,
         },
         "baselines": [
-            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
+            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s, "note": b.note}
+            for b in outcome.baselines
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
