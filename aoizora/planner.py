@@ -13,15 +13,15 @@ sharding, physical placement) pair has the lowest simulated step latency:
    enumerate the distinct placements of its mesh on the slice modulo the
    slice's symmetries (:mod:`aoizora.placement.enumerate`), and score every
    (candidate, placement) pair by Q2 = the simulated step latency
-   (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement:
-   the device order does not change the compiled program's collectives, only
-   (sometimes) which of them libtpu overlaps with compute
-   (docs/facts.md, Placement and compilation).
+   (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement
+   (the device order changes at most which collectives libtpu overlaps with
+   compute: docs/facts.md, Placement and compilation).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
-   ties broken by (candidate id, placement id). Baselines: the existing
-   deployment (maxdiffusion's defaults with mesh_utils' device order), the
-   maxdiffusion recipe, and logical search (the best-Q1 candidate with the
-   default device order).
+   ties broken by (candidate id, placement id). Baselines
+   (:mod:`aoizora.candidates.baselines`): the default deployment (the first rule
+   set on its natural mesh, mesh_utils' device order) -- for Wan instead the
+   existing deployment (maxdiffusion's defaults) and the maxdiffusion recipe --
+   and logical search (the best-Q1 candidate with the default device order).
 
 ``exhaustive=True`` compiles every Stage-1-feasible candidate and reports the
 recall of Stage 1's top-1 and top-K against the exhaustive winner, and
@@ -47,7 +47,7 @@ from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.plan import Plan, PredictedLatencies
+from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import search_placements
@@ -59,6 +59,7 @@ from aoizora.stage1.q1 import (
     estimate_to_json,
     rank_stage1,
 )
+from aoizora.tpu import check_slice
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
 from sim.topology import Slice
@@ -201,12 +202,16 @@ class PlanOutcome:
         """Worst / best Q2 over the winning candidate's placements (1.0 = no spread)."""
         return self.winner.worst.q2_s / self.winner.best.q2_s
 
-    def plan(self, *, model: str, clip: Clip) -> Plan:
-        """The plan file for the winner."""
+    def plan(self, *, model: str | None = None, clip: Clip | None = None) -> Plan:
+        """The plan file for the winner: the workload's model, clip and abstract inputs
+        (``model`` / ``clip`` override the workload's)."""
         cand = self.winner.candidate
+        wl = self.workload
         return Plan.create(
-            model=model,
-            clip=clip,
+            model=model or wl.model,
+            workload=wl.name,
+            clip=clip or wl.clip,
+            inputs=plan_inputs(wl),
             mesh_axis_names=cand.mesh_axis_names,
             order=self.winner_placement.order,
             rules=cand.rules,
@@ -234,17 +239,16 @@ def _stage1(
     hits = 0
     for i, cand in enumerate(candidates, start=1):
         t0 = time.perf_counter()
-        key = stage1_key(workload_name=workload.name, candidate_id=cand.id, slice_=slice_)
+        key = stage1_key(workload_name=workload.cache_id, candidate_id=cand.id, slice_=slice_)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             hits += 1
             estimates.append(estimate_from_json(cached))
             continue
         try:
-            lowered = lower(workload, cand, slice_)
             est = estimate(
-                lowered, mesh_axis_sizes=cand.mesh_sizes, chip=slice_.chip,
-                candidate_id=cand.id, slice_=slice_,
+                lower(workload, cand, slice_), mesh_axis_sizes=cand.mesh_sizes,
+                chip=slice_.chip, candidate_id=cand.id, slice_=slice_,
             )  # fmt: skip
         except AoizoraError as exc:
             failed.append((cand.id, str(exc)))
@@ -263,6 +267,7 @@ def _stage1(
 
 
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
+    check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
     space = enumerate_candidates(workload, slice_.num_chips)
     if not space.legal:
         reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
@@ -270,10 +275,8 @@ def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateS
             f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_chips} chips); "
             f"first rejections: {reasons}"
         )
-    say(
-        f"{workload.name} on {slice_.name}: {len(space.legal)} legal candidates, "
-        f"{len(space.rejected)} rejected"
-    )
+    legal, rejected = len(space.legal), len(space.rejected)
+    say(f"{workload.name} on {slice_.name}: {legal} legal candidates, {rejected} rejected")
     return space
 
 
@@ -287,9 +290,8 @@ def _run_stage1(
     say: Progress,
 ) -> tuple[Stage1Ranking, list[tuple[str, str]]]:
     """Stage 1 over every legal candidate: Q1, the HBM check and the top-K."""
-    estimates, failed = _stage1(
-        workload, space.legal, slice_, say, caches.stage1 if caches else None
-    )
+    cache = caches.stage1 if caches else None
+    estimates, failed = _stage1(workload, space.legal, slice_, say, cache)
     if not estimates:
         raise PlanError(
             f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
@@ -318,24 +320,24 @@ def _stage1_picks(
     kept_ids = list(ranking.kept_ids)
     if not per_attention_kind:
         return kept_ids
-    for attention in sorted({by_id[e.candidate_id].attention for e in ranking.dropped_weak}):
-        if not any(by_id[cid].attention == attention for cid in kept_ids):
-            best = next(
-                e for e in ranking.dropped_weak if by_id[e.candidate_id].attention == attention
-            )
-            kept_ids.append(best.candidate_id)
+    have = {by_id[cid].attention for cid in kept_ids}
+    best: dict[str, str] = {}  # attention kind -> its best-Q1 dropped candidate
+    for e in ranking.dropped_weak:
+        best.setdefault(by_id[e.candidate_id].attention, e.candidate_id)
+    kept_ids += [best[a] for a in sorted(best) if a not in have]
     if len(kept_ids) > len(ranking.kept_ids):
         say(f"stage 1 also keeps the best of each attention kind: {kept_ids[len(ranking.kept) :]}")
     return kept_ids
 
 
-def _compile_ids(
+def _to_compile(
     picks: Sequence[str],
     ranking: Stage1Ranking,
     baselines: Sequence[Baseline],
+    by_id: Mapping[str, Candidate],
     *,
     exhaustive: bool,
-) -> list[str]:
+) -> list[Candidate]:
     """Stage 1's picks (every feasible candidate when exhaustive), then the baselines'."""
     ids = list(picks)
     if exhaustive:
@@ -343,7 +345,8 @@ def _compile_ids(
     for b in baselines:
         if b.candidate.id not in ids:
             ids.append(b.candidate.id)
-    return ids
+    extra = {b.candidate.id: b.candidate for b in baselines}
+    return [by_id[i] if i in by_id else extra[i] for i in ids]
 
 
 def _compile_task(args: tuple[Workload, Candidate, Slice, JsonCache | None]) -> CompileResult:
@@ -544,12 +547,10 @@ def run_plan(
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
-    Stage 1 hands its top ``top_k`` by Q1 to Stage 2; ``per_attention_kind=True``
-    adds the best-Q1 candidate of every attention kind the top-K lacks.
-
-    ``progress`` receives one line per step of long work (lowering, compiling,
-    simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``), compile
-    results (``compiled/``) and Q2 step times (``q2/``) across runs
+    Stage 1 hands its top ``top_k`` by Q1 to Stage 2 (``per_attention_kind=True``
+    adds the best-Q1 candidate of every attention kind the top-K lacks).
+    ``progress`` receives one line per step of long work. ``cache_dir`` keeps
+    Stage-1 estimates, compile results and Q2 step times across runs
     (:mod:`aoizora.cache`). Compiles and exact replays fan out over ``workers``
     processes (default: the machine's cores) or a Ray cluster at ``ray``
     (``"local"`` starts one); the plan is the same either way.
@@ -571,13 +572,10 @@ def run_plan(
     by_id = {c.id: c for c in space.legal}
     baselines = baseline_candidates(workload, slice_)
     picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
-    candidates = by_id | {
-        b.candidate.id: b.candidate for b in baselines if b.candidate.id not in by_id
-    }
-    to_compile = _compile_ids(picks, ranking, baselines, exhaustive=exhaustive)
+    to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
 
     compiled, failed, compiled_ids, scored, search = _stage2(
-        workload, slice_, [candidates[cid] for cid in to_compile], picks=picks, caches=caches,
+        workload, slice_, to_compile, picks=picks, caches=caches,
         say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
         fan=(workers, ray), search_seconds=search_seconds,
     )  # fmt: skip

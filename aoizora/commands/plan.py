@@ -1,15 +1,19 @@
-"""``aoizora plan``: the best (sharding, placement) for a Wan model, clip and slice.
+"""``aoizora plan``: the best (sharding, placement) for a model and slice.
 
     aoizora plan --model wan2.1-1.3b --slice v5e:2x4 --resolution 480p --frames 81
                  [--top-k K] [--per-attention-kind] [--out plan.json] [--exhaustive]
                  [--json] [--report DIR]
+    aoizora plan --workload my_model.py:make --slice v5e:2x4 [...]
 
 ``--json`` prints the summary with ``candidates`` (one object per legal candidate:
 ``id``, ``q1_s``, ``stage1_kept``, ``compiled``, ``best_q2_s``, ``placements``) and,
 with ``--exhaustive``, ``exhaustive`` (``winner``, ``winner_q1_rank``,
 ``spearman_q1_q2``, ``top1_hit``, ``kept_hit``).
 
-Progress goes to stderr, the summary table to stdout, the plan to ``--out``.
+``--workload FILE.py:FACTORY`` (or ``package.module:FACTORY``) plans a model of
+your own: ``FACTORY()`` returns ``aoizora.user_workload(...)`` (docs/workload.md).
+A slice libtpu cannot describe fails before any work. Progress goes to stderr, the
+summary table to stdout, the plan to ``--out``.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from aoizora.commands.args import (
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
+    check_slices,
     fan_out_options,
     progress_printer,
+    workload_from_args,
 )
 
 __all__ = ["register", "run"]
@@ -65,14 +71,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from aoizora.planner import run_plan
     from aoizora.report.summary import outcome_summary, render_report
-    from aoizora.workloads.wan import parse_resolution, wan_workload
     from sim.topology import load_slice
 
     check_search_arguments(args)
     slice_ = load_slice(args.slice_name)
-    clip = parse_resolution(args.resolution, frames=args.frames)
-    workload = wan_workload(args.model, clip)
+    check_slices([slice_])  # before the workload is built: a bad slice fails in seconds
     progress = progress_printer(quiet=args.quiet)
+    workload = workload_from_args(args, progress)
     outcome = run_plan(
         workload,
         slice_,
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
         **fan_out_options(args),  # type: ignore[arg-type]
     )
-    plan = outcome.plan(model=args.model, clip=clip)
+    plan = outcome.plan()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.save(out)

@@ -172,7 +172,8 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "q2_s": outcome.winner_q2_s,
         },
         "baselines": [
-            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
+            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s, "note": b.note}
+            for b in outcome.baselines
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
