@@ -14,7 +14,9 @@ pairs whose kind carries at least 1 % of the candidate's bytes.
         --per-kind 4 --json bytes.json
 
 ``--per-kind N`` takes, of each attention kind, the first N legal candidates that
-Stage 1 finds within the chip's HBM; ``--all`` takes every legal candidate.
+Stage 1 finds within the chip's HBM; ``--all`` takes every legal candidate;
+``--candidates ID,ID,...`` takes the named legal candidates (e.g. the ones whose
+compiles a recall run already cached).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def _error(predicted: float, compiled: float) -> float:
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Median and worst |error| per kind; shares of pairs within 10 %."""
+    """Median and worst |error| per kind, for the step and for all-gather +
+    collective-permute together; shares of (candidate, kind) pairs within 10 %."""
     errors: dict[str, list[float]] = {}
     pairs = within = big = big_within = 0
     for r in rows:
@@ -91,6 +94,17 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             if max(p, c) >= 0.01 * total:
                 big += 1
                 big_within += e <= 0.10
+    # The step's bytes, and all-gather + collective-permute together: XLA's windowed
+    # einsum turns an all-gather that feeds a large dot into a loop of permutes of
+    # the shard (the 14B steps), which moves the bytes between those two kinds.
+    for r in rows:
+        if "error" in r:
+            continue
+        merged = ("all-gather", "collective-permute")
+        for label, kinds in (("step", None), ("all-gather+collective-permute", merged)):
+            p = sum(v for k, v in r["stage1"].items() if kinds is None or k in kinds)
+            c = sum(v for k, v in r["compiled"].items() if kinds is None or k in kinds)
+            errors.setdefault(label, []).append(abs(_error(p, c)))
     per_kind = {
         k: {"pairs": len(v), "median": statistics.median(v), "worst": max(v)}
         for k, v in sorted(errors.items())
@@ -127,6 +141,19 @@ def _choose(workload: Workload, slice_: Slice, per_kind: int | None) -> list[Can
     return chosen
 
 
+def _named(workload: Workload, slice_: Slice, ids: Sequence[str]) -> list[Candidate]:
+    """The legal candidates named by ``ids``, in that order; an unknown id is an error."""
+    legal = {c.id: c for c in enumerate_candidates(workload, slice_.num_chips).legal}
+    unknown = [i for i in ids if i not in legal]
+    if unknown:
+        example = next(iter(legal), "")
+        raise SystemExit(
+            f"--candidates names {unknown}, not legal candidates of {workload.name} on "
+            f"{slice_.name}; legal ids look like {example!r} ({len(legal)} in all)"
+        )
+    return [legal[i] for i in ids]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="wan2.1-1.3b")
@@ -136,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--per-kind", type=int, default=4, help="candidates per attention kind")
     group.add_argument("--all", action="store_true", help="every legal candidate")
+    group.add_argument("--candidates", default=None, help="comma-separated legal candidate ids")
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "aoizora"))
     parser.add_argument("--json", default=None, help="also write the rows and summary here")
     args = parser.parse_args(argv)
@@ -144,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     slice_ = load_slice(args.slice)
     rows = []
     t0 = time.perf_counter()
-    for cand in _choose(workload, slice_, None if args.all else args.per_kind):
+    if args.candidates:
+        chosen = _named(workload, slice_, args.candidates.split(","))
+    else:
+        chosen = _choose(workload, slice_, None if args.all else args.per_kind)
+    for cand in chosen:
         row = {"candidate": cand.id, **bytes_by_kind(workload, cand, slice_, args.cache_dir)}
         rows.append(row)
         if "error" in row:
@@ -160,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.model} {args.resolution} on {args.slice}: {len(rows)} candidates, "
           f"Stage 1 / compiled bytes per step ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
     for kind, s in summary["per_kind"].items():
-        print(f"  {kind:20s} {s['pairs']:3d} pairs  median |err| {s['median']:6.1%}  "
+        print(f"  {kind:30s} {s['pairs']:3d} pairs  median |err| {s['median']:6.1%}  "
               f"worst {s['worst']:8.1%}")  # fmt: skip
     print(
         f"  within 10 %: {summary['within_10pct']}/{summary['pairs']} pairs; "

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from aoizora.cache import plan_caches
-from aoizora.candidates.space import enumerate_candidates
-from aoizora.compile import compile_candidate, lower
+from aoizora.candidates.space import Candidate, enumerate_candidates
+from aoizora.compile import CompileResult, compile_candidate, lower
+from aoizora.fanout import fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import ComputeSegment
 from aoizora.replay import sim_kind
@@ -47,12 +48,19 @@ def _compiled(hlo_text: str) -> tuple[dict[str, float], float]:
     return kinds, flops
 
 
+def _compile(args: tuple[Candidate, Path]) -> CompileResult:
+    cand, cache_dir = args
+    return compile_candidate(WORKLOAD, cand, SLICE, cache=plan_caches(cache_dir).compiled)
+
+
 @pytest.fixture(scope="module")
 def rows(plan_cache_dir: Path) -> list[dict[str, Any]]:
-    cache = plan_caches(plan_cache_dir).compiled
+    legal = enumerate_candidates(WORKLOAD, SLICE.num_chips).legal
+    # The compiles fan out over the machine's cores, as the planner's do.
+    with fan_out() as pool:
+        results = pool.map(_compile, [(c, plan_cache_dir) for c in legal])
     out = []
-    for cand in enumerate_candidates(WORKLOAD, SLICE.num_chips).legal:
-        result = compile_candidate(WORKLOAD, cand, SLICE, cache=cache)
+    for cand, result in zip(legal, results, strict=True):
         assert result.ok, (cand.id, result.error)
         est = estimate(
             lower(WORKLOAD, cand, SLICE),
