@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from aoizora.planner import (
 )
 from aoizora.replay import network_footprint, replay
 from aoizora.report.directory import busiest_region, write_report_dir
-from aoizora.report.summary import render_report
+from aoizora.report.summary import outcome_summary, render_report
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
 from aoizora.tpu import topology_devices
 from aoizora.workloads.wan import parse_resolution, wan_workload
@@ -221,16 +222,51 @@ def test_exhaustive_check_recall_and_spearman(cold: PlanOutcome) -> None:
     ids = [c.candidate.id for c in by_q2]
     agree = rank_stage1([_estimate(c, i) for i, c in enumerate(ids)], k=2, hbm_bytes=10)
     check = _exhaustive_check(agree, scored)
-    assert check.best_candidate_id == ids[0]
-    assert check.top1_hit and check.topk_hit
+    assert check.winner == ids[0] and check.winner_q1_rank == 1
+    assert check.top1_hit and check.kept_hit
     assert check.num_compared == len(ids)
     reverse = rank_stage1([_estimate(c, -i) for i, c in enumerate(ids)], k=1, hbm_bytes=10)
     miss = _exhaustive_check(reverse, scored)
-    assert not miss.top1_hit and not miss.topk_hit
+    assert not miss.top1_hit and not miss.kept_hit
+    assert miss.winner_q1_rank == len(ids)
+    # kept_hit asks about what Stage 1 handed over, not only its top-K.
+    assert _exhaustive_check(reverse, scored, picks=(ids[-1], ids[0])).kept_hit
     distinct_q2 = len({c.best.q2_s for c in scored}) == len(scored)
     if distinct_q2:
         assert check.spearman_q1_q2 == pytest.approx(1.0)
         assert miss.spearman_q1_q2 == pytest.approx(-1.0)
+
+
+def test_json_summary_lists_every_candidate(cold: PlanOutcome) -> None:
+    """``aoizora plan --json``'s ``candidates`` and ``exhaustive`` (names scripts read),
+    checked against the outcome they summarise."""
+    check = _exhaustive_check(cold.stage1, cold.scored, picks=cold.stage1_picks)
+    summary = json.loads(json.dumps(outcome_summary(replace(cold, exhaustive=check))))
+    rows = summary["candidates"]
+    assert [r["id"] for r in rows] == list(cold.legal_ids)
+    assert all(
+        set(r) == {"id", "q1_s", "stage1_kept", "compiled", "best_q2_s", "placements"} for r in rows
+    )
+    kept = [r["id"] for r in rows if r["stage1_kept"]]
+    assert sorted(kept) == sorted(cold.stage1_picks) and len(kept) >= 1
+    for r in rows:
+        assert (r["best_q2_s"] is not None) == (r["placements"] > 0)
+        assert r["best_q2_s"] is None or r["compiled"]
+    # Stage 1's picks are the best by Q1 among the candidates it scored.
+    worst_kept = max(r["q1_s"] for r in rows if r["stage1_kept"])
+    weak = {e.candidate_id for e in cold.stage1.dropped_weak}  # feasible, not kept
+    dropped = [r["q1_s"] for r in rows if r["id"] in weak]
+    assert all(q >= worst_kept for q in dropped)
+    assert summary["exhaustive"] == {
+        "winner": check.winner,
+        "winner_q1_rank": check.winner_q1_rank,
+        "spearman_q1_q2": check.spearman_q1_q2,
+        "top1_hit": check.top1_hit,
+        "kept_hit": check.kept_hit,
+    }
+    best = min((r for r in rows if r["best_q2_s"] is not None), key=lambda r: r["best_q2_s"])
+    assert check.winner == best["id"]
+    assert "exhaustive" not in outcome_summary(cold)  # only with --exhaustive
 
 
 def test_report_dir_pictures_and_traces(cold: PlanOutcome, tmp_path: Path) -> None:
