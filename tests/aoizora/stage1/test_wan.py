@@ -68,9 +68,11 @@ def test_tiny_wan_estimates(
         assert est.q1_s <= (est.compute_s + est.comm_s) * (1 + 1e-9)
         assert est.compute_s > 0 and est.comm_s > 0
         # No FLOP is lost: the chips together do at least the model's analytic work;
-        # more where small ops are replicated and where the tiny clip's 64-token
-        # shards are padded to the attention kernel's 128-row blocks.
-        assert 0.999 * analytic <= 8 * est.flops_per_chip <= 1.5 * analytic, cand.id
+        # more where ops are replicated and where the tiny clip's 64-token shards are
+        # padded to the attention kernel's 128-row blocks. The compiled programs
+        # replicate as much (up to 2.2x the analytic matmul work, with tensor=8):
+        # test_bytes.py holds Stage 1's FLOPs to the compiled kernels' per candidate.
+        assert 0.999 * analytic <= 8 * est.flops_per_chip <= 2.5 * analytic, cand.id
         # Parameters and inputs per chip: the workload's own analytic count.
         assert est.argument_bytes_per_chip == argument_bytes_per_chip(tiny, cand), cand.id
         assert est.memory_bytes_per_chip > est.argument_bytes_per_chip
