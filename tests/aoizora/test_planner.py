@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from aoizora.candidates.space import enumerate_candidates
 from aoizora.hlo.graph import graph_from_text
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan import load_plan
@@ -26,6 +27,7 @@ from aoizora.planner import (
     CandidateScores,
     PlanOutcome,
     _exhaustive_check,
+    _stage1_picks,
     run_plan,
 )
 from aoizora.replay import network_footprint, replay
@@ -145,14 +147,20 @@ def test_stage1_keeps_top_k_by_q1_and_compiles_them(cold: PlanOutcome) -> None:
         (e.q1_s, e.candidate_id) for e in (*cold.stage1.kept, *cold.stage1.dropped_weak)
     )
     assert [e.candidate_id for e in kept] == [cid for _, cid in everyone[:2]]
-    # Stage 1 hands over its top-K plus the best-Q1 candidate of every attention kind
-    # the top-K lacks (recomputed here from the ranking and the candidate ids).
+    # By default Stage 1 alone decides: it hands over exactly its top-K.
+    assert list(cold.stage1_picks) == [e.candidate_id for e in kept]
+    # Opt-in (--per-attention-kind): plus the best-Q1 candidate of every attention
+    # kind the top-K lacks (recomputed here from the Q1 order and the candidate ids).
     expected = [e.candidate_id for e in kept]
     for e in everyone_sorted(cold):
         kind = e.split("/")[-1]
         if not any(cid.split("/")[-1] == kind for cid in expected):
             expected.append(e)
-    assert list(cold.stage1_picks) == expected
+    by_id = {c.candidate.id: c.candidate for c in cold.scored} | {
+        c.id: c for c in enumerate_candidates(cold.workload, cold.slice_.num_chips).legal
+    }
+    wider = _stage1_picks(cold.stage1, by_id, lambda _: None, per_attention_kind=True)
+    assert sorted(wider) == sorted(expected) and wider[: len(kept)] == expected[: len(kept)]
     compiled = {c.candidate.id for c in cold.scored} | {cid for cid, _ in cold.failed}
     assert set(cold.stage1_picks) <= compiled
     for c in cold.scored:
