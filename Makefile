@@ -8,7 +8,9 @@ STAMP := $(VENV)/.installed
 
 bootstrap: $(STAMP)
 
-$(STAMP): pyproject.toml
+# setup.py builds the compiled event core (sim/_flowcore.c): a changed C source
+# re-runs the install, which recompiles it.
+$(STAMP): pyproject.toml setup.py sim/_flowcore.c sim/_flowshare.c sim/_flowcore.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required, found " + sys.version.split()[0] + "; set PYTHON=python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
