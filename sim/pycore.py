@@ -26,13 +26,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Generator
-from typing import NamedTuple
-
-import simpy
+from typing import TYPE_CHECKING, NamedTuple
 
 from sim.problem import Problem
 from sim.records import RateSnapshot
 from sim.sharing import _BATCH_PAIRS, LinkSharing
+
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["CoreOutput", "run_python"]
 
@@ -93,6 +94,8 @@ class _Run:
         self.predicted_s = [math.inf] * n
         self.drain_seq = [0] * n
         self.finishes: list[tuple[float, int, int]] = []  # (finish, drain seq, node)
+        import simpy  # here, not at import: the compiled core never needs it
+
         self.env = simpy.Environment()
 
     # -- the DAG -----------------------------------------------------------

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sim.coords import Coord, as_coord
 from sim.errors import RoutingError
 from sim.topology import Link, Slice
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["check_order", "default_order", "hop_count", "link_ids", "route", "route_link_ids"]
 
@@ -189,6 +191,8 @@ def route_link_ids(
     cached = slice_._cache.get(key)
     if cached is not None:
         return cached
+    import numpy as np  # here, not at import: `python -m sim flows` never needs it
+
     ids = np.array(link_ids(slice_, a, b, ordering), dtype=np.int64)
     ids.setflags(write=False)
     slice_._cache[key] = ids
