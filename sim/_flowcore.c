@@ -20,7 +20,7 @@
 
 /* Bumped whenever run()'s signature or results change: sim/engine.py refuses
  * a stale build instead of misreading it. */
-#define CORE_VERSION 1
+#define CORE_VERSION 2
 #define FINISH_REL_TOL 1e-12
 enum { RELEASE = 0, DRAIN = 1, DONE = 2 };
 
@@ -54,6 +54,7 @@ typedef struct {
     int nomem;
     /* the records */
     PyObject *ids, *events, *rate_log, *now_obj, *kinds[3];
+    PyTypeObject *event_type; /* sim.records.Event: a tuple of three */
     int failed; /* a Python error is set */
 } run_t;
 
@@ -158,9 +159,19 @@ static int fheap_pop(run_t *r) {
 
 static void log_event(run_t *r, int kind, int i) {
     if (r->failed) return;
-    PyObject *item = PyTuple_Pack(3, r->now_obj, r->kinds[kind], PyList_GET_ITEM(r->ids, i));
-    if (item == NULL || PyList_Append(r->events, item) < 0) r->failed = 1;
-    Py_XDECREF(item);
+    /* An Event (a tuple subclass without extra fields), filled as tuple() fills one. */
+    PyObject *item = r->event_type->tp_alloc(r->event_type, 3);
+    if (item == NULL) {
+        r->failed = 1;
+        return;
+    }
+    PyObject *fields[3] = {r->now_obj, r->kinds[kind], PyList_GET_ITEM(r->ids, i)};
+    for (int k = 0; k < 3; k++) {
+        Py_INCREF(fields[k]);
+        PyTuple_SET_ITEM(item, k, fields[k]);
+    }
+    if (PyList_Append(r->events, item) < 0) r->failed = 1;
+    Py_DECREF(item);
 }
 
 static void set_now(run_t *r, double t) {
@@ -530,15 +541,23 @@ static PyObject *results(run_t *r, int m) {
 
 PyDoc_STRVAR(run_doc,
              "run(capacity, route_ptr, route_chan, size_bytes, duration_s, is_flow, ready_s,\n"
-             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, record_rates)\n"
+             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, record_rates,\n"
+             "    event_type)\n"
              "--\n\n"
              "Replay a checked DAG (sim/engine.py builds the arrays). Returns (release_s,\n"
              "drain_s, finish_s, events, busy_s per channel, rate_log or None).");
 
 static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 14) {
-        PyErr_Format(PyExc_TypeError, "run() takes 14 arguments (%zd given)", nargs);
+    if (nargs != 15) {
+        PyErr_Format(PyExc_TypeError, "run() takes 15 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *event_type = args[14];
+    if (!PyType_Check(event_type) ||
+        !PyType_IsSubtype((PyTypeObject *)event_type, &PyTuple_Type) ||
+        ((PyTypeObject *)event_type)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "event_type must be a tuple subclass without slots");
         return NULL;
     }
     PyObject *ids = args[10];
@@ -571,6 +590,7 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     r.waiting = in.waiting;
     r.latency = latency;
     r.ids = ids;
+    r.event_type = (PyTypeObject *)event_type;
     r.kinds[RELEASE] = PyUnicode_InternFromString("release");
     r.kinds[DRAIN] = PyUnicode_InternFromString("drain");
     r.kinds[DONE] = PyUnicode_InternFromString("finish");

@@ -1,6 +1,8 @@
 # Type stub of the compiled event core (sim/_flowcore.c); sim.engine calls it.
 from collections.abc import Sequence
 
+from sim.records import Event
+
 VERSION: int
 
 def run(
@@ -18,11 +20,12 @@ def run(
     hop_latency_s: float,
     batch_pairs: int,
     record_rates: bool,
+    event_type: type[Event],
 ) -> tuple[
     list[float],
     list[float],
     list[float],
-    list[tuple[float, str, str]],
+    list[Event],
     list[float],
     list[tuple[float, tuple[tuple[str, float], ...]]] | None,
 ]: ...

@@ -52,7 +52,7 @@ from sim.maxmin import max_min_rates
 from sim.nodes import Compute, Flow, validate_graph
 from sim.problem import Problem, build_problem
 from sim.pycore import CoreOutput, run_python
-from sim.records import RateSnapshot, SimResult, build_result
+from sim.records import Event, RateSnapshot, SimResult, build_result
 from sim.sharing import _BATCH_PAIRS
 from sim.topology import Slice
 
@@ -60,7 +60,7 @@ __all__ = ["CORES", "Compute", "Flow", "compiled_core", "max_min_rates", "simula
 
 CORES = ("compiled", "python")
 # The interface version of sim/_flowcore.c this module calls (its VERSION).
-_CORE_VERSION = 1
+_CORE_VERSION = 2
 _REBUILD = "rebuild it with `make bootstrap` (or `pip install -e .`; it needs a C compiler)"
 _warned = False
 
@@ -98,6 +98,7 @@ def _run_compiled(
         p.hop_latency_s,
         batch_pairs,
         record_rates,
+        Event,
     )
     rate_log = None if log is None else [RateSnapshot(t, rates) for t, rates in log]
     return CoreOutput(release, drain, finish, events, busy, rate_log)

@@ -29,7 +29,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, NamedTuple
 
 from sim.problem import Problem
-from sim.records import RateSnapshot
+from sim.records import Event, RateSnapshot
 from sim.sharing import _BATCH_PAIRS, LinkSharing
 
 if TYPE_CHECKING:
@@ -45,14 +45,14 @@ _RELEASE, _DRAIN, _DONE = 0, 1, 2
 
 class CoreOutput(NamedTuple):
     """What an event core returns: per node release, drain and finish times
-    (``nan`` where a node has no such moment), the event log as ``(time, kind,
-    id)``, each channel's busy seconds and the rate log (``None`` unless
-    recorded)."""
+    (``nan`` where a node has no such moment), the event log
+    (:class:`~sim.records.Event`), each channel's busy seconds and the rate log
+    (``None`` unless recorded)."""
 
     release_s: list[float]
     drain_s: list[float]
     finish_s: list[float]
-    events: list[tuple[float, str, str]]
+    events: list[Event]
     busy_s: list[float]
     rate_log: list[RateSnapshot] | None
 
@@ -79,7 +79,7 @@ class _Run:
         self.release_s = [math.nan] * n
         self.drain_s = [math.nan] * n
         self.finish_s = [math.nan] * n
-        self.events: list[tuple[float, str, str]] = []
+        self.events: list[Event] = []
         self.rate_log: list[RateSnapshot] | None = [] if record_rates else None
         self.latency_s = p.hop_latency_s
         self.now = 0.0
@@ -107,7 +107,7 @@ class _Run:
     def _release(self, i: int) -> None:
         now = self.now
         self.release_s[i] = now
-        self.events.append((now, "release", self.ids[i]))
+        self.events.append(Event(now, "release", self.ids[i]))
         if not self.is_flow[i]:
             if self.duration_s[i] > 0:
                 self._at(now + self.duration_s[i], _DONE, i)
@@ -126,7 +126,7 @@ class _Run:
     def _drain(self, i: int) -> None:
         now = self.now
         self.drain_s[i] = now
-        self.events.append((now, "drain", self.ids[i]))
+        self.events.append(Event(now, "drain", self.ids[i]))
         if self.size_bytes[i] == 0:
             self._finish(i)
         else:
@@ -135,7 +135,7 @@ class _Run:
     def _finish(self, i: int) -> None:
         now = self.now
         self.finish_s[i] = now
-        self.events.append((now, "finish", self.ids[i]))
+        self.events.append(Event(now, "finish", self.ids[i]))
         ready = self.ready_s
         for c in self.children[i]:
             self.waiting[c] -= 1

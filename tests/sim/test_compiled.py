@@ -35,6 +35,7 @@ from sim.errors import SimError
 from sim.nodes import validate_graph
 from sim.problem import Problem, build_problem
 from sim.pycore import CoreOutput
+from sim.records import Event
 from sim.topology import Slice, make_slice
 from tests.sim.oracle import oracle_problem, reference_max_min
 from tests.sim.test_incremental import random_dags
@@ -143,7 +144,7 @@ def test_core_choice_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
         simulate(s, nodes, core="fast")
     # Without a usable build: an explicit request fails and says how to
     # rebuild; the default warns once and runs the pure-Python core.
-    reason = "sim._flowcore is stale (interface version 0, this sim needs 1); rebuild it"
+    reason = "sim._flowcore is stale (interface version 0, this sim needs 2); rebuild it"
     monkeypatch.setattr(sim.engine, "compiled_core", lambda: (None, reason))
     monkeypatch.setattr(sim.engine, "_warned", False)
     with pytest.raises(SimError, match="stale"):
@@ -170,6 +171,7 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
         hop_latency_s=0.0,
         batch_pairs=128,
         record_rates=False,
+        event_type=Event,
     )
     assert module.run(*ok.values())[2] == [1.0]
     for key, bad, error in [
@@ -179,6 +181,7 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
         ("size_bytes", [], ValueError),
         ("size_bytes", ["x"], TypeError),
         ("ids", ("a",), TypeError),
+        ("event_type", dict, TypeError),
     ]:
         with pytest.raises(error):
             module.run(*{**ok, key: bad}.values())
