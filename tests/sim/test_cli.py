@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.flowfile import FlowFileError, _checked_flow, _plain_flow, replay
+from sim.flowfile import FlowFileError, _checked_flow, _plain_flow, format_output, replay
 from sim.topology import make_slice
 
 SPEC_EXAMPLE: dict[str, Any] = {
@@ -217,3 +217,21 @@ def test_plain_flows_are_what_the_field_checks_accept(item: Any) -> None:
     if quick is not None:
         assert [type(c) for c in (*quick.src, *quick.dst)] == [int] * 4
         assert type(quick.size_bytes) is float and type(quick.start_s) is float
+
+
+# Times in replay's key order ("start" then "finish"); any floats, NaN and
+# infinities included, and any ids (quotes, control and non-ASCII characters).
+_TIMES = st.tuples(st.floats(), st.floats()).map(lambda t: {"start": t[0], "finish": t[1]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _TIMES, max_size=5), st.floats())
+def test_output_text_is_json_dumps_indent_2(flows: dict[str, Any], makespan: float) -> None:
+    output = {"flows": flows, "makespan": makespan}
+    assert format_output(output) == json.dumps(output, indent=2) + "\n"
+
+
+def test_output_text_of_a_replay_is_json_dumps_indent_2() -> None:
+    output = replay(SPEC_EXAMPLE)
+    assert output["flows"]
+    assert format_output(output) == json.dumps(output, indent=2) + "\n"
