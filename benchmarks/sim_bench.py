@@ -33,9 +33,11 @@ with ``uptime``. Link numbers are v5e's (4.5e10 B/s one-way, 1 us per hop).
 runs the same cases in a child process on ``sim/`` as of git revision REV and
 prints the CPU-time ratio per case, and whether the two results are identical
 (SHA-256 of ``SimResult.to_json_dict()``: every record, time and event);
-``--baseline none`` skips it.
+``--baseline none`` skips it. ``--python-core`` also times the pure-Python
+reference core (:mod:`sim.pycore`, what runs when the compiled core is not
+built) in this process and prints the compiled core's CPU-time ratio to it.
 
-Run: ``.venv/bin/python benchmarks/sim_bench.py [--burst] [--cli]``
+Run: ``.venv/bin/python benchmarks/sim_bench.py [--burst] [--cli] [--python-core]``
 """
 
 from __future__ import annotations
@@ -160,13 +162,13 @@ def _cases(random_count: int, mean_gap_us: float, burst_count: int | None) -> di
     return cases
 
 
-def measure(build: Case, repeat: int) -> dict[str, Any]:
+def measure(build: Case, repeat: int, *, core: str | None = None) -> dict[str, Any]:
     """Fastest of ``repeat`` runs (CPU seconds) of one case, and a digest of its result."""
     s, nodes = build()
     best: tuple[float, float] | None = None
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        result = simulate(s, nodes)
+        result = simulate(s, nodes) if core is None else simulate(s, nodes, core=core)
         cpu, wall = time.process_time() - c0, time.perf_counter() - t0
         if best is None or cpu < best[0]:
             best = (cpu, wall)
@@ -301,6 +303,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cli", action="store_true", help="also time `python -m sim flows`")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (fastest counts)")
     parser.add_argument("--baseline", default="fd019da", help="git revision, or 'none'")
+    parser.add_argument(
+        "--python-core",
+        action="store_true",
+        help="also time the pure-Python reference core (sim.pycore) on each case",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -321,6 +328,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if not old["sim"].startswith(str(tree)):
                     raise SystemExit(f"baseline child imported sim from {old['sim']}, not {tree}")
             print(_line(label, got, old), flush=True)
+            if args.python_core:
+                py = measure(build, args.repeat, core="python")
+                same = "identical" if py["digest"] == got["digest"] else "DIFFERENT"
+                print(
+                    f"{'':<50} python core cpu_s={py['cpu_s']:7.3f} "
+                    f"flow_events_per_cpu_s={py['events'] / py['cpu_s']:>8.0f} "
+                    f"compiled x{py['cpu_s'] / got['cpu_s']:.1f} faster (CPU), results {same}",
+                    flush=True,
+                )
         if args.cli:
             print(_cli_case(args.random_count, args.mean_gap_us, tree, Path(tmp)), flush=True)
 

@@ -42,8 +42,8 @@ Example: two equal flows share one link, then a compute waits for both.
 
 from __future__ import annotations
 
+import logging
 import math
-import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -56,13 +56,21 @@ from sim.records import Event, RateSnapshot, SimResult, build_result
 from sim.sharing import _BATCH_PAIRS
 from sim.topology import Slice
 
-__all__ = ["CORES", "Compute", "Flow", "compiled_core", "max_min_rates", "simulate"]
+__all__ = ["CORES", "Compute", "Flow", "compiled_core", "core_status", "max_min_rates", "simulate"]
 
 CORES = ("compiled", "python")
 # The interface version of sim/_flowcore.c this module calls (its VERSION).
 _CORE_VERSION = 2
-_REBUILD = "rebuild it with `make bootstrap` (or `pip install -e .`; it needs a C compiler)"
+_REBUILD = (
+    "to build it, install a C compiler and the Python headers (e.g. `apt-get install gcc "
+    "python3-dev`) and run `make core` in the repository (or `pip install -e .`)"
+)
+# The fallback's one line goes to the "sim" logger: without logging set up,
+# Python prints it alone on stderr; once per process.
+_log = logging.getLogger("sim")
 _warned = False
+# benchmarks/sim_bench.py --python-core: x1.9 to x8 CPU time (staggered random flows: x8).
+_SLOWER = "2-8x"
 
 
 def compiled_core() -> tuple[ModuleType | None, str]:
@@ -78,6 +86,21 @@ def compiled_core() -> tuple[ModuleType | None, str]:
             f"{_CORE_VERSION}); {_REBUILD}"
         )
     return _flowcore, ""
+
+
+def core_status() -> str:
+    """One line: which event core :func:`simulate` runs by default, and why.
+
+    >>> core_status().startswith("sim: ")
+    True
+    """
+    module, why = compiled_core()
+    if module is None:
+        return (
+            f"sim: the compiled event core is unavailable, so the pure-Python core runs "
+            f"instead (same results, {_SLOWER} slower on large runs): {why}"
+        )
+    return f"sim: the compiled event core is built ({module.__file__})"
 
 
 def _run_compiled(
@@ -128,7 +151,7 @@ def run_core(
             raise SimError(why)
         if not _warned:
             _warned = True
-            warnings.warn(f"{why}; running the pure-Python core (slower)", RuntimeWarning, 2)
+            _log.warning(core_status())
     return run_python(problem, record_rates=record_rates, batch_pairs=batch_pairs)
 
 

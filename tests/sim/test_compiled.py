@@ -13,7 +13,8 @@
 - **Every allocation it logs is the textbook one**: oracle routing
   (:mod:`tests.sim.oracle`) and textbook progressive filling, after every
   update, in both sharing modes.
-- Core selection, the fallback warning, and bad arrays (an error, not a crash).
+- Core selection, the fallback's one line (and how to build), and bad
+  arrays (an error, not a crash).
 
 The oracle tests elsewhere (``test_incremental``, ``test_conservation``,
 ``test_engine``) run ``core="compiled"`` explicitly.
@@ -22,7 +23,12 @@ The oracle tests elsewhere (``test_incremental``, ``test_conservation``,
 from __future__ import annotations
 
 import importlib.util
+import json
+import logging
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +36,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim.engine
-from sim.engine import Compute, Flow, compiled_core, run_core, simulate
+from sim.engine import Compute, Flow, compiled_core, core_status, run_core, simulate
 from sim.errors import SimError
 from sim.nodes import validate_graph
 from sim.problem import Problem, build_problem
@@ -135,7 +141,9 @@ def test_deterministic_across_runs() -> None:
     assert a == b
 
 
-def test_core_choice_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_core_choice_and_errors(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     s = make_slice([3], link_bandwidth_bytes_per_s=1e9, hop_latency_s=1e-6)
     nodes: list[Flow | Compute] = [Flow("a", (0,), (2,), 1e6), Flow("b", (1,), (2,), 1e6)]
     python = simulate(s, nodes, core="python").to_json_dict()
@@ -143,14 +151,62 @@ def test_core_choice_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SimError, match="core='fast' is not an event core; choose one of"):
         simulate(s, nodes, core="fast")
     # Without a usable build: an explicit request fails and says how to
-    # rebuild; the default warns once and runs the pure-Python core.
-    reason = "sim._flowcore is stale (interface version 0, this sim needs 2); rebuild it"
+    # rebuild; the default logs one line, once per process, and runs the
+    # pure-Python core.
+    reason = "sim._flowcore is stale (interface version 0, this sim needs 2); to build it, ..."
     monkeypatch.setattr(sim.engine, "compiled_core", lambda: (None, reason))
     monkeypatch.setattr(sim.engine, "_warned", False)
     with pytest.raises(SimError, match="stale"):
         simulate(s, nodes, core="compiled")
-    with pytest.warns(RuntimeWarning, match="stale .* running the pure-Python core"):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sim"):
         assert simulate(s, nodes).to_json_dict() == python
+        assert simulate(s, nodes).to_json_dict() == python
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "\n" not in line
+    assert line.startswith("sim: the compiled event core is unavailable, so the pure-Python")
+    assert line.endswith(reason)
+
+
+def test_fallback_line_says_how_to_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A missing extension, as after a failed or compiler-less install.
+    monkeypatch.setitem(sys.modules, "sim._flowcore", None)
+    module, why = compiled_core()
+    assert module is None
+    assert why.startswith("sim._flowcore is not built (")
+    assert "install a C compiler" in why and "make core" in why
+    assert "\n" not in core_status()
+
+
+def test_without_the_extension_a_fresh_process_prints_one_line(tmp_path: Path) -> None:
+    # python -m sim flows with sim._flowcore unimportable: the same output,
+    # and exactly one line on stderr naming the fallback and the fix.
+    doc = {
+        "topology": {"shape": [2, 2], "link_bandwidth": 1e9, "hop_latency": 1e-6},
+        "flows": [{"id": "a", "src": [0, 0], "dst": [1, 1], "bytes": 1e6}],
+    }
+    path = tmp_path / "flows.json"
+    path.write_text(json.dumps(doc))
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['sim._flowcore'] = None\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "sim", "flows", str(path)],
+            env=env if blocked else {**os.environ, "PYTHONPATH": str(root)},
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for blocked in (True, False)
+    ]
+    assert runs[0].stdout == runs[1].stdout
+    assert runs[1].stderr == ""
+    [line] = runs[0].stderr.splitlines()
+    assert line.startswith("sim: the compiled event core is unavailable")
+    assert "make core" in line
 
 
 def test_bad_arrays_are_errors_not_crashes() -> None:
