@@ -4,9 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+TEST_STAMP := $(VENV)/.installed-test
+
 .PHONY: demo test lint bootstrap core clean
 
 bootstrap: $(STAMP)
+
+# make test also installs the optional extras the tests use (Ray, aoizora[ray]).
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
+	touch $(TEST_STAMP)
 
 # setup.py builds the compiled event core (sim/_flowcore.c): a changed C source
 # re-runs the install, which recompiles it. Without a C compiler the install
@@ -29,7 +36,7 @@ core: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m aoizora.demo
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

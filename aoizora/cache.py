@@ -75,7 +75,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "aoizora/compile.py",
     ),
     "compiled": (),
-    "q2": ("aoizora/hlo", "aoizora/replay.py", "sim"),
+    "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),
 }
 
 

@@ -92,15 +92,17 @@ class DeviceOrder:
         Raises :class:`PlacementError` unless the ids are a permutation of the
         slice's chips and their count equals the mesh size.
         """
-        ids = tuple(int(i) for i in physical_ids)
+        ids = tuple(map(int, physical_ids))
         shape = check_mesh_shape(mesh_shape, slice_)
-        if sorted(ids) != list(range(slice_.num_chips)):
+        n = slice_.num_chips
+        if len(ids) != n or len(set(ids)) != n or min(ids) != 0 or max(ids) != n - 1:
             raise PlacementError(
                 f"device order {list(ids)} is not a permutation of the {slice_.num_chips} chip "
                 f"ids of {slice_.name} (expected each of 0..{slice_.num_chips - 1} exactly once, "
                 f"e.g. {list(range(slice_.num_chips))})"
             )
-        coords = tuple(tuple(slice_.coord_of(i)) for i in ids)
+        every = slice_.coords  # ids are a permutation of the chips: index directly
+        coords = tuple(every[i] for i in ids)
         return cls(slice_name=slice_.name, mesh_shape=shape, coords=coords, physical_ids=ids)
 
     @classmethod

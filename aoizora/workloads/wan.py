@@ -496,6 +496,9 @@ def wan_workload(
         attention_kinds=ATTENTION_KINDS,
         probes=probes,
         check=_wan_check(cfg, clip),
+        mesh_axis_names=MESH_AXIS_NAMES,  # fixed, so candidate ids stay data2.fsdp1.context4...
+        model=cfg.name,
+        clip=clip,
         info={
             "kind": "wan",
             "model": cfg.name,
