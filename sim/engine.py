@@ -69,8 +69,8 @@ _REBUILD = (
 # Python prints it alone on stderr; once per process.
 _log = logging.getLogger("sim")
 _warned = False
-# benchmarks/sim_bench.py --python-core: x1.9 to x8 CPU time (staggered random flows: x8).
-_SLOWER = "2-8x"
+# benchmarks/sim_bench.py --python-core: x1.6 to x9 CPU time (staggered random flows: x8-9).
+_SLOWER = "up to 9x"
 
 
 def compiled_core() -> tuple[ModuleType | None, str]:
