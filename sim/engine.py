@@ -69,8 +69,8 @@ _REBUILD = (
 # Python prints it alone on stderr; once per process.
 _log = logging.getLogger("sim")
 _warned = False
-# benchmarks/sim_bench.py --python-core: x1.6 to x9 CPU time (staggered random flows: x8-9).
-_SLOWER = "up to 9x"
+# benchmarks/sim_bench.py --python-core: x1.6 to x17 CPU time (staggered: x8-9; burst: x17).
+_SLOWER = "up to 17x"
 
 
 def compiled_core() -> tuple[ModuleType | None, str]:
