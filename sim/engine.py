@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -56,7 +57,16 @@ from sim.records import Event, RateSnapshot, SimResult, build_result
 from sim.sharing import _BATCH_PAIRS
 from sim.topology import Slice
 
-__all__ = ["CORES", "Compute", "Flow", "compiled_core", "core_status", "max_min_rates", "simulate"]
+__all__ = [
+    "CORES",
+    "Compute",
+    "Flow",
+    "compiled_core",
+    "core_status",
+    "max_min_rates",
+    "note_core_fallback",
+    "simulate",
+]
 
 CORES = ("compiled", "python")
 # The interface version of sim/_flowcore.c this module calls (its VERSION).
@@ -66,8 +76,10 @@ _REBUILD = (
     "python3-dev`) and run `make core` in the repository (or `pip install -e .`)"
 )
 # The fallback's one line goes to the "sim" logger: without logging set up,
-# Python prints it alone on stderr; once per process.
+# Python prints it alone on stderr. Once per process, and not again in the
+# processes it starts afterwards (a planner's worker pool inherits _NOTED_ENV).
 _log = logging.getLogger("sim")
+_NOTED_ENV = "SIM_CORE_FALLBACK_NOTED"
 _warned = False
 # benchmarks/sim_bench.py --python-core: x1.6 to x17 CPU time (staggered: x8-9; burst: x17).
 _SLOWER = "up to 17x"
@@ -103,6 +115,23 @@ def core_status() -> str:
     return f"sim: the compiled event core is built ({module.__file__})"
 
 
+def note_core_fallback() -> None:
+    """Log :func:`core_status` once if the pure-Python core will run by default.
+
+    Call it before starting worker processes that simulate: they inherit
+    ``SIM_CORE_FALLBACK_NOTED`` and stay quiet, so a run prints the line once.
+    """
+    global _warned
+    if _warned or os.environ.get(_NOTED_ENV):
+        _warned = True
+        return
+    module, _ = compiled_core()
+    if module is None:
+        _warned = True
+        os.environ[_NOTED_ENV] = "1"
+        _log.warning(core_status())
+
+
 def _run_compiled(
     module: ModuleType, p: Problem, *, record_rates: bool, batch_pairs: int
 ) -> CoreOutput:
@@ -135,7 +164,6 @@ def run_core(
     batch_pairs: int = _BATCH_PAIRS,
 ) -> CoreOutput:
     """Replay ``problem`` on the chosen event core (see :func:`simulate`)."""
-    global _warned
     if core is not None and core not in CORES:
         raise SimError(
             f"core={core!r} is not an event core; choose one of {CORES} "
@@ -149,9 +177,7 @@ def run_core(
             )
         if core == "compiled":
             raise SimError(why)
-        if not _warned:
-            _warned = True
-            _log.warning(core_status())
+        note_core_fallback()
     return run_python(problem, record_rates=record_rates, batch_pairs=batch_pairs)
 
 

@@ -156,6 +156,7 @@ def test_core_choice_and_errors(
     reason = "sim._flowcore is stale (interface version 0, this sim needs 2); to build it, ..."
     monkeypatch.setattr(sim.engine, "compiled_core", lambda: (None, reason))
     monkeypatch.setattr(sim.engine, "_warned", False)
+    monkeypatch.setenv(sim.engine._NOTED_ENV, "")
     with pytest.raises(SimError, match="stale"):
         simulate(s, nodes, core="compiled")
     caplog.clear()
@@ -166,6 +167,7 @@ def test_core_choice_and_errors(
     assert "\n" not in line
     assert line.startswith("sim: the compiled event core is unavailable, so the pure-Python")
     assert line.endswith(reason)
+    assert os.environ[sim.engine._NOTED_ENV] == "1"  # processes started now stay quiet
 
 
 def test_fallback_line_says_how_to_build(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,11 +192,12 @@ def test_without_the_extension_a_fresh_process_prints_one_line(tmp_path: Path) -
     blocker = tmp_path / "sitecustomize.py"
     blocker.write_text("import sys\nsys.modules['sim._flowcore'] = None\n")
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    base = {k: v for k, v in os.environ.items() if k != sim.engine._NOTED_ENV}
+    env = {**base, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
     runs = [
         subprocess.run(
             [sys.executable, "-m", "sim", "flows", str(path)],
-            env=env if blocked else {**os.environ, "PYTHONPATH": str(root)},
+            env=env if blocked else {**base, "PYTHONPATH": str(root)},
             cwd=root,
             capture_output=True,
             text=True,
