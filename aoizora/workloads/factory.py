@@ -35,6 +35,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import cloudpickle
+
 from aoizora.errors import WorkloadError
 from aoizora.workloads.base import Workload
 
@@ -87,6 +89,9 @@ def _load_file(spec: str, target: str) -> tuple[ModuleType, Path]:
     except Exception as exc:
         del sys.modules[name]
         raise _failure(spec, f"running {path.name}", exc, path) from exc
+    # Fan-out workers (a spawned process pool, Ray) cannot import this module
+    # by its made-up name: cloudpickle sends its functions and classes by value.
+    cloudpickle.register_pickle_by_value(module)
     return module, path
 
 
