@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,10 +84,15 @@ __all__ = [
     "ReplayResult",
     "network_footprint",
     "opaque_cost_s",
+    "NodeTimesFn",
     "simulate_region",
     "replay",
     "sim_kind",
 ]
+
+# ``(slice_, nodes) -> (releases, finishes)`` in node order: another way to the
+# engine's times (see :func:`simulate_region`).
+NodeTimesFn = Callable[[Slice, Sequence[Flow | Compute]], tuple[Sequence[float], Sequence[float]]]
 
 _ATTENTION_RE = re.compile(r"splash|flash|attention|mha|mqa|gqa", re.IGNORECASE)
 
@@ -269,6 +274,7 @@ class _RegionSim:
         algorithm: str | Mapping[str, str] | None,
         region_times: dict[int, float],
         stand_ins: Mapping[int, float] | None = None,
+        node_times: NodeTimesFn | None = None,
     ) -> None:
         self.graph = graph
         self.slice = slice_
@@ -276,11 +282,14 @@ class _RegionSim:
         self.algorithm = algorithm
         self.region_times = region_times
         self.stand_ins = stand_ins or {}
+        self.node_times = node_times
         self.chip = slice_.chip
         self.rep = order.coord_of(0)
         self.spans: dict[int, tuple[float, float]] = {}  # collective -> (release, end), last run
 
-    def run(self, region_id: int) -> tuple[SimResult, float, list[tuple[int, float, float]], float]:
+    def run(
+        self, region_id: int
+    ) -> tuple[SimResult | None, float, list[tuple[int, float, float]], float]:
         region = self.graph.regions[region_id]
         nodes: list[Flow | Compute] = []
         prev: tuple[str, ...] = ()
@@ -330,10 +339,7 @@ class _RegionSim:
                 duration = max(times, default=0.0) * step.trip_count
                 nodes.append(Compute(f"r{i}", self.rep, duration, after=prev))
                 prev = (f"r{i}",)
-        result = simulate(self.slice, nodes)
-        finish: dict[str, float] = {c.id: c.finish_s for c in result.computes}
-        release: dict[str, float] = {f.id: f.release_s for f in result.flows}
-        finish.update({f.id: f.finish_s for f in result.flows})
+        result, release, finish = self._simulate(nodes)
         timings: list[tuple[int, float, float]] = []
         self.spans = {
             cid: (finish[starts[cid]] if starts[cid] else 0.0, finish[done])
@@ -346,7 +352,22 @@ class _RegionSim:
             before = waits.get(cid, "")
             ready = finish.get(before, 0.0) if before else 0.0
             timings.append((cid, end - begin, max(0.0, end - ready)))
-        return result, result.makespan_s, timings, compute_s
+        return result, max(finish.values(), default=0.0), timings, compute_s
+
+    def _simulate(
+        self, nodes: Sequence[Flow | Compute]
+    ) -> tuple[SimResult | None, dict[str, float], dict[str, float]]:
+        """The engine's run (or ``node_times``'): the result, releases and finishes by id."""
+        if self.node_times is not None:
+            release_s, finish_s = self.node_times(self.slice, nodes)
+            ids = [nd.id for nd in nodes]
+            released = dict(zip(ids, release_s, strict=True))
+            return None, released, dict(zip(ids, finish_s, strict=True))
+        result = simulate(self.slice, nodes)
+        finish: dict[str, float] = {c.id: c.finish_s for c in result.computes}
+        release: dict[str, float] = {f.id: f.release_s for f in result.flows}
+        finish.update({f.id: f.finish_s for f in result.flows})
+        return result, release, finish
 
 
 def simulate_region(
@@ -358,13 +379,17 @@ def simulate_region(
     *,
     algorithm: str | Mapping[str, str] | None = None,
     stand_ins: Mapping[int, float] | None = None,
+    node_times: NodeTimesFn | None = None,
 ) -> tuple[float, dict[int, tuple[float, float]]]:
     """One region's simulated time and each collective's (release, end) in it.
 
     ``region_times`` gives the time of every region this one calls or loops
     over; collectives in ``stand_ins`` become delays of the given duration.
+    ``node_times(slice_, nodes)`` -> (releases, finishes), in node order, runs
+    the DAG instead of the engine: it must give the engine's times (the
+    planner passes :func:`aoizora.rank.lumped.lumped_times`).
     """
-    runner = _RegionSim(graph, slice_, order, algorithm, dict(region_times), stand_ins)
+    runner = _RegionSim(graph, slice_, order, algorithm, dict(region_times), stand_ins, node_times)
     _, makespan, _, _ = runner.run(region_id)
     return makespan, runner.spans
 
@@ -441,6 +466,8 @@ def replay(
             continue
         seen[key] = region.id
         result, makespan, region_timings, compute_s = runner.run(region.id)
+        if result is None:  # the engine always runs here (no node_times)
+            raise RuntimeError("the full replay ran without the engine")
         sims[region.id] = result
         runner.region_times[region.id] = makespan
         compute[region.id] = compute_s

@@ -29,6 +29,10 @@ each collective's *isolated* duration (:class:`~aoizora.rank.bound.TimelineBound
    The result is exact for the same reason: every collective outside the set
    shares no link with anything in flight beside it.
 
+Every engine run here (a collective alone, a region's joint run) goes through
+:mod:`aoizora.rank.lumped`: symmetric traffic runs as one representative per
+class of alike flows, with the engine's own rules, else the engine runs.
+
 Only the arithmetic differs from the full replay (sums in another order), so
 the two agree to float rounding; ``tests/aoizora/test_rank.py`` checks
 1e-9 relative on random placements of compiled and synthetic programs.
@@ -56,6 +60,7 @@ from aoizora.hlo.nodes import (
 )
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.rank.bound import TimelineBound, translated_coords
+from aoizora.rank.lumped import lumped_times, simulate_nodes
 from aoizora.replay import collective_plan, sim_kind, simulate_region
 from sim.collectives import CollectivePlan
 from sim.engine import Flow, simulate
@@ -194,7 +199,7 @@ class ExactQ2:
                 stand_ins = {c: durations[c] for c in started if c not in joint}
                 t, spans = simulate_region(
                     self.graph, self.slice, order, rid, times,
-                    algorithm=self.algorithm, stand_ins=stand_ins,
+                    algorithm=self.algorithm, stand_ins=stand_ins, node_times=lumped_times,
                 )  # fmt: skip
                 release = {c: a for c, (a, _) in spans.items()}
                 end = {c: b for c, (_, b) in spans.items()}
@@ -263,7 +268,7 @@ class ExactQ2:
             got = self._closed_form(plan)
             if got is None:
                 self.stats["engine_alone"] += 1
-                got = simulate(self.slice, plan.nodes).makespan_s
+                got = simulate_nodes(self.slice, plan.nodes).makespan_s
             else:
                 self.stats["closed_form"] += 1
             self._isolated[key] = got

@@ -179,11 +179,16 @@ class _Search:
             self.states.append(_JobState(job, bounds, perms, total=total))
         self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
         self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
+        self.stop_at = math.inf  # perf_counter() time past which no node is split or bounded
 
     # -- incumbents --------------------------------------------------------------
 
     def incumbent(self, j: int) -> float:
         return self.best[j] if self.per_job else min(self.best, default=math.inf)
+
+    def past_deadline(self) -> bool:
+        """Past ``stop_at`` with a placement replayed (a search always finds one)."""
+        return time.perf_counter() >= self.stop_at and min(self.best, default=math.inf) < math.inf
 
     # -- the heap ------------------------------------------------------------------
 
@@ -222,6 +227,8 @@ class _Search:
         batch: list[Leaf] = []
         keys: dict[tuple[int, tuple[int, ...]], int] = {}  # class -> its place in the batch
         while self.heap and len(batch) < self.batch_size:
+            if self.past_deadline():
+                break  # what is left stays open, under its bound
             bound, _, j, item = heapq.heappop(self.heap)
             if bound >= self.incumbent(j):
                 self.prune(j, item)
@@ -240,6 +247,11 @@ class _Search:
                 self.take_leaf(leaf, batch, keys)
                 continue
             for child in space.children(item):
+                if self.past_deadline():
+                    # Past the deadline a child keeps its parent's bound (every
+                    # placement under the child is under the parent too).
+                    self.push(bound, j, child)
+                    continue
                 self.nodes_bounded += 1
                 child_bound = st.bounds.bound(child)
                 if child_bound >= self.incumbent(j):
@@ -304,8 +316,9 @@ def search_placements(
     """The best placement over every job's family: exact, or with a proven gap.
 
     ``evaluate`` replays a batch of leaves exactly (in order). ``deadline_s``
-    (seconds from the start) stops the search after the batch that crosses
-    it; the report then carries the bound left open. ``progress`` gets a
+    (seconds from the start) stops the search: past it no node is split or
+    bounded (children of a node being split keep its bound), the batch
+    already collected is replayed, and the report carries the bound left open. ``progress`` gets a
     line every ``progress_every_s`` seconds and one at the end.
     """
     if not jobs:
@@ -314,6 +327,8 @@ def search_placements(
         raise PlacementError(f"batch_size={batch_size} must be a positive integer, e.g. 8")
     t0 = time.perf_counter()
     run = _Search(jobs, evaluate, batch_size=batch_size, per_job=per_job, algorithm=algorithm)
+    if deadline_s is not None:
+        run.stop_at = t0 + deadline_s
     forced = run.seed()
     if forced:
         run.record(forced)
