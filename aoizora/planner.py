@@ -212,7 +212,10 @@ def _stage1(
         try:
             lowered = lower(workload, cand, slice_)
             est = estimate(
-                lowered, mesh_axis_sizes=cand.mesh_sizes, chip=slice_.chip, candidate_id=cand.id
+                lowered,
+                mesh_axis_sizes=cand.mesh_sizes,
+                chip=slice_.chip.per_device(),  # a program runs on one device (tpu7x: half a chip)
+                candidate_id=cand.id,
             )
         except AoizoraError as exc:
             failed.append((cand.id, str(exc)))
@@ -284,12 +287,13 @@ def _score_candidate(
 
 
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
-    space = enumerate_candidates(workload, slice_.num_chips)
+    # The mesh spans devices: one per chip, two per tpu7x chip.
+    space = enumerate_candidates(workload, slice_.num_devices)
     if not space.legal:
         reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
         raise PlanError(
-            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_chips} chips); "
-            f"first rejections: {reasons}"
+            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_devices} "
+            f"devices); first rejections: {reasons}"
         )
     say(
         f"{workload.name} on {slice_.name}: {len(space.legal)} legal candidates, "
@@ -316,7 +320,7 @@ def _run_stage1(
             f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
             f"error: {failed[0][1]}"
         )
-    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.hbm_bytes)
+    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.per_device().hbm_bytes)
     say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
     if not ranking.kept:
         raise PlanError(

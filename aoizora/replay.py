@@ -206,7 +206,7 @@ class _RegionSim:
         self.order = order
         self.algorithm = algorithm
         self.region_times = region_times
-        self.chip = slice_.chip
+        self.chip = slice_.chip.per_device()  # one device runs the program (tpu7x: half a chip)
         self.rep = order.coord_of(0)
 
     def _algorithm(self, kind: str) -> str | None:

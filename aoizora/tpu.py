@@ -3,6 +3,8 @@
 libtpu describes real TPU slices without a TPU
 (``jax.experimental.topologies.get_topology_desc``): devices with libtpu's physical
 ids (``x + X*y`` on v5e) and chip coordinates (docs/facts.md, libtpu AOT topologies).
+A tpu7x chip is two devices (``slice_.chip.devices_per_chip``): ``tpu7x:2x2x1`` has 8,
+numbered ``2 * chip id + core``.
 Everything here takes a :class:`sim.topology.Slice` value; slice names are parsed
 only by :mod:`sim.topology`.
 
@@ -56,20 +58,20 @@ def _cpu_fallback_message(name: str, exc: BaseException) -> str:
 
 
 @functools.cache
-def _devices(name: str, num_chips: int) -> tuple[tuple[Any, ...], Backend, str]:
+def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str]:
     import jax
 
     if importlib.util.find_spec("libtpu") is None:
         message = _cpu_fallback_message(name, ModuleNotFoundError("no module 'libtpu'"))
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         cpus = jax.devices("cpu")
-        if len(cpus) < num_chips:
+        if len(cpus) < num_devices:
             raise CompileError(
                 f"{message} But only {len(cpus)} CPU devices exist; set "
-                f"XLA_FLAGS=--xla_force_host_platform_device_count={num_chips} before "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={num_devices} before "
                 f"importing jax"
             )
-        return tuple(cpus[:num_chips]), "cpu", message
+        return tuple(cpus[:num_devices]), "cpu", message
     # We only compile ahead of time and never run on a TPU, so several planner processes
     # (or test workers) may load libtpu at once; without this libtpu's process lockfile
     # makes every process but the first fail.
@@ -84,10 +86,11 @@ def _devices(name: str, num_chips: int) -> tuple[tuple[Any, ...], Backend, str]:
             f"use a slice libtpu knows, e.g. 'v5e:2x4' or 'v6e:4x4'"
         ) from exc
     devs = tuple(topo.devices)
-    if len(devs) != num_chips:
+    if len(devs) != num_devices:
         raise CompileError(
-            f"libtpu gave {len(devs)} devices for {name}, expected {num_chips} chips "
-            f"(chips with several cores, like v4, are not supported yet)"
+            f"libtpu gave {len(devs)} devices for {name}, expected {num_devices} (the chips "
+            f"times devices_per_chip of topologies/{name.split(':')[0]}.toml); set "
+            f"devices_per_chip in that file to libtpu's devices per chip"
         )
     return devs, "tpu", ""
 
@@ -98,17 +101,17 @@ def topology_devices(slice_: Slice) -> list[Any]:
     Cached per process. For TPU slices each device has ``id`` (libtpu's physical id,
     ``x + X*y`` on v5e) and ``coords``.
     """
-    return list(_devices(libtpu_topology_name(slice_), slice_.num_chips)[0])
+    return list(_devices(libtpu_topology_name(slice_), slice_.num_devices)[0])
 
 
 def slice_backend(slice_: Slice) -> Backend:
     """``"tpu"`` when libtpu describes the slice, else ``"cpu"`` (the fallback)."""
-    return _devices(libtpu_topology_name(slice_), slice_.num_chips)[1]
+    return _devices(libtpu_topology_name(slice_), slice_.num_devices)[1]
 
 
 def fallback_note(slice_: Slice) -> str:
     """The CPU-fallback warning for ``slice_`` (``""`` when libtpu describes it)."""
-    return _devices(libtpu_topology_name(slice_), slice_.num_chips)[2]
+    return _devices(libtpu_topology_name(slice_), slice_.num_devices)[2]
 
 
 def default_device_order(mesh_shape: Sequence[int], slice_: Slice) -> tuple[tuple[int, ...], str]:

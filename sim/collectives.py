@@ -1,5 +1,10 @@
 """Collectives as flows: each named algorithm turns one collective into a DAG.
 
+Group members are devices, named by the coordinates of the chip that hosts them;
+two devices of one chip (tpu7x) share its coordinates, and a flow between them is
+0-hop: it uses no link and finishes when released (the on-chip die-to-die path is
+not modelled).
+
 ``buffer_bytes`` is always *per device*:
 
 - ``all-gather``: the gathered (output) bytes; each device contributes ``B/n``.
@@ -117,13 +122,9 @@ def _check_groups(groups: Sequence[Sequence[Coord]]) -> list[list[Coord]]:
                 f"group #{gi} is {group!r}; a group is a non-empty list of chip coordinates, "
                 "e.g. [(0, 0), (1, 0)]"
             )
-        members = [_coord(c, where=f"group #{gi}") for c in group]
-        if len(set(members)) != len(members):
-            dup = next(c for c in members if members.count(c) > 1)
-            raise CollectiveError(
-                f"group #{gi} lists chip {dup!r} twice; each chip appears once per group"
-            )
-        out.append(members)
+        # A chip may appear twice: its devices (a tpu7x chip's two TensorCores) are members
+        # of their own, and a flow between them is 0-hop, using no link.
+        out.append([_coord(c, where=f"group #{gi}") for c in group])
     return out
 
 

@@ -48,7 +48,7 @@ def baseline_candidates(workload: Workload, slice_: Slice) -> tuple[Baseline, ..
     """
     if workload.info.get("kind") != "wan":
         return ()
-    n = slice_.num_chips
+    n = slice_.num_devices  # the mesh spans devices (two per tpu7x chip)
     out: list[Baseline] = []
     shapes = {
         "existing deployment": (1, 1, n, 1),

@@ -96,7 +96,8 @@ class SubAxis:
     """One factor of a physical dimension: ``digit = (coord[dim] // stride) % size``.
 
     An unsplit dimension is the single sub-axis with ``stride == 1`` and
-    ``size == dim_size``.
+    ``size == dim_size``. On chips with several devices (tpu7x) the devices of a
+    chip are one more dimension, the ``core`` (label ``c``), after x, y, z.
     """
 
     dim: int
@@ -104,6 +105,7 @@ class SubAxis:
     stride: int
     dim_size: int
     reversed: bool = False
+    core: bool = False
 
     def label(self) -> str:
         """``x`` (whole), ``y/2`` (major part), ``y%2`` (minor), ``y/2%2`` (middle).
@@ -115,7 +117,7 @@ class SubAxis:
         >>> SubAxis(dim=0, size=4, stride=1, dim_size=4, reversed=True).label()
         '~x'
         """
-        name = _dim_name(self.dim)
+        name = "c" if self.core else _dim_name(self.dim)
         sign = "~" if self.reversed else ""
         if self.size == self.dim_size:
             return f"{sign}{name}"
@@ -217,13 +219,35 @@ def _ordered_factorizations(n: int) -> list[tuple[int, ...]]:
     return out
 
 
-def _sub_axes_of(dim: int, factors: tuple[int, ...], dim_size: int) -> list[SubAxis]:
+def _sub_axes_of(
+    dim: int, factors: tuple[int, ...], dim_size: int, *, core: bool = False
+) -> list[SubAxis]:
     out = []
     stride = dim_size
     for f in factors:
         stride //= f
-        out.append(SubAxis(dim=dim, size=f, stride=stride, dim_size=dim_size))
+        out.append(SubAxis(dim=dim, size=f, stride=stride, dim_size=dim_size, core=core))
     return out
+
+
+def _device_grid(slice_: Slice) -> tuple[tuple[int, ...], np.ndarray]:
+    """The slice's devices as a grid: its shape and the physical-id stride of each dimension.
+
+    One device per chip: the chip grid, ids x fastest. Several (tpu7x): one more
+    dimension, the core, last in the grid but fastest in libtpu's numbering
+    (``id = devices_per_chip * chip id + core``).
+
+    >>> from sim.topology import load_slice
+    >>> shape, strides = _device_grid(load_slice("tpu7x:2x2x1"))
+    >>> shape, strides.tolist()
+    ((2, 2, 1, 2), [2, 4, 8, 1])
+    """
+    chips = slice_.shape
+    per_chip = slice_.chip.devices_per_chip
+    strides = [per_chip * math.prod(chips[:d]) for d in range(len(chips))]
+    if per_chip == 1:
+        return chips, np.asarray(strides, dtype=np.int64)
+    return (*chips, per_chip), np.asarray([*strides, 1], dtype=np.int64)
 
 
 def _mergeable(major: SubAxis, minor: SubAxis) -> bool:
@@ -335,19 +359,17 @@ def _add_flattened(
     consecutive logical ids are neighbours), reshaped to the mesh. A plain walk
     reshaped is already a structured placement; a path over split pieces would not
     keep neighbours adjacent."""
-    num_dims = len(slice_.shape)
-    id_strides = np.asarray([math.prod(slice_.shape[:d]) for d in range(num_dims)], dtype=np.int64)
-    for (subs,) in _assignments([slice_.num_chips], free):
+    grid, id_strides = _device_grid(slice_)
+    num_dims, n = len(grid), slice_.num_devices
+    for (subs,) in _assignments([n], free):
         for path_subs, traversal, offsets in _axis_options(subs, directions=directions):
             if traversal == "plain":
                 continue
-            layout = AxisLayout(
-                name="flat", size=slice_.num_chips, sub_axes=path_subs, traversal=traversal
-            )
+            layout = AxisLayout(name="flat", size=n, sub_axes=path_subs, traversal=traversal)
             pid = layout.label()
             if pid in found:
                 continue
-            coords = _mesh_coords((slice_.num_chips,), [0], [offsets], num_dims)
+            coords = _mesh_coords((n,), [0], [offsets], num_dims)
             ids = tuple(int(i) for i in coords @ id_strides)
             order = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=slice_)
             found[pid] = Placement(
@@ -377,18 +399,17 @@ def raw_placements(
     10
     """
     shape, names = _check_inputs(mesh_shape, slice_, mesh_axis_names)
-    dims = [d for d, n in enumerate(slice_.shape) if n > 1]
+    grid, id_strides = _device_grid(slice_)
+    dims = [d for d, n in enumerate(grid) if n > 1]
     axes = [a for a, m in enumerate(shape) if m > 1]
-    num_dims = len(slice_.shape)
-    id_strides = np.asarray([math.prod(slice_.shape[:d]) for d in range(num_dims)], dtype=np.int64)
+    num_dims = len(grid)
+    core_dim = len(slice_.shape)  # == num_dims when a chip is one device
     found: dict[str, Placement] = {}
-    for factorization in itertools.product(
-        *(_ordered_factorizations(slice_.shape[d]) for d in dims)
-    ):
+    for factorization in itertools.product(*(_ordered_factorizations(grid[d]) for d in dims)):
         free = tuple(
             sub
             for d, factors in zip(dims, factorization, strict=True)
-            for sub in _sub_axes_of(d, factors, slice_.shape[d])
+            for sub in _sub_axes_of(d, factors, grid[d], core=d == core_dim)
         )
         for assignment in _assignments([shape[a] for a in axes], free):
             options = [_axis_options(subs, directions=directions) for subs in assignment]
