@@ -351,11 +351,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
             f"{path}: [wrap_rule] needs kind one of {_WRAP_KINDS}, a length and a source"
         )
     sources.append(("wrap_rule", str(rule.get("source", ""))))
-    if (
-        min(bf16, hbm, hbm_bw, link_bw, devices) <= 0
-        or latency < 0
-        or len(pod_shape) != num_dims
-    ):
+    if min(bf16, hbm, hbm_bw, link_bw, devices) <= 0 or latency < 0 or len(pod_shape) != num_dims:
         raise TopologyError(f"{path}: numbers must be positive and pod_shape must have num_dims")
     return Chip(
         generation=str(data.get("generation", generation)),
@@ -379,10 +375,10 @@ def load_chip(generation: str) -> Chip:
 
     >>> load_chip("v6e").link_bandwidth_bytes_per_s
     90000000000.0
-    >>> load_chip("v9")
+    >>> load_chip("v9")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    sim.errors.TopologyError: unknown chip generation 'v9'; valid generations: tpu7x, v4, v5e, v5p, v6e
+    sim.errors.TopologyError: unknown chip generation 'v9'; valid generations: tpu7x, v4, ...
     """
     known = generations()
     if generation not in known:
