@@ -87,6 +87,15 @@ def test_group_specs_cover_the_slice() -> None:
     for bad in ("dims:2", "dims:0+0", "ids:0 0", "ids:0 9", "ids:3", "rows", "dims:x"):
         with pytest.raises(ValidationError):
             parse_group_spec(bad, shape=(2, 3))
+    # tpu7x: libtpu device ids, two per chip (id = 2 * chip + core).
+    two = parse_group_spec("devices:0 2 6 4;1 3 7 5", shape=(2, 2, 1), devices_per_chip=2)
+    ring = ((0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0))
+    assert two == (ring, ring)
+    assert parse_group_spec("devices:5 0", shape=(2, 3)) == parse_group_spec(
+        "ids:5 0", shape=(2, 3)
+    )
+    with pytest.raises(ValidationError, match="0..7"):
+        parse_group_spec("devices:0 8", shape=(2, 2, 1), devices_per_chip=2)
 
 
 @pytest.mark.parametrize(
@@ -223,6 +232,21 @@ def test_two_chip_all_gather_matches_closed_form() -> None:
     s = row_slice(row)
     expected = s.hop_latency_s + 8e6 / 2 / s.link_bandwidth_bytes_per_s
     assert predict_collective(row) == pytest.approx(expected, rel=1e-12)
+
+
+def test_tpu7x_parallel_core_rings_match_closed_form() -> None:
+    # The Ironwood rows: both cores of every chip gather around the same 2x2 ring of
+    # chips (docs/validation.md). Per step every link direction carries one B/8 chunk of
+    # each core's bidirectional ring: 3 steps of one hop plus B/4 bytes at bandwidth.
+    size = 2**28
+    line = f"a,collective,tpu7x:2x2x1,all-gather,devices:0 2 6 4;1 3 7 5,{size},,1e-3,,unreported,s"
+    row = _one(line)
+    s = row_slice(row)
+    w, lat = s.link_bandwidth_bytes_per_s, s.hop_latency_s
+    assert predict_collective(row) == pytest.approx(3 * (lat + size / 4 / w), rel=1e-9)
+    # One core alone would take half the bandwidth time: the chips' links are shared.
+    alone = _one(line.replace("devices:0 2 6 4;1 3 7 5", "devices:0 2 6 4"))
+    assert predict_collective(alone) == pytest.approx(3 * (lat + size / 8 / w), rel=1e-9)
 
 
 def test_wrapped_ring_all_gather_matches_scaling_book_form() -> None:

@@ -75,7 +75,9 @@ def collective_nodes(
     if case is None:
         raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
     prefix = id_prefix if id_prefix is not None else row.row_id
-    groups = parse_group_spec(case.groups, shape=slice_.shape)
+    groups = parse_group_spec(
+        case.groups, shape=slice_.shape, devices_per_chip=slice_.chip.devices_per_chip
+    )
     kind = case.collective
     size = float(case.size_bytes)
     if kind == "collective-permute":
