@@ -27,9 +27,20 @@ DEFAULT_CACHE_DIR = os.path.join(
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--resolution``, ``--frames``: the Wan workload a planning command plans."""
-    p.add_argument("--model", required=True, choices=sorted(WAN_CONFIGS), help="Wan 2.1 config")
-    p.add_argument("--resolution", default="480p", help="480p, 720p or WIDTHxHEIGHT (pixels)")
-    p.add_argument("--frames", type=int, default=81, help="clip frames, 4k+1 (default 81)")
+    p.add_argument(
+        "--model", required=True, choices=sorted(WAN_CONFIGS), help="Wan 2.1 / 2.2 config"
+    )
+    p.add_argument(
+        "--resolution",
+        default="480p",
+        help="480p, 720p (the model's: 1280x704 for wan2.2-ti2v-5b) or WIDTHxHEIGHT (pixels)",
+    )
+    p.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="clip frames, 4k+1 (default: the model's, 81; 121 for wan2.2-ti2v-5b)",
+    )
 
 
 def add_cache_argument(p: argparse.ArgumentParser) -> None:

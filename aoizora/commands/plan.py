@@ -52,12 +52,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from aoizora.planner import outcome_summary, run_plan
     from aoizora.report.summary import render_report
-    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from aoizora.workloads.wan import model_clip, wan_workload
     from sim.topology import load_slice
 
     check_search_arguments(args)
     slice_ = load_slice(args.slice_name)
-    clip = parse_resolution(args.resolution, frames=args.frames)
+    clip = model_clip(args.model, args.resolution, frames=args.frames)
     workload = wan_workload(args.model, clip)
     progress = progress_printer(quiet=args.quiet)
     outcome = run_plan(

@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     from aoizora.errors import WorkloadError
     from aoizora.studies.whatif import run_whatif
-    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from aoizora.workloads.wan import model_clip, wan_workload
     from sim.topology import parse_slice_spec
 
     specs = [s.strip() for s in args.slices.split(",") if s.strip()]
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
     slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
-    workload = wan_workload(args.model, parse_resolution(args.resolution, frames=args.frames))
+    workload = wan_workload(args.model, model_clip(args.model, args.resolution, frames=args.frames))
     rows = run_whatif(
         workload,
         slices,
