@@ -67,6 +67,7 @@ __all__ = [
     "PlacementScore",
     "PlanOutcome",
     "Progress",
+    "expert_steps",
     "outcome_summary",
     "run_plan",
 ]
@@ -563,9 +564,29 @@ def _exhaustive_check(
     )
 
 
+def expert_steps(outcome: PlanOutcome) -> tuple[tuple[str, int], ...]:
+    """(expert, denoising steps) of a model with experts (Wan 2.2 A14B); ``()`` otherwise.
+
+    Such a workload's step takes the active expert's weights as its first argument and
+    holds the others resident (unread), so every expert's step is the same compiled
+    program: the winner's (sharding, placement) serves each expert, each at the
+    winner's simulated step time, with every expert in HBM.
+    """
+    experts = outcome.workload.info.get("experts", ())
+    return tuple((str(e["name"]), int(e["steps"])) for e in experts)
+
+
 def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
     """A JSON-ready summary of an outcome (no HLO text)."""
-    return {
+    experts = expert_steps(outcome)
+    per_expert = {
+        "experts": [
+            {"name": name, "steps": steps, "step_s": outcome.winner_q2_s} for name, steps in experts
+        ],
+        "experts_share_plan": True,
+        "denoise_s": sum(steps for _, steps in experts) * outcome.winner_q2_s,
+    }
+    return ({**per_expert} if experts else {}) | {
         "workload": outcome.workload.name,
         "slice": outcome.slice_.name,
         "winner": {

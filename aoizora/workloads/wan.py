@@ -591,8 +591,7 @@ def _experts_info(cfg: WanConfig) -> dict[str, Any]:
         return {}
     return {
         "experts": [
-            {"name": name, "steps": steps}
-            for name, steps in cfg.experts.steps_per_expert()
+            {"name": name, "steps": steps} for name, steps in cfg.experts.steps_per_expert()
         ],
         "resident_experts": 2,
     }
