@@ -55,6 +55,7 @@ from aoizora.stage1.q1 import (
     rank_stage1,
 )
 from aoizora.tpu import default_device_order
+from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
 from sim.topology import Slice
@@ -336,15 +337,18 @@ def _stage1_picks(
 ) -> list[str]:
     """What Stage 1 hands to Stage 2: the top-K plus the best of each attention kind."""
     kept_ids = list(ranking.kept_ids)
+
     # Q1's overlap model is least sure across attention schemes (a ring's ppermutes
     # hide under compute, an all-to-all blocks, K/V all-gathers run async): on Wan
     # 14B 720p v5e:4x4 it put three ring shardings first and the Q2 winner (Ulysses)
-    # fourth. So Stage 1 also keeps the best-Q1 candidate of every attention kind.
-    for attention in sorted({by_id[e.candidate_id].attention for e in ranking.dropped_weak}):
-        if not any(by_id[cid].attention == attention for cid in kept_ids):
-            best = next(
-                e for e in ranking.dropped_weak if by_id[e.candidate_id].attention == attention
-            )
+    # fourth. So Stage 1 also keeps the best-Q1 candidate of every attention kind; the
+    # Ulysses x ring splits (usp_u2, usp_u4, ...) count as one kind.
+    def kind(cid: str) -> str:
+        return attention_family(by_id[cid].attention)
+
+    for attention in sorted({kind(e.candidate_id) for e in ranking.dropped_weak}):
+        if not any(kind(cid) == attention for cid in kept_ids):
+            best = next(e for e in ranking.dropped_weak if kind(e.candidate_id) == attention)
             kept_ids.append(best.candidate_id)
     if len(kept_ids) > len(ranking.kept_ids):
         say(f"stage 1 also keeps the best of each attention kind: {kept_ids[len(ranking.kept) :]}")

@@ -51,6 +51,7 @@ __all__ = [
     "ATTENTION_KINDS",
     "AttentionKind",
     "Kernel",
+    "attention_family",
     "attention_kinds",
     "sharded_attention",
     "local_attention",
@@ -81,6 +82,15 @@ def usp_degree(kind: str) -> int | None:
     """The Ulysses degree U of a ``usp_uU`` kind, None for the other kinds."""
     digits = kind[len(_USP_PREFIX) :] if kind.startswith(_USP_PREFIX) else ""
     return int(digits) if digits.isdigit() and int(digits) >= 2 else None
+
+
+def attention_family(kind: str) -> str:
+    """``"usp"`` for every Ulysses x ring split, else the kind itself.
+
+    >>> attention_family("usp_u4"), attention_family("ring")
+    ('usp', 'ring')
+    """
+    return "usp" if usp_degree(kind) is not None else kind
 
 
 def attention_kinds(num_heads: int) -> tuple[str, ...]:

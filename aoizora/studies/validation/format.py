@@ -308,30 +308,33 @@ def parse_group_spec(
         return tuple(tuple(groups[k]) for k in sorted(groups))
     if text.startswith(("ids:", "devices:")):
         per = devices_per_chip if text.startswith("devices:") else 1
-        head = text.index(":") + 1
-        out: list[tuple[Coord, ...]] = []
-        seen: set[int] = set()
-        for part in text[head:].split(";"):
-            try:
-                ids = [int(t) for t in part.split()]
-            except ValueError:
-                raise ValidationError(
-                    f"group spec {spec!r}: ids must be integers, {example}"
-                ) from None
-            if len(ids) < 2:
-                raise ValidationError(
-                    f"group spec {spec!r}: every group needs at least 2 members, {example}"
-                )
-            for i in ids:
-                if not 0 <= i < total * per or i in seen:
-                    raise ValidationError(
-                        f"group spec {spec!r}: id {i} is off the slice (0..{total * per - 1}) "
-                        f"or repeated; groups must be disjoint, {example}"
-                    )
-                seen.add(i)
-            out.append(tuple(coord(i // per) for i in ids))
-        return tuple(out)
+        groups_ids = _id_groups(spec, text[text.index(":") + 1 :], total * per, example)
+        return tuple(tuple(coord(i // per) for i in ids) for ids in groups_ids)
     raise ValidationError(f"group spec {spec!r} is not understood, {example}")
+
+
+def _id_groups(spec: str, body: str, num_ids: int, example: str) -> list[list[int]]:
+    """The disjoint groups of ids ``0..num_ids-1`` written ``a b c;d e f``."""
+    out: list[list[int]] = []
+    seen: set[int] = set()
+    for part in body.split(";"):
+        try:
+            ids = [int(t) for t in part.split()]
+        except ValueError:
+            raise ValidationError(f"group spec {spec!r}: ids must be integers, {example}") from None
+        if len(ids) < 2:
+            raise ValidationError(
+                f"group spec {spec!r}: every group needs at least 2 members, {example}"
+            )
+        for i in ids:
+            if not 0 <= i < num_ids or i in seen:
+                raise ValidationError(
+                    f"group spec {spec!r}: id {i} is off the slice (0..{num_ids - 1}) "
+                    f"or repeated; groups must be disjoint, {example}"
+                )
+            seen.add(i)
+        out.append(ids)
+    return out
 
 
 def _slice_shape(slice_name: str, *, name: str, line: int) -> tuple[tuple[int, ...], int]:

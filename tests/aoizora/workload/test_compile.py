@@ -106,8 +106,9 @@ def test_flops_within_5_percent_of_analytic() -> None:
 # Wan 2.2 in CI size: TI2V-5B's VAE, 48 channels and per-token timestep on wan-tiny's
 # transformer; A14B's two experts on the same.
 TI2V_TINY = replace(
-    WAN_CONFIGS["wan-tiny"], name="ti2v-tiny", in_channels=48, out_channels=48,
-    vae_stride=WAN_CONFIGS["wan2.2-ti2v-5b"].vae_stride, per_token_timestep=True,
+    WAN_CONFIGS["wan-tiny"], name="ti2v-tiny", dim=512, ffn_dim=1024, num_heads=4,
+    in_channels=48, out_channels=48, vae_stride=WAN_CONFIGS["wan2.2-ti2v-5b"].vae_stride,
+    per_token_timestep=True,
 )  # fmt: skip
 TI2V_CLIP = parse_resolution("512x512", frames=5, config=TI2V_TINY)  # 2x16x16 = 512 tokens
 MOE_TINY = replace(
@@ -141,15 +142,13 @@ def test_two_experts_are_both_in_the_compiled_memory() -> None:
     one = wan_workload("wan-tiny", TINY_CLIP)
     two = wan_workload("moe-tiny", TINY_CLIP, config=MOE_TINY)
     cand = make_candidate(two, (1, 2, 2, 1), "maxdiffusion", "gather_kv")
-    res_two = compile_candidate(two, cand, s)
-    res_one = compile_candidate(one, cand, s)
-    assert res_two.ok and res_one.ok and res_two.memory and res_one.memory
-    params = argument_bytes_per_chip(two, cand) - argument_bytes_per_chip(one, cand)
-    assert params > 0.9 * res_one.memory.argument_bytes  # the weights dominate the arguments
-    assert abs(res_two.memory.argument_bytes / argument_bytes_per_chip(two, cand) - 1) < 0.05
-    extra = res_two.memory.argument_bytes - res_one.memory.argument_bytes
-    assert abs(extra / params - 1) < 0.05
-    assert res_two.flops == pytest.approx(res_one.flops, rel=1e-6)  # same work per step
+    res = compile_candidate(two, cand, s)
+    assert res.ok and res.memory is not None, res.error
+    idle = argument_bytes_per_chip(two, cand) - argument_bytes_per_chip(one, cand)
+    # The idle expert is nearly half of the analytic arguments, so a program that dropped
+    # it would miss this 5 % band by far.
+    assert idle > 0.45 * argument_bytes_per_chip(two, cand)
+    assert abs(res.memory.argument_bytes / argument_bytes_per_chip(two, cand) - 1) < 0.05
 
 
 @pytest.mark.slow
