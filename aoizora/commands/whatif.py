@@ -65,12 +65,19 @@ _HEADER = (
 )
 
 
+def _chips(row: Any) -> str:
+    """Chips, and the devices when a chip is several (tpu7x: ``4 (8 devices)``)."""
+    if row.num_devices == row.num_chips:
+        return str(row.num_chips)
+    return f"{row.num_chips} ({row.num_devices} devices)"
+
+
 def _cells(row: Any) -> tuple[str, ...]:
     if row.error is not None:
-        return (row.spec, str(row.num_chips), "failed", "", "", "", "", "", row.error[:80])
+        return (row.spec, _chips(row), "failed", "", "", "", "", "", row.error[:80])
     return (
         row.spec,
-        str(row.num_chips),
+        _chips(row),
         _fmt(row.step_s),
         _speedup(row.speedup_over("existing deployment")),
         _speedup(row.speedup_over("maxdiffusion recipe")),
@@ -98,6 +105,7 @@ def rows_to_csv(rows: Any) -> str:
         [
             "slice",
             "num_chips",
+            "num_devices",
             "wraparound",
             "step_s",
             "existing_deployment_s",
@@ -117,6 +125,7 @@ def rows_to_csv(rows: Any) -> str:
             [
                 r.spec,
                 r.num_chips,
+                r.num_devices,
                 "".join("1" if w else "0" for w in r.wraparound),
                 r.step_s,
                 base.get("existing deployment"),
