@@ -11,7 +11,8 @@ a key, written atomically:
   versions. jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve
   libtpu AOT compiles: reading an entry back fails with "PjRtCompiler must be
   constructed with a Client to call DeserializeLoadedExecutable" (checked with jax
-  0.10.2 + libtpu 0.0.52), and the planner needs only the compile's products.
+  0.10.2 + libtpu 0.0.52; docs/facts.md, libtpu AOT topologies), and the planner needs
+  only the compile's products.
 * ``q2/`` -- simulated step times. A replay depends on the compiled program, the
   slice (shape, wrap-around, chip and link numbers), the placement's network
   footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator

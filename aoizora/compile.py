@@ -195,8 +195,9 @@ class CompileResult:
     ``ok`` is False when lowering or compiling failed; ``error`` then says why and the
     numeric fields are zero. ``flops`` and ``bytes_accessed`` are per chip, from
     ``cost_analysis`` (a scan body counted once; Pallas calls not costed -- see
-    FACTS.md). ``feasible`` compares ``memory.total_bytes`` with the chip's HBM
-    (``None`` when the HBM size is unknown); ``feasibility_reason`` gives the numbers.
+    docs/facts.md, libtpu AOT topologies). ``feasible`` compares ``memory.total_bytes``
+    with the chip's HBM (``None`` when the HBM size is unknown); ``feasibility_reason``
+    gives the numbers.
     ``backend`` is ``"cpu"`` on the libtpu-missing fallback, and ``warnings`` says so.
     ``cache_hit``: the result came from the compile cache; ``compile_s`` is then the
     seconds spent reading it (the cold compile time is not repeated).

@@ -14,7 +14,9 @@ sharding, physical placement) pair has the lowest simulated step latency:
    slice's symmetries (:mod:`aoizora.placement.enumerate`), and score every
    (candidate, placement) pair by Q2 = the simulated step latency
    (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement:
-   the device order does not change the compiled program (FACTS.md).
+   the device order does not change the compiled program's collectives, only
+   (sometimes) which of them libtpu overlaps with compute
+   (docs/facts.md, Placement and compilation).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
    ties broken by (candidate id, placement id). Baselines: the existing
    deployment (maxdiffusion's defaults with mesh_utils' device order), the

@@ -119,8 +119,9 @@ def default_device_order(mesh_shape: Sequence[int], slice_: Slice) -> tuple[tupl
 
     maxdiffusion builds its mesh with ``mesh_utils.create_device_mesh(shape, devices,
     allow_split_physical_axes=False)``; where that raises (e.g. data=2 x context=8 on a
-    4x4) we retry with ``allow_split_physical_axes=True`` and say so in the note.
-    Returns physical ids in mesh-flat (row-major) order.
+    4x4) we retry with ``allow_split_physical_axes=True`` and say so in the note
+    (docs/facts.md, mesh_utils device order). Returns physical ids in mesh-flat
+    (row-major) order.
     """
     from jax.experimental import mesh_utils
 

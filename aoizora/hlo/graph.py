@@ -573,7 +573,7 @@ def _wrapped_collective(
 
     Usually the called computation holds it directly. tpu7x offloads collectives to
     SparseCores: ``async-start()`` calls a computation whose custom call calls the
-    computation holding the collective (docs/hlo.md, SparseCore offload).
+    computation holding the collective (docs/facts.md, Ironwood (TPU7x); docs/hlo.md).
     """
     for inner in callee.instructions:
         if collective_base(inner.opcode) is not None:

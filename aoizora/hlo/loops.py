@@ -4,7 +4,8 @@
 derived from the condition ``compare(induction, constant)`` (possibly inside a
 fusion), the induction variable's initial value in the init tuple and its
 constant increment in the body. TPU-compiled HLO keeps no ``known_trip_count``
-(FACTS.md), so the derivation is the common path there.
+(docs/facts.md, Compiled-HLO collectives), so the derivation is the common path
+there.
 
 Example:
     >>> from aoizora.hlo.text import parse_module

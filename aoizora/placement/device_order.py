@@ -12,7 +12,8 @@ is answered here and nowhere else.
 
 Physical ids are libtpu's device ids. On v5e/v6e/v5p a device is a chip, numbered
 x fastest: ``id = x + X*y (+ X*Y*z)`` (checked against
-``jax.experimental.topologies.get_topology_desc("v5e:2x4", "tpu").devices``). A
+``jax.experimental.topologies.get_topology_desc("v5e:2x4", "tpu").devices``;
+docs/facts.md, libtpu AOT topologies). A
 tpu7x chip is two devices, ``id = 2 * chip id + core``, so two logical ids can share
 a chip's coordinates. The simulator's :class:`sim.topology.Slice` owns these rules
 (``Slice.physical_id`` / ``Slice.device_coord``) and this module defers to it.

@@ -362,8 +362,8 @@ class _Builder:
         """Trip count of a ``stablehlo.while`` from ``compare(i, N)`` in cond, i's init and step.
 
         jax.lax.scan lowers to ``while(i = 0, ...)`` with cond ``i < N`` and body
-        ``i + 1``; TPU-compiled HLO keeps no ``known_trip_count`` (FACTS.md), so
-        we read it from the loop itself.
+        ``i + 1``; TPU-compiled HLO keeps no ``known_trip_count``
+        (docs/facts.md, Compiled-HLO collectives), so we read it from the loop itself.
         """
         cond, body = op.regions[0], op.regions[1]
         try:

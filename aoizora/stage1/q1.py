@@ -11,8 +11,8 @@ overlap schedule of :mod:`aoizora.stage1.schedule` over these durations:
   not counted, so this side is a lower bound.
 * communication nodes -- ideal per-axis bandwidth, no contention between axes
   (placement-oblivious). Each mesh axis is costed as a line of ``n`` chips (a
-  sub-slice of v5e/v6e has no wrap-around, FACTS.md) with full-duplex links of
-  one-way bandwidth ``W`` (``chip.link_bandwidth_bytes_per_s``). See
+  sub-slice of v5e/v6e has no wrap-around, docs/facts.md, TPU chips) with
+  full-duplex links of one-way bandwidth ``W`` (``chip.link_bandwidth_bytes_per_s``). See
   :func:`collective_time_s`.
 
 Async collectives overlap independent compute, synchronous all-to-alls block
@@ -82,8 +82,8 @@ def collective_time_s(
     algorithms on a line without wrap-around (the busiest link decides):
 
     * all-gather / reduce-scatter: ``(n-1) * (V/n) / W + (n-1) * h`` -- the
-      scaling-book's no-wrap cost (FACTS.md: "an axis of n chips:
-      ≈ (n−1)·(V/n)/W_one-way"); with wrap it would be about half.
+      scaling-book's no-wrap cost (docs/facts.md, ICI collective costs:
+      ``(n−1)·(V/n)/W_one-way``); with wrap it would be about half.
     * all-reduce: twice that -- a reduce-scatter then an all-gather
       (scaling-book: all-reduce ≈ 2V/W vs all-gather ≈ V/W).
     * all-to-all: ``floor(n/2) * ceil(n/2) * (V/n) / W + (n-1) * h`` -- every

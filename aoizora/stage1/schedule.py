@@ -11,7 +11,8 @@ all-gather can start as soon as K (or V) is projected and hides under the Q
 projection, the norms and the other gather's compute. An activation all-to-all
 (Ulysses) sits on the critical path and TPU compiles it as a *synchronous*
 ``all-to-all`` (checked here: every Ulysses compile for v5e has four
-synchronous ``all-to-all`` per layer and no async form), so it blocks.
+synchronous ``all-to-all`` per layer and no async form;
+docs/facts.md, Compiled-HLO collectives), so it blocks.
 
 The schedule, per loop body (then scaled by its trip count):
 

@@ -571,8 +571,9 @@ def read_lowered(lowered: Any) -> ShardyModule:
     """Propagate shardings on a copy of ``lowered``'s StableHLO and read it.
 
     ``lowered.compiler_ir("stablehlo")`` returns the *same* module object every
-    call (checked with jax 0.10.2) and the passes mutate in place, so we clone
-    it first: a later ``lowered.compile()`` must see the user's module untouched.
+    call (checked with jax 0.10.2; docs/facts.md, Shardy from Python) and the passes
+    mutate in place, so we clone it first: a later ``lowered.compile()`` must see the
+    user's module untouched.
     """
     from jaxlib.mlir import ir, passmanager
     from jaxlib.mlir.dialects import sdy, stablehlo

@@ -14,7 +14,7 @@ Architecture from Wan-Video/Wan2.1 and Wan2.2 ``wan/modules/model.py`` and ``wan
   shift/scale -> FFN (GELU tanh) -> gated residual;
 * head: LayerNorm + (2, dim) modulation -> Linear(dim -> 16*1*2*2) -> unpatchify.
 
-Wan 2.2 (docs/workload.md, Wan 2.2): TI2V-5B has 48 latent channels (its VAE
+Wan 2.2 (docs/facts.md, Wan 2.2): TI2V-5B has 48 latent channels (its VAE
 compresses 4x16x16) and a timestep per token, so the time MLP runs on every token
 and the modulation is per token (``(B, S, 6, dim)``; Wan2.2 ``model.py`` and
 maxdiffusion's ``per_token_t`` path). A14B is two Wan-14B-shaped experts: its step

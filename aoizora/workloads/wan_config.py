@@ -1,7 +1,7 @@
 """What a Wan DiT is, without the JAX model: sizes, clips, weights, FLOPs, rule sets.
 
 * :class:`WanConfig` and :data:`WAN_CONFIGS` -- the model sizes (Wan-Video/Wan2.1 and
-  Wan-Video/Wan2.2 ``wan/configs``; docs/workload.md, Wan 2.2);
+  Wan-Video/Wan2.2 ``wan/configs``; docs/facts.md, Wan 2.2);
 * :class:`ExpertSchedule` -- which denoising steps each expert of Wan 2.2 A14B takes;
 * clip arithmetic -- :data:`RESOLUTIONS`, :func:`parse_resolution`, :func:`model_clip`,
   :func:`check_wan_clip`, :func:`latent_shape`, :func:`token_grid`,

@@ -35,7 +35,7 @@ def test_generations_have_data_with_a_source_beside_every_number() -> None:
 
 
 def test_chip_numbers_match_facts() -> None:
-    # FACTS.md table (scaling-book / Cloud docs).
+    # docs/facts.md, TPU chips (scaling-book / Cloud docs).
     table = {
         "v5e": (1.97e14, 4.5e10, 4, 2),
         "v6e": (9.2e14, 9e10, 4, 2),

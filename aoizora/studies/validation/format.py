@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 ROW_KINDS: tuple[str, ...] = ("collective", "step")
-# HLO spelling of the collectives (FACTS.md, "Compiled-HLO collectives").
+# HLO spelling of the collectives (docs/facts.md, Compiled-HLO collectives).
 COLLECTIVE_KINDS: tuple[str, ...] = (
     "all-gather",
     "all-reduce",

@@ -9,7 +9,8 @@ Stage-2 pipeline (:mod:`aoizora.planner`):
 2. the candidate ``make_candidate(workload, mesh_shape, rules_id, attention)``
    on the planner's four mesh axes (:func:`canonical_mesh`);
 3. ``compile_candidate`` for the row's slice with the default device order --
-   the device order does not change the compiled program (FACTS.md), so rows
+   the device order does not change the compiled program's collectives
+   (docs/facts.md, Placement and compilation), so rows
    that differ only in their order share one compile, as the planner's
    placements do; with ``cache_dir`` the result is kept in the planner's
    compile cache (``<cache_dir>/compiled``) and each graph is also memoised
@@ -57,8 +58,8 @@ __all__ = [
 ]
 
 # maxdiffusion's Wan default: flash (splash) attention with uniform sharding,
-# Q split over `context` and K/V all-gathered (configs/base_wan_14b.yml; FACTS.md
-# "Today's TPU deployment") -- what a measurement that does not say ran.
+# Q split over `context` and K/V all-gathered (configs/base_wan_14b.yml;
+# docs/facts.md, maxdiffusion deployment) -- what a measurement that does not say ran.
 DEFAULT_ATTENTION = "gather_kv"
 
 # Memoised compiles per process; each entry holds one parsed HLO module's graph.

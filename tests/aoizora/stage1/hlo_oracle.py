@@ -2,8 +2,9 @@
 
 The real HLO parser lives in ``aoizora/hlo``; this one handles just what the
 Stage-1 tests compile: sync and ``*-start`` collectives, the three replica-group
-forms (explicit, iota, mesh axes; FACTS.md) and ``while`` bodies with a trip
-count given by the test. Bytes follow the convention of ``aoizora.stage1.dag``.
+forms (explicit, iota, mesh axes; docs/facts.md, Compiled-HLO collectives) and
+``while`` bodies with a trip count given by the test. Bytes follow the convention
+of ``aoizora.stage1.dag``.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def hlo_collectives(text: str, mesh_axes: Sequence[tuple[str, int]]) -> list[Hlo
         channel = re.search(r"channel_id=(\d+)", rest)
         if channel and "fus" in comp:
             # An async collective fusion repeats the same collective (same channel)
-            # in its start, overlap and done computations; it runs once (FACTS.md).
+            # in its start, overlap and done computations; it runs once
+            # (docs/facts.md, Compiled-HLO collectives).
             # Outside fusions channels are not unique (shard_map's all share 1).
             key = (kind, int(channel.group(1)))
             if key in seen:

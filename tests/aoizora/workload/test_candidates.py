@@ -146,7 +146,8 @@ def test_argument_bytes_per_chip() -> None:
 @pytest.mark.parametrize(
     ("slice_name", "existing", "recipe"),
     [
-        # FACTS.md: mesh_utils on v5e: 4 chips -> ring (0,1,3,2); 8 chips -> (0,1,2,3,7,6,5,4)
+        # docs/facts.md, mesh_utils device order: 4 chips -> ring (0,1,3,2);
+        # 8 chips -> (0,1,2,3,7,6,5,4)
         ("v5e:2x2", (0, 1, 3, 2), (0, 1, 3, 2)),
         ("v5e:2x4", (0, 1, 2, 3, 7, 6, 5, 4), (0, 1, 2, 3, 7, 6, 5, 4)),
     ],
@@ -171,7 +172,8 @@ def test_baselines_and_device_orders(
 def test_baseline_4x4_recipe_needs_split_axes() -> None:
     base = {b.name: b for b in baseline_candidates(WL_13B, load_slice("v5e:4x4"))}
     assert sorted(base["existing deployment"].device_order) == list(range(16))
-    # FACTS.md: data=2 x context=8 raises NotImplementedError without splitting axes.
+    # docs/facts.md, mesh_utils device order: data=2 x context=8 raises
+    # NotImplementedError without splitting axes.
     assert "allow_split_physical_axes=True" in base["maxdiffusion recipe"].note
     assert sorted(base["maxdiffusion recipe"].device_order) == list(range(16))
 

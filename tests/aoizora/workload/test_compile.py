@@ -1,10 +1,11 @@
 """AOT compilation for v5e slices with libtpu: HLO, FLOPs, memory and failure handling.
 
 FLOPs: ``cost_analysis`` counts a ``scan`` body once and does not cost Pallas
-kernels (FACTS.md). We therefore check the analytic count two ways: (1) a step
-with XLA attention and the layer loop unrolled must match the full analytic count
-within 5 %; (2) the production step (scan + splash) must match the analytic count
-of *one* layer without the self-attention products, i.e. exactly what XLA can see.
+kernels (docs/facts.md, libtpu AOT topologies). We therefore check the analytic
+count two ways: (1) a step with XLA attention and the layer loop unrolled must
+match the full analytic count within 5 %; (2) the production step (scan + splash)
+must match the analytic count of *one* layer without the self-attention
+products, i.e. exactly what XLA can see.
 """
 
 from __future__ import annotations

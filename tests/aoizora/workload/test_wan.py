@@ -33,7 +33,8 @@ from aoizora.workloads.wan import (
 
 
 def test_clip_tokens_match_facts() -> None:
-    # FACTS.md: 81 frames 480p -> 21x30x52 = 32,760 tokens; 720p -> 21x45x80 = 75,600.
+    # docs/facts.md, Wan 2.1: 81 frames 480p -> 21x30x52 = 32,760 tokens;
+    # 720p -> 21x45x80 = 75,600.
     c480, c720 = parse_resolution("480p"), parse_resolution("720p")
     assert (c480.width, c480.height, c480.frames) == (832, 480, 81)
     assert latent_shape(c480) == (21, 60, 104)
@@ -60,7 +61,7 @@ def test_clip_validation() -> None:
 
 
 def test_param_counts_match_published_sizes() -> None:
-    # Wan 2.1 1.3B and 14B; FACTS.md: 14B weights ~ 28.6 GB in bf16.
+    # Wan 2.1 1.3B and 14B; docs/facts.md, Wan 2.1: 14B weights ~ 28.6 GB in bf16.
     n13 = WAN_CONFIGS["wan2.1-1.3b"].num_params
     n14 = WAN_CONFIGS["wan2.1-14b"].num_params
     assert 1.3e9 < n13 < 1.5e9
@@ -75,7 +76,7 @@ def test_tiny_config_heads_divisible() -> None:
 
 
 def test_analytic_flops_against_facts_and_hand_count() -> None:
-    # FACTS.md: 14B @ 720p ~ 6.5e15 FLOP per forward, ~72 % in self-attention.
+    # docs/facts.md, Wan 2.1: 14B @ 720p ~ 6.5e15 FLOP per forward, ~72 % in self-attention.
     f = wan_flops(WAN_CONFIGS["wan2.1-14b"], parse_resolution("720p"))
     assert abs(f.total / 2 / 6.5e15 - 1) < 0.01
     assert abs(f.self_attention / f.total - 0.72) < 0.01
