@@ -24,6 +24,7 @@ from aoizora.hlo.graph import graph_from_text
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.enumerate import enumerate_placements, raw_placements
 from aoizora.placement.symmetry import slice_automorphisms
+from aoizora.plan import Plan, PredictedLatencies, Provenance
 from aoizora.replay import replay
 from aoizora.tpu import default_device_order, slice_backend, topology_devices
 from aoizora.workloads.wan import wan_workload
@@ -157,3 +158,27 @@ def test_wan_tiny_plans_on_tpu7x() -> None:
     run = replay(graph, S, order)
     assert run.step_time_s > run.compute_s > 0
     assert math.isfinite(run.step_time_s)
+
+
+@needs_libtpu
+def test_plan_file_places_both_devices_of_every_chip() -> None:
+    wl = wan_workload("wan-tiny", parse_resolution("256x256", frames=5))
+    cand = make_candidate(wl, (2, 1, 4, 1), "maxdiffusion", "gather_kv")
+    names = cand.mesh_axis_names
+    placement = next(
+        p for p in enumerate_placements((2, 1, 4, 1), S, mesh_axis_names=names) if "data<-c" in p.id
+    )
+    plan = Plan.create(
+        model="wan-tiny", clip=parse_resolution("256x256", frames=5),
+        mesh_axis_names=cand.mesh_axis_names, order=placement.order, rules=cand.rules,
+        attention=cand.attention, candidate_id=cand.id, placement_id=placement.id,
+        predicted=PredictedLatencies(winner_s=1e-3), provenance=Provenance("0", "0", "0", None),
+    )  # fmt: skip
+    again = Plan.from_json(plan.to_json())
+    mesh = again.mesh(topology_devices(S))
+    # Every device sits where the plan put it: its id, and so its chip and core.
+    assert tuple(int(d.id) for d in mesh.devices.flat) == placement.order.physical_ids
+    # The CFG pair (data) is the two cores of one chip.
+    for pair in mesh.devices.reshape(2, -1).T:
+        assert tuple(pair[0].coords) == tuple(pair[1].coords)
+        assert {d.core_on_chip for d in pair} == {0, 1}
