@@ -57,7 +57,7 @@ import numpy as np
 
 from aoizora.errors import PlanError, WorkloadError
 from aoizora.placement.device_order import Coord, DeviceOrder
-from aoizora.workloads.attention import ATTENTION_KINDS
+from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import Rules, rule_pair_from_json, rule_pairs_to_json
 from sim.errors import TopologyError
@@ -211,10 +211,10 @@ class Plan:
             )
         if not isinstance(self.provenance, Provenance):
             raise PlanError(f"provenance must be a Provenance, got {self.provenance!r}")
-        if self.attention not in ALLOWED_ATTENTION:
+        if self.attention not in ALLOWED_ATTENTION and usp_degree(self.attention) is None:
             raise PlanError(
                 f"attention {self.attention!r} is not a known attention kind; allowed: "
-                f"{list(ALLOWED_ATTENTION)}"
+                f"{list(ALLOWED_ATTENTION)} or usp_uU (Ulysses degree U >= 2, e.g. usp_u2)"
             )
         slice_ = self.slice
         self._check_mesh(slice_)

@@ -163,7 +163,7 @@ def test_wan_tiny_plans_on_tpu7x() -> None:
 @needs_libtpu
 def test_plan_file_places_both_devices_of_every_chip() -> None:
     wl = wan_workload("wan-tiny", parse_resolution("256x256", frames=5))
-    cand = make_candidate(wl, (2, 1, 4, 1), "maxdiffusion", "gather_kv")
+    cand = make_candidate(wl, (2, 1, 4, 1), "maxdiffusion", "usp_u2")
     names = cand.mesh_axis_names
     placement = next(
         p for p in enumerate_placements((2, 1, 4, 1), S, mesh_axis_names=names) if "data<-c" in p.id
