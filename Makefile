@@ -4,9 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
+TEST_STAMP := $(VENV)/.installed-test
+
 .PHONY: demo test lint bootstrap clean
 
 bootstrap: $(STAMP)
+
+# make test also installs the optional extras the tests use (Ray, aoizora[ray]).
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
+	touch $(TEST_STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required, found " + sys.version.split()[0] + "; set PYTHON=python3.11")'
@@ -18,7 +25,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m aoizora.demo
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

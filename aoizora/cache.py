@@ -75,7 +75,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "aoizora/compile.py",
     ),
     "compiled": (),
-    "q2": ("aoizora/hlo", "aoizora/replay.py", "sim"),
+    "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),
 }
 
 
@@ -147,7 +147,8 @@ def q2_key(*, hlo_text: str, slice_: Slice, footprint: tuple[object, ...]) -> st
     """The key of one replay: program, network and placement footprint."""
     network = json.dumps([list(slice_.shape), list(slice_.wraparound)])
     program = hashlib.sha256(hlo_text.encode()).hexdigest()
-    return cache_key("q2", program, network, _chip_numbers(slice_), repr(footprint))
+    overhead = repr(slice_.chip.collective_overhead_s)  # sim.collectives pays it per collective
+    return cache_key("q2", program, network, _chip_numbers(slice_), overhead, repr(footprint))
 
 
 class JsonCache:

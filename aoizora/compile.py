@@ -39,6 +39,7 @@ __all__ = [
     "CompileResult",
     "make_mesh",
     "lower",
+    "cached_compile",
     "compile_candidate",
     "compiled_hlo",
 ]
@@ -201,6 +202,8 @@ class CompileResult:
     ``backend`` is ``"cpu"`` on the libtpu-missing fallback, and ``warnings`` says so.
     ``cache_hit``: the result came from the compile cache; ``compile_s`` is then the
     seconds spent reading it (the cold compile time is not repeated).
+    ``first_compile_s``: the seconds the compile itself took, in this run or in the
+    run that filled the cache.
     """
 
     candidate_id: str
@@ -220,6 +223,7 @@ class CompileResult:
     device_order: tuple[int, ...]
     warnings: tuple[str, ...]
     cache_hit: bool = False
+    first_compile_s: float = 0.0
 
 
 def _to_json(result: CompileResult) -> dict[str, Any]:
@@ -246,6 +250,7 @@ def _from_json(data: dict[str, Any], *, read_s: float, lower_s: float) -> Compil
         device_order=tuple(data["device_order"]),
         warnings=tuple(data["warnings"]),
         cache_hit=True,
+        first_compile_s=float(data.get("first_compile_s") or data["compile_s"]),
     )
 
 
@@ -320,6 +325,35 @@ def _cached(
     return dataclasses.replace(hit, candidate_id=candidate.id)
 
 
+def cached_compile(
+    workload: Workload,
+    candidate: Candidate,
+    slice_: Slice,
+    *,
+    cache: JsonCache,
+    order: Sequence[int] | None = None,
+) -> CompileResult | None:
+    """:func:`compile_candidate`'s result if ``cache`` has it (one lowering), else None.
+
+    Lets a caller fan out only the compiles that are not cached. Any failure to
+    lower is left to :func:`compile_candidate` (None here).
+    """
+    backend = slice_backend(slice_)
+    chip_hbm = slice_.chip.per_device().hbm_bytes  # as compile_candidate: one device's
+    hbm = None if math.isnan(chip_hbm) else int(chip_hbm)
+    t0 = time.perf_counter()
+    try:
+        mesh = make_mesh(candidate, topology_devices(slice_), order)
+        lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
+    except Exception:
+        return None
+    key = compile_key(
+        lowered_text=lowered.as_text(), slice_name=slice_.name, backend=backend,
+        order=tuple(int(d.id) for d in mesh.devices.flat),
+    )  # fmt: skip
+    return _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0)
+
+
 def compile_candidate(
     workload: Workload,
     candidate: Candidate,
@@ -379,6 +413,7 @@ def compile_candidate(
         hlo_text=hlo_text, flops=flops, bytes_accessed=bytes_accessed, memory=memory,
         hbm_bytes=hbm, feasible=feasible, feasibility_reason=reason, lower_s=lower_s,
         compile_s=compile_s, device_order=used_order, warnings=notes,
+        first_compile_s=compile_s,
     )  # fmt: skip
     if cache is not None and key is not None:
         cache.put(key, _to_json(result))

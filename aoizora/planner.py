@@ -18,10 +18,11 @@ sharding, physical placement) pair has the lowest simulated step latency:
    (sometimes) which of them libtpu overlaps with compute
    (docs/facts.md, Placement and compilation).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
-   ties broken by (candidate id, placement id). Baselines: the existing
-   deployment (maxdiffusion's defaults with mesh_utils' device order), the
-   maxdiffusion recipe, and logical search (the best-Q1 candidate with the
-   default device order).
+   ties broken by (candidate id, placement id). Baselines
+   (:mod:`aoizora.candidates.baselines`): the default deployment (the first rule
+   set on its natural mesh, mesh_utils' device order) -- for Wan instead the
+   existing deployment (maxdiffusion's defaults) and the maxdiffusion recipe --
+   and logical search (the best-Q1 candidate with the default device order).
 
 ``exhaustive=True`` compiles every Stage-1-feasible candidate and reports the
 recall of Stage 1's top-1 and top-K against the exhaustive winner, and
@@ -32,22 +33,25 @@ Everything is ordered explicitly, so the same request gives the same outcome.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aoizora.cache import JsonCache, PlanCaches, plan_caches, q2_key, stage1_key
+from aoizora.cache import JsonCache, PlanCaches, plan_caches, stage1_key
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
-from aoizora.compile import CompileResult, compile_candidate, lower
+from aoizora.compile import CompileResult, cached_compile, compile_candidate, lower
 from aoizora.errors import AoizoraError, PlanError
-from aoizora.hlo.graph import CollectiveGraph, graph_from_text
+from aoizora.fanout import FanOut, fan_out
+from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.placement.enumerate import Placement, enumerate_placements
-from aoizora.plan import Plan, PredictedLatencies
-from aoizora.replay import ReplayResult, network_footprint, replay
+from aoizora.plan import Plan, PredictedLatencies, plan_inputs
+from aoizora.rank.evaluate import BatchEvaluator, Program
+from aoizora.rank.jobs import SearchSummary, placement_job
+from aoizora.rank.search import search_placements
 from aoizora.stage1.q1 import (
     Stage1Estimate,
     Stage1Ranking,
@@ -56,9 +60,9 @@ from aoizora.stage1.q1 import (
     estimate_to_json,
     rank_stage1,
 )
-from aoizora.tpu import default_device_order
+from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
-from aoizora.workloads.base import Workload
+from aoizora.workloads.base import Workload, experts_summary
 from aoizora.workloads.clip import Clip
 from sim.topology import Slice
 
@@ -70,7 +74,7 @@ __all__ = [
     "PlacementScore",
     "PlanOutcome",
     "Progress",
-    "expert_steps",
+    "SearchSummary",
     "outcome_summary",
     "run_plan",
 ]
@@ -98,7 +102,14 @@ class PlacementScore:
 
 @dataclass(frozen=True)
 class CandidateScores:
-    """Stage-2 results of one compiled candidate: every placement, best first."""
+    """Stage-2 results of one compiled candidate: every simulated placement, best first.
+
+    The search (:mod:`aoizora.rank.search`) replays only placements no bound
+    rules out: ``placements`` holds those (exact Q2s); ``proven_worse`` of the
+    ``num_placements`` descriptions of the family were proven no better than
+    the incumbent without a replay, ``open`` left unvisited by a deadline, and
+    no open one replays faster than ``bound_s``.
+    """
 
     candidate: Candidate
     compile: CompileResult
@@ -106,6 +117,10 @@ class CandidateScores:
     graph_collectives: int
     replay_s: float
     in_top_k: bool
+    num_placements: int = 0
+    proven_worse: int = 0
+    open: int = 0
+    bound_s: float = math.inf
 
     @property
     def best(self) -> PlacementScore:
@@ -164,6 +179,7 @@ class PlanOutcome:
     exhaustive: ExhaustiveCheck | None
     timings_s: tuple[tuple[str, float], ...]
     warnings: tuple[str, ...] = field(default=())
+    search: SearchSummary | None = None
 
     @property
     def winner_q2_s(self) -> float:
@@ -174,12 +190,16 @@ class PlanOutcome:
         """Worst / best Q2 over the winning candidate's placements (1.0 = no spread)."""
         return self.winner.worst.q2_s / self.winner.best.q2_s
 
-    def plan(self, *, model: str, clip: Clip) -> Plan:
-        """The plan file for the winner."""
+    def plan(self, *, model: str | None = None, clip: Clip | None = None) -> Plan:
+        """The plan file for the winner: the workload's model, clip and abstract inputs
+        (``model`` / ``clip`` override the workload's)."""
         cand = self.winner.candidate
+        wl = self.workload
         return Plan.create(
-            model=model,
-            clip=clip,
+            model=model or wl.model,
+            workload=wl.name,
+            clip=clip or wl.clip,
+            inputs=plan_inputs(wl),
             mesh_axis_names=cand.mesh_axis_names,
             order=self.winner_placement.order,
             rules=cand.rules,
@@ -207,7 +227,7 @@ def _stage1(
     hits = 0
     for i, cand in enumerate(candidates, start=1):
         t0 = time.perf_counter()
-        key = stage1_key(workload_name=workload.name, candidate_id=cand.id, slice_=slice_)
+        key = stage1_key(workload_name=workload.cache_id, candidate_id=cand.id, slice_=slice_)
         cached = cache.get(key) if cache is not None else None
         if cached is not None:
             hits += 1
@@ -235,59 +255,6 @@ def _stage1(
     if hits:
         progress(f"stage 1: {hits} of {len(candidates)} estimates from the cache")
     return estimates, failed
-
-
-def _score_candidate(
-    cand: Candidate,
-    result: CompileResult,
-    slice_: Slice,
-    *,
-    in_top_k: bool,
-    extra_orders: Sequence[tuple[str, DeviceOrder]],
-    max_placements: int | None,
-    q2_cache: JsonCache | None,
-) -> CandidateScores:
-    graph: CollectiveGraph = graph_from_text(result.hlo_text)
-    placements: tuple[Placement, ...] = enumerate_placements(
-        cand.mesh_shape,
-        slice_,
-        mesh_axis_names=cand.mesh_axis_names,
-        max_placements=max_placements,
-        extra_orders=extra_orders,
-    )
-    t0 = time.perf_counter()
-    scores = []
-    q2_by_footprint: dict[tuple[object, ...], float] = {}
-    for p in placements:
-        key = network_footprint(graph, p.order)
-        if key not in q2_by_footprint:
-            disk_key = q2_key(hlo_text=result.hlo_text, slice_=slice_, footprint=key)
-            cached = q2_cache.get(disk_key) if q2_cache is not None else None
-            if cached is not None:
-                q2_by_footprint[key] = float(cached["step_time_s"])
-            else:
-                run: ReplayResult = replay(graph, slice_, p.order)
-                q2_by_footprint[key] = run.step_time_s
-                if q2_cache is not None:
-                    q2_cache.put(disk_key, {"step_time_s": run.step_time_s})
-        scores.append(
-            PlacementScore(
-                placement_id=p.id,
-                order=p.order,
-                q2_s=q2_by_footprint[key],
-                num_raw=p.num_raw,
-                aliases=p.aliases,
-            )
-        )
-    scores.sort(key=lambda s: (s.q2_s, s.placement_id))
-    return CandidateScores(
-        candidate=cand,
-        compile=result,
-        placements=tuple(scores),
-        graph_collectives=len(graph.collectives),
-        replay_s=time.perf_counter() - t0,
-        in_top_k=in_top_k,
-    )
 
 
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
@@ -374,6 +341,11 @@ def _compile_ids(
     return ids
 
 
+def _compile_task(args: tuple[Workload, Candidate, Slice, JsonCache | None]) -> CompileResult:
+    workload, cand, slice_, cache = args
+    return compile_candidate(workload, cand, slice_, cache=cache)
+
+
 def _compile_all(
     workload: Workload,
     slice_: Slice,
@@ -381,16 +353,33 @@ def _compile_all(
     *,
     caches: PlanCaches | None,
     say: Progress,
+    pool: FanOut,
 ) -> tuple[list[tuple[Candidate, CompileResult]], list[tuple[str, str]]]:
-    """Compile every candidate; the failed and the over-HBM ones come back with a reason."""
+    """Compile every candidate (fanned out); the failed and over-HBM ones with a reason."""
+    n = len(candidates)
+    cache = caches.compiled if caches else None
+    # Cached compiles are read here (one lowering each); only the rest fan out.
+    results: list[CompileResult | None] = [
+        cached_compile(workload, cand, slice_, cache=cache) if cache is not None else None
+        for cand in candidates
+    ]
+    todo = [i for i, r in enumerate(results) if r is None]
+    tasks = [(workload, candidates[i], slice_, cache) for i in todo]
+    if pool.label == "serial" or len(tasks) < 2:
+        done = []
+        for i, task in zip(todo, tasks, strict=True):
+            say(f"[compile {i + 1}/{n}] {task[1].id} for {slice_.name} ...")
+            done.append(_compile_task(task))
+    else:
+        say(f"[compile] {len(tasks)} of {n} candidates for {slice_.name} on {pool.label} ...")
+        done = pool.map(_compile_task, tasks)
+    for i, fresh in zip(todo, done, strict=True):
+        results[i] = fresh
     compiled: list[tuple[Candidate, CompileResult]] = []
     failed: list[tuple[str, str]] = []
-    n = len(candidates)
-    for i, cand in enumerate(candidates, start=1):
-        say(f"[compile {i}/{n}] {cand.id} for {slice_.name} ...")
-        result = compile_candidate(
-            workload, cand, slice_, cache=caches.compiled if caches else None
-        )
+    for i, (cand, got) in enumerate(zip(candidates, results, strict=True), start=1):
+        assert got is not None  # every candidate was read from the cache or compiled
+        result = got
         if not result.ok:
             failed.append((cand.id, result.error or "compile failed"))
             say(f"[compile {i}/{n}] {cand.id}: FAILED: {result.error}")
@@ -398,7 +387,8 @@ def _compile_all(
             failed.append((cand.id, result.feasibility_reason))
             say(f"[compile {i}/{n}] {cand.id}: infeasible: {result.feasibility_reason}")
         else:
-            say(f"[compile {i}/{n}] {cand.id}: {result.compile_s:.1f} s, backend {result.backend}")
+            hit = " (cached)" if result.cache_hit else ""
+            say(f"[compile {i}/{n}] {cand.id}: {result.first_compile_s:.1f} s{hit}")
             compiled.append((cand, result))
     return compiled, failed
 
@@ -411,30 +401,56 @@ def _rank_all(
     max_placements: int | None,
     caches: PlanCaches | None,
     say: Progress,
-) -> list[CandidateScores]:
-    """Q2 of every placement of every compiled candidate (the default order included)."""
-    scored: list[CandidateScores] = []
-    for cand, result in compiled:
-        default_ids, _ = default_device_order(cand.mesh_shape, slice_)
-        default = DeviceOrder.from_physical_ids(
-            default_ids, mesh_shape=cand.mesh_shape, slice_=slice_
+    pool: FanOut,
+    per_candidate: bool,
+    deadline_s: float | None,
+) -> tuple[list[CandidateScores], SearchSummary | None]:
+    """The placement search over every compiled candidate (the default order always replayed)."""
+    if not compiled:
+        return [], None
+    graphs = [graph_from_text(result.hlo_text) for _, result in compiled]
+    jobs = [
+        placement_job(
+            cand, g, slice_, max_placements=max_placements, default_label=DEFAULT_ORDER_LABEL
         )
-        scores = _score_candidate(
-            cand,
-            result,
-            slice_,
-            in_top_k=cand.id in picks,
-            extra_orders=((DEFAULT_ORDER_LABEL, default),),
-            max_placements=max_placements,
-            q2_cache=caches.q2 if caches else None,
+        for (cand, _), g in zip(compiled, graphs, strict=True)
+    ]
+    programs = [
+        Program(result.hlo_text, g, cand.mesh_shape)
+        for (cand, result), g in zip(compiled, graphs, strict=True)
+    ]
+    evaluator = BatchEvaluator(programs, slice_, cache=caches.q2 if caches else None, pool=pool)
+    report = search_placements(
+        jobs, evaluator, per_job=per_candidate, deadline_s=deadline_s, progress=say
+    )
+    scored = []
+    for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
+        placements = tuple(
+            PlacementScore(
+                placement_id=sc.leaf.label,
+                order=DeviceOrder.from_physical_ids(
+                    sc.leaf.physical_ids, mesh_shape=cand.mesh_shape, slice_=slice_
+                ),
+                q2_s=sc.q2_s,
+                num_raw=sc.num_raw,
+                aliases=sc.aliases,
+            )
+            for sc in jr.scored
         )
+        scored.append(
+            CandidateScores(
+                candidate=cand, compile=result, placements=placements,
+                graph_collectives=len(g.collectives), replay_s=report.seconds,
+                in_top_k=cand.id in picks, num_placements=jr.num_placements,
+                proven_worse=jr.proven_worse, open=jr.open, bound_s=jr.bound_s,
+            )
+        )  # fmt: skip
         say(
-            f"[rank] {cand.id}: {len(scores.placements)} placements, best "
-            f"{scores.best.q2_s * 1e3:.2f} ms ({scores.best.placement_id}), worst "
-            f"{scores.worst.q2_s * 1e3:.2f} ms, {scores.replay_s:.2f} s"
+            f"[rank] {cand.id}: {len(placements)} simulated, {jr.proven_worse} proven worse, "
+            f"{jr.open} open of {jr.num_placements}; best {placements[0].q2_s * 1e3:.2f} ms "
+            f"({placements[0].placement_id})"
         )
-        scored.append(scores)
-    return scored
+    return scored, SearchSummary.of(report, fan_out=pool.label)
 
 
 def _baseline_scores(
@@ -464,6 +480,41 @@ def _baseline_scores(
     return out
 
 
+def _stage2(
+    workload: Workload,
+    slice_: Slice,
+    to_compile: Sequence[Candidate],
+    *,
+    picks: Sequence[str],
+    caches: PlanCaches | None,
+    say: Progress,
+    timings: list[tuple[str, float]],
+    max_placements: int | None,
+    exhaustive: bool,
+    fan: tuple[int | None, str | None],
+    search_seconds: float | None,
+) -> tuple[
+    list[tuple[Candidate, CompileResult]],
+    list[tuple[str, str]],
+    list[CandidateScores],
+    SearchSummary | None,
+]:
+    """Compile, then search the placements, both fanned out over one pool."""
+    with fan_out(workers=fan[0], ray=fan[1]) as pool:
+        t0 = time.perf_counter()
+        compiled, failed = _compile_all(
+            workload, slice_, to_compile, caches=caches, say=say, pool=pool
+        )
+        timings.append(("compile", time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        scored, search = _rank_all(
+            compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
+            say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
+        )  # fmt: skip
+        timings.append(("rank", time.perf_counter() - t0))
+    return compiled, failed, scored, search
+
+
 def run_plan(
     workload: Workload,
     slice_: Slice,
@@ -473,18 +524,27 @@ def run_plan(
     cache_dir: str | None = None,
     max_placements: int | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
+    ray: str | None = None,
+    search_seconds: float | None = None,
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
     ``progress`` receives one line per step of long work (lowering, compiling,
     simulating). ``cache_dir`` keeps Stage-1 estimates (``stage1/``), compile
     results (``compiled/``) and Q2 step times (``q2/``) across runs
-    (:mod:`aoizora.cache`). Raises :class:`PlanError` when no candidate survives.
+    (:mod:`aoizora.cache`). Compiles and exact replays fan out over ``workers``
+    processes (default: the machine's cores) or a Ray cluster at ``ray``
+    (``"local"`` starts one); the plan is the same either way.
+    ``search_seconds`` stops the placement search early, with the bound and gap
+    it proved (default: search until the best placement is proven).
+    Raises :class:`PlanError` when no candidate survives.
     """
     say = progress or _quiet
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
+    check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
     space = _legal_space(workload, slice_, say)
 
     t0 = time.perf_counter()
@@ -500,17 +560,11 @@ def run_plan(
     }
     to_compile = _compile_ids(picks, ranking, baselines, exhaustive=exhaustive)
 
-    t0 = time.perf_counter()
-    compiled, failed = _compile_all(
-        workload, slice_, [candidates[cid] for cid in to_compile], caches=caches, say=say
-    )
-    timings.append(("compile", time.perf_counter() - t0))
-
-    t0 = time.perf_counter()
-    scored = _rank_all(
-        compiled, slice_, picks=picks, max_placements=max_placements, caches=caches, say=say
-    )
-    timings.append(("rank", time.perf_counter() - t0))
+    compiled, failed, scored, search = _stage2(
+        workload, slice_, [candidates[cid] for cid in to_compile], picks=picks, caches=caches,
+        say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
+        fan=(workers, ray), search_seconds=search_seconds,
+    )  # fmt: skip
     if not scored:
         raise PlanError(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "
@@ -521,6 +575,8 @@ def run_plan(
     winner = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id, s.best.placement_id))
     logical_best = by_id[ranking.kept[0].candidate_id]
     timings.append(("total", time.perf_counter() - t_start))
+    # The winner's own compile: this run's, or the one that filled the cache.
+    timings.append(("winner_compile", winner.compile.first_compile_s))
     return PlanOutcome(
         workload=workload,
         slice_=slice_,
@@ -537,6 +593,7 @@ def run_plan(
         exhaustive=_exhaustive_check(ranking, scored, picks=picks) if exhaustive else None,
         timings_s=tuple(timings),
         warnings=tuple(sorted({w for _, r in compiled for w in r.warnings})),
+        search=search,
     )
 
 
@@ -570,29 +627,9 @@ def _exhaustive_check(
     )
 
 
-def expert_steps(outcome: PlanOutcome) -> tuple[tuple[str, int], ...]:
-    """(expert, denoising steps) of a model with experts (Wan 2.2 A14B); ``()`` otherwise.
-
-    Such a workload's step takes the active expert's weights as its first argument and
-    holds the others resident (unread), so every expert's step is the same compiled
-    program: the winner's (sharding, placement) serves each expert, each at the
-    winner's simulated step time, with every expert in HBM.
-    """
-    experts = outcome.workload.info.get("experts", ())
-    return tuple((str(e["name"]), int(e["steps"])) for e in experts)
-
-
 def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
     """A JSON-ready summary of an outcome (no HLO text)."""
-    experts = expert_steps(outcome)
-    per_expert = {
-        "experts": [
-            {"name": name, "steps": steps, "step_s": outcome.winner_q2_s} for name, steps in experts
-        ],
-        "experts_share_plan": True,
-        "denoise_s": sum(steps for _, steps in experts) * outcome.winner_q2_s,
-    }
-    return ({**per_expert} if experts else {}) | {
+    return experts_summary(outcome.workload, outcome.winner_q2_s) | {
         "workload": outcome.workload.name,
         "slice": outcome.slice_.name,
         "winner": {
@@ -601,8 +638,10 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "q2_s": outcome.winner_q2_s,
         },
         "baselines": [
-            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s} for b in outcome.baselines
+            {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s, "note": b.note}
+            for b in outcome.baselines
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
+        "search": None if outcome.search is None else outcome.search.to_json_dict(),
     }

@@ -12,7 +12,10 @@ Model, per region (the entry computation, a while body, a call, a branch):
   summed over its kernels (roofline model: Williams, Waterman & Patterson,
   CACM 2009; the TPU form in jax-ml/scaling-book "roofline" chapter).
 - A collective becomes flows (:func:`sim.collectives.collective_flows`) over
-  its groups' chips, in the group order the HLO lists; its flows are released
+  its groups' chips; by default each group runs the algorithm and order its
+  physical layout calls for (``auto``: a ring round a physical ring, a folded
+  ring on a line without wrap-around; docs/simulator.md), whatever order the
+  HLO lists, and pays the chip's per-collective overhead; its flows are released
   when the timeline reaches its start step, and the timeline waits for its
   completion at its done step. Compute scheduled between an async start and
   its done overlaps the transfer; a synchronous collective blocks at once.
@@ -34,7 +37,7 @@ collective-permute; ``ragged-all-to-all`` as an all-to-all; a
 
 Example:
     >>> from sim.topology import load_slice
-    >>> from aoizora.placement.device_order import DeviceOrder
+    >>> from aoizora.placement.device_order import Coord, DeviceOrder
     >>> from aoizora.hlo.graph import graph_from_text
     >>> g = graph_from_text('''HloModule m, num_partitions=2
     ... ENTRY %e (p: f32[1048576]) -> f32[2097152] {
@@ -51,7 +54,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,17 +70,21 @@ from aoizora.hlo.nodes import (
     OpaqueNode,
     SubRegion,
 )
-from aoizora.placement.device_order import DeviceOrder
-from sim.collectives import collective_flows
+from aoizora.placement.device_order import Coord, DeviceOrder
+from sim.collectives import CollectivePlan, collective_flows
 from sim.engine import Compute, Flow, simulate
 from sim.records import SimResult
 from sim.topology import Chip, Slice
 
 __all__ = [
     "CollectiveTiming",
+    "algorithm_for",
+    "collective_plan",
+    "step_delays_s",
     "ReplayResult",
     "network_footprint",
     "opaque_cost_s",
+    "simulate_region",
     "replay",
     "sim_kind",
 ]
@@ -190,8 +197,69 @@ def opaque_cost_s(node: OpaqueNode, chip: Chip) -> float:
     return max(flops / chip.bf16_flops_per_s, memory_s)
 
 
+def algorithm_for(algorithm: str | Mapping[str, str] | None, kind: str) -> str | None:
+    """The algorithm name ``algorithm`` (one name, ``{kind: name}`` or None) gives ``kind``."""
+    if algorithm is None or isinstance(algorithm, str):
+        return algorithm
+    return algorithm.get(kind)
+
+
+def collective_plan(
+    collective: Collective,
+    coords: Sequence[Coord],
+    *,
+    slice_: Slice,
+    algorithm: str | Mapping[str, str] | None = None,
+    id_prefix: str,
+    after: tuple[str, ...] = (),
+) -> CollectivePlan:
+    """The simulator's flows for ``collective`` with logical id ``i`` on chip ``coords[i]``.
+
+    The one place a compiled collective becomes flows: the full replay, the
+    planner's exact shortcuts and its lower bounds all build them here.
+    """
+    kind = sim_kind(collective)
+    if kind == "collective-permute":
+        return collective_flows(
+            kind,
+            (),
+            pairs=[(coords[a], coords[b]) for a, b in collective.pairs],
+            buffer_bytes=float(collective.buffer_bytes),
+            algorithm=algorithm_for(algorithm, kind),
+            id_prefix=id_prefix,
+            after=after,
+            slice_=slice_,
+        )
+    return collective_flows(
+        kind,
+        [[coords[d] for d in g] for g in collective.groups],
+        buffer_bytes=float(collective.buffer_bytes),
+        algorithm=algorithm_for(algorithm, kind),
+        id_prefix=id_prefix,
+        after=after,
+        slice_=slice_,
+    )
+
+
+def step_delays_s(graph: CollectiveGraph, chip: Chip) -> dict[tuple[int, int], float]:
+    """The duration of every compute segment and opaque call, by (region, step index)."""
+    out: dict[tuple[int, int], float] = {}
+    for region in graph.regions:
+        for i, step in enumerate(region.steps):
+            if isinstance(step, ComputeSegment):
+                out[(region.id, i)] = _roofline_s(step.kernels, chip)
+            elif isinstance(step, OpaqueCall):
+                out[(region.id, i)] = opaque_cost_s(graph.opaques[step.opaque], chip)
+    return out
+
+
 class _RegionSim:
-    """Builds and runs one region's DAG."""
+    """Builds and runs one region's DAG.
+
+    A collective in ``stand_ins`` is not simulated: a chip-less delay of the
+    given duration stands in for it (the planner's exact shortcut, when it has
+    proved the collective runs as it would alone).
+    """
 
     def __init__(
         self,
@@ -200,19 +268,17 @@ class _RegionSim:
         order: DeviceOrder,
         algorithm: str | Mapping[str, str] | None,
         region_times: dict[int, float],
+        stand_ins: Mapping[int, float] | None = None,
     ) -> None:
         self.graph = graph
         self.slice = slice_
         self.order = order
         self.algorithm = algorithm
         self.region_times = region_times
+        self.stand_ins = stand_ins or {}
         self.chip = slice_.chip.per_device()  # one device runs the program (tpu7x: half a chip)
         self.rep = order.coord_of(0)
-
-    def _algorithm(self, kind: str) -> str | None:
-        if self.algorithm is None or isinstance(self.algorithm, str):
-            return self.algorithm
-        return self.algorithm.get(kind)
+        self.spans: dict[int, tuple[float, float]] = {}  # collective -> (release, end), last run
 
     def run(self, region_id: int) -> tuple[SimResult, float, list[tuple[int, float, float]], float]:
         region = self.graph.regions[region_id]
@@ -222,6 +288,7 @@ class _RegionSim:
         done_ids: dict[int, str] = {}
         flow_ids: dict[int, list[str]] = {}
         waits: dict[int, str] = {}  # collective -> the timeline node before its done
+        starts: dict[int, str] = {}  # collective -> the timeline node before its start
         for i, step in enumerate(region.steps):
             if isinstance(step, ComputeSegment):
                 duration = _roofline_s(step.kernels, self.chip)
@@ -230,29 +297,21 @@ class _RegionSim:
                 prev = (f"s{i}",)
             elif isinstance(step, CollectiveStart):
                 c = self.graph.collectives[step.collective]
-                kind = sim_kind(c)
-                prefix = f"c{c.id}"
-                if kind == "collective-permute":
-                    pairs = [(self.order.coord_of(s), self.order.coord_of(t)) for s, t in c.pairs]
-                    plan = collective_flows(
-                        kind,
-                        (),
-                        pairs=pairs,
-                        buffer_bytes=float(c.buffer_bytes),
-                        algorithm=self._algorithm(kind),
-                        id_prefix=prefix,
-                        after=prev,
-                    )
-                else:
-                    groups = [[self.order.coord_of(d) for d in g] for g in c.groups]
-                    plan = collective_flows(
-                        kind,
-                        groups,
-                        buffer_bytes=float(c.buffer_bytes),
-                        algorithm=self._algorithm(kind),
-                        id_prefix=prefix,
-                        after=prev,
-                    )
+                starts[c.id] = prev[0] if prev else ""
+                if c.id in self.stand_ins:
+                    stand_in = Compute(f"c{c.id}/done", None, self.stand_ins[c.id], after=prev)
+                    nodes.append(stand_in)
+                    done_ids[c.id] = stand_in.id
+                    flow_ids[c.id] = []
+                    continue
+                plan = collective_plan(
+                    c,
+                    self.order.coords,
+                    slice_=self.slice,
+                    algorithm=self.algorithm,
+                    id_prefix=f"c{c.id}",
+                    after=prev,
+                )
                 nodes.extend(plan.nodes)
                 done_ids[c.id] = plan.done_id
                 flow_ids[c.id] = [f.id for f in plan.flows]
@@ -276,6 +335,10 @@ class _RegionSim:
         release: dict[str, float] = {f.id: f.release_s for f in result.flows}
         finish.update({f.id: f.finish_s for f in result.flows})
         timings: list[tuple[int, float, float]] = []
+        self.spans = {
+            cid: (finish[starts[cid]] if starts[cid] else 0.0, finish[done])
+            for cid, done in done_ids.items()
+        }
         for cid, done in done_ids.items():
             end = finish[done]
             ids = flow_ids[cid]
@@ -284,6 +347,26 @@ class _RegionSim:
             ready = finish.get(before, 0.0) if before else 0.0
             timings.append((cid, end - begin, max(0.0, end - ready)))
         return result, result.makespan_s, timings, compute_s
+
+
+def simulate_region(
+    graph: CollectiveGraph,
+    slice_: Slice,
+    order: DeviceOrder,
+    region_id: int,
+    region_times: Mapping[int, float],
+    *,
+    algorithm: str | Mapping[str, str] | None = None,
+    stand_ins: Mapping[int, float] | None = None,
+) -> tuple[float, dict[int, tuple[float, float]]]:
+    """One region's simulated time and each collective's (release, end) in it.
+
+    ``region_times`` gives the time of every region this one calls or loops
+    over; collectives in ``stand_ins`` become delays of the given duration.
+    """
+    runner = _RegionSim(graph, slice_, order, algorithm, dict(region_times), stand_ins)
+    _, makespan, _, _ = runner.run(region_id)
+    return makespan, runner.spans
 
 
 def _signature(

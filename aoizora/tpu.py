@@ -13,7 +13,16 @@ only by :mod:`sim.topology`.
   ``backend="cpu"`` plus a note that :mod:`aoizora.compile` puts in every result).
 * :func:`slice_backend` -- ``"tpu"`` or ``"cpu"`` (the fallback).
 * :func:`default_device_order` -- maxdiffusion's device order for a mesh shape
-  (``mesh_utils.create_device_mesh``), the "existing deployment" placement.
+  (``mesh_utils.create_device_mesh``), the baselines' placement.
+* :func:`check_slice` -- fail fast, before any work, when libtpu cannot describe a
+  slice (e.g. ``v5e:3x3``), naming the shapes it does describe near that size.
+
+libtpu prints start-up chatter on file descriptor 2 from C++ when its plugin starts
+on a machine that is not a TPU VM (no ``TPU_ACCELERATOR_TYPE``, no worker
+hostnames). The first libtpu call of a process runs with fd 2 piped through a small
+filter process that drops the known chatter lines (:func:`is_libtpu_chatter`) and
+passes every other line on as it comes, so real errors still reach the terminal --
+even if libtpu aborts the process (the filter outlives it and flushes what it got).
 
     >>> from sim.topology import load_slice
     >>> libtpu_topology_name(load_slice("v5e:2x4", wraparound=True))
@@ -22,12 +31,17 @@ only by :mod:`sim.topology`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import math
 import os
+import re
+import subprocess
+import sys
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from aoizora.errors import CompileError, PlacementError
@@ -35,8 +49,11 @@ from aoizora.workloads.base import Backend
 from sim.topology import Slice
 
 __all__ = [
+    "check_slice",
     "default_device_order",
+    "describable_shapes_near",
     "fallback_note",
+    "is_libtpu_chatter",
     "libtpu_topology_name",
     "slice_backend",
     "topology_devices",
@@ -57,8 +74,170 @@ def _cpu_fallback_message(name: str, exc: BaseException) -> str:
     )
 
 
+# What libtpu 0.0.52 prints on fd 2 when its plugin starts on a machine that is not a
+# TPU VM: it looks for TPU-VM metadata (accelerator type, worker hostnames) that AOT
+# compiles never need. Matched line by line; any other line is passed through.
+_CHATTER = (
+    re.compile(r"^Failed to find host bounds for accelerator type: .*TPU_ACCELERATOR_TYPE"),
+    re.compile(r"^WARNING: Logging before InitGoogle\(\) is written to STDERR$"),
+    re.compile(r"^E\d{4} [\d:.]+ +\d+ common_lib\.cc:\d+\] .*TPU_WORKER_HOSTNAMES"),
+    re.compile(r"^=== Source Location Trace: ===$"),
+    re.compile(r"^[\w./-]*/libtpu_init_utils\.cc:\d+$"),
+)
+_START_LOCK = threading.Lock()
+_started = False  # has this process started libtpu (and so printed its chatter)?
+# The filter process: stdin lines not matching any pattern (argv) go to stdout.
+_FILTER = (
+    "import re, sys\n"
+    "patterns = [re.compile(p) for p in sys.argv[1:]]\n"
+    "for raw in sys.stdin.buffer:\n"
+    "    text = raw.decode('utf-8', 'replace').rstrip()\n"
+    "    if not any(p.search(text) for p in patterns):\n"
+    "        sys.stdout.buffer.write(raw)\n"
+    "        sys.stdout.buffer.flush()\n"
+)
+# How many shapes check_slice may ask libtpu about (about 2-4 ms each once started).
+_MAX_PROBES = 400
+_MAX_LISTED = 6  # shapes named per chip count in the error
+
+
+def is_libtpu_chatter(line: str) -> bool:
+    """True for a line of libtpu's start-up chatter on a machine that is not a TPU VM.
+
+    >>> is_libtpu_chatter("WARNING: Logging before InitGoogle() is written to STDERR")
+    True
+    >>> is_libtpu_chatter("E0000 00:00:1796283125.46 7656 tpu_compiler.cc:12] out of memory")
+    False
+    """
+    text = line.rstrip()
+    return any(p.search(text) for p in _CHATTER)
+
+
+@contextlib.contextmanager
+def _without_chatter() -> Iterator[None]:
+    """Pipe file descriptor 2 (libtpu writes from C++) through a filter process that drops
+    the chatter and passes every other line on at once."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    read_end, write_end = os.pipe()
+    patterns = [p.pattern for p in _CHATTER]
+    # -I -S: an isolated interpreter without site packages starts in a few ms.
+    filt = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _FILTER, *patterns], stdin=read_end, stdout=saved
+    )
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last writer: the filter drains it and exits
+        os.close(saved)
+        filt.wait()
+
+
+def _describe(name: str) -> tuple[Any, ...]:
+    """libtpu's devices of topology ``name`` (raises what libtpu raises)."""
+    global _started
+    # We only compile ahead of time and never run on a TPU, so several planner processes
+    # (or test workers) may load libtpu at once; without this libtpu's process lockfile
+    # makes every process but the first fail.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    from jax.experimental import topologies
+
+    with _START_LOCK:
+        if not _started:  # libtpu chatters once, when its plugin starts
+            try:
+                with _without_chatter():
+                    return _topology_devices(topologies, name)
+            finally:
+                _started = True
+    return _topology_devices(topologies, name)
+
+
+def _topology_devices(topologies: Any, name: str) -> tuple[Any, ...]:
+    return tuple(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
+
+
+def _shapes_of(num_chips: int, pod_shape: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every shape (each orientation) of ``num_chips`` chips that fits in the pod."""
+    pod = sorted(pod_shape)
+    out: list[tuple[int, ...]] = []
+
+    def walk(prefix: tuple[int, ...], rest: int, dims: int) -> None:
+        if dims == 1:
+            shape = (*prefix, rest)
+            if all(a <= b for a, b in zip(sorted(shape), pod, strict=True)):
+                out.append(shape)
+            return
+        for d in range(1, rest + 1):
+            if rest % d == 0:
+                walk((*prefix, d), rest // d, dims - 1)
+
+    walk((), num_chips, len(pod))
+    # Squarest first (the usual slice shapes), then lexicographic.
+    return sorted(out, key=lambda s: (max(s), s))
+
+
+def describable_shapes_near(slice_: Slice) -> dict[int, tuple[str, ...]]:
+    """Shapes libtpu describes for ``slice_``'s generation, nearest in chip count.
+
+    Returns ``{chips: (shape, ...)}`` for the slice's own chip count (other shapes)
+    and the nearest smaller and larger counts that have any, within the pod; squarest
+    shapes first. Asks libtpu (a few ms a shape) at most a few hundred times.
+    """
+    return _near(slice_.chip.generation, slice_.num_chips, slice_.chip.pod_shape)
+
+
+def _near(generation: str, n: int, pod_shape: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
+    pod_chips = math.prod(pod_shape)
+    found: dict[int, tuple[str, ...]] = {}
+    probes = 0
+    below = above = False
+    for distance in range(pod_chips):
+        for m in sorted({n - distance, n + distance}):
+            if not 1 <= m <= pod_chips or (m < n and below) or (m > n and above):
+                continue
+            ok = []
+            for shape in _shapes_of(m, pod_shape):
+                probes += 1
+                text = "x".join(map(str, shape))
+                with contextlib.suppress(Exception):
+                    _describe(f"{generation}:{text}")
+                    ok.append(text)
+            if ok:
+                found[m] = tuple(ok)
+                below, above = below or m < n, above or m > n
+        if (below or n - distance <= 1) and (above or n + distance >= pod_chips):
+            break
+        if probes >= _MAX_PROBES:
+            break
+    return dict(sorted(found.items()))
+
+
+def _not_described(name: str, pod_shape: tuple[int, ...], exc: BaseException) -> CompileError:
+    """The error for a slice libtpu refused: its reason and the nearest shapes it takes."""
+    generation, shape_text = name.split(":", 1)
+    n = math.prod(int(d) for d in shape_text.split("x"))
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    near = _near(generation, n, pod_shape)
+    listing = "; ".join(
+        f"{m} chips: {', '.join(shapes[:_MAX_LISTED])}" + (", ..." * (len(shapes) > _MAX_LISTED))
+        for m, shapes in near.items()
+    )
+    closest = min(near, key=lambda m: (abs(m - n), m), default=None)
+    example = f"{generation}:{near[closest][0]}" if closest is not None else "v5e:2x4"
+    return CompileError(
+        f"libtpu cannot describe slice {name!r} ({reason}); the {generation} shapes it "
+        f"describes nearest to {n} chips are {listing or 'none'}; e.g. --slice {example}"
+    )
+
+
 @functools.cache
-def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str]:
+def _devices(
+    name: str, num_devices: int, pod_shape: tuple[int, ...]
+) -> tuple[tuple[Any, ...], Backend, str]:
     import jax
 
     if importlib.util.find_spec("libtpu") is None:
@@ -72,20 +251,10 @@ def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str
                 f"importing jax"
             )
         return tuple(cpus[:num_devices]), "cpu", message
-    # We only compile ahead of time and never run on a TPU, so several planner processes
-    # (or test workers) may load libtpu at once; without this libtpu's process lockfile
-    # makes every process but the first fail.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from jax.experimental import topologies
-
     try:
-        topo = topologies.get_topology_desc(topology_name=name, platform="tpu")
+        devs = _describe(name)
     except Exception as exc:
-        raise CompileError(
-            f"libtpu could not describe slice {name!r}: {type(exc).__name__}: {exc}; "
-            f"use a slice libtpu knows, e.g. 'v5e:2x4' or 'v6e:4x4'"
-        ) from exc
-    devs = tuple(topo.devices)
+        raise _not_described(name, pod_shape, exc) from exc
     if len(devs) != num_devices:
         raise CompileError(
             f"libtpu gave {len(devs)} devices for {name}, expected {num_devices} (the chips "
@@ -95,23 +264,37 @@ def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str
     return devs, "tpu", ""
 
 
+def _slice_devices(slice_: Slice) -> tuple[tuple[Any, ...], Backend, str]:
+    return _devices(libtpu_topology_name(slice_), slice_.num_devices, slice_.chip.pod_shape)
+
+
+def check_slice(slice_: Slice) -> None:
+    """Raise :class:`CompileError` now if libtpu cannot describe ``slice_``.
+
+    Call it before any work: the error names libtpu's reason and the shapes it
+    describes nearest in chip count (starting libtpu is most of the time). A
+    described slice is cached, so later calls cost nothing.
+    """
+    _slice_devices(slice_)
+
+
 def topology_devices(slice_: Slice) -> list[Any]:
     """The devices of ``slice_`` (libtpu AOT; host CPUs if libtpu is missing).
 
     Cached per process. For TPU slices each device has ``id`` (libtpu's physical id,
     ``x + X*y`` on v5e) and ``coords``.
     """
-    return list(_devices(libtpu_topology_name(slice_), slice_.num_devices)[0])
+    return list(_slice_devices(slice_)[0])
 
 
 def slice_backend(slice_: Slice) -> Backend:
     """``"tpu"`` when libtpu describes the slice, else ``"cpu"`` (the fallback)."""
-    return _devices(libtpu_topology_name(slice_), slice_.num_devices)[1]
+    return _slice_devices(slice_)[1]
 
 
 def fallback_note(slice_: Slice) -> str:
     """The CPU-fallback warning for ``slice_`` (``""`` when libtpu describes it)."""
-    return _devices(libtpu_topology_name(slice_), slice_.num_devices)[2]
+    return _slice_devices(slice_)[2]
 
 
 def default_device_order(mesh_shape: Sequence[int], slice_: Slice) -> tuple[tuple[int, ...], str]:

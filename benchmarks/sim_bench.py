@@ -1,19 +1,27 @@
-"""Simulator throughput: flow events per second and wall seconds (issue 2, item 9).
+"""Simulator throughput: flow events per second, wall and CPU seconds (issues 2 and 13).
 
-Cases:
-- all-gathers (bidirectional ring, 16 MB gathered per device) over every row and
-  every column of a 4x4 and a 16x16 mesh (no wrap-around), all at once;
-- 10,000 random flows on an 8x8 mesh (seeded; Poisson arrivals, 2 us apart on
-  average by default; sizes uniform in [64 kB, 4 MB]);
-- a planner-style replay: many small collectives in sequence, as
-  ``aoizora/replay.py`` produces for a compiled step (bidirectional-ring
-  all-reduces over the rows, then over the columns, of a 4x4 mesh, with a
-  compute segment on every chip between them).
+Cases, and how their flows arrive:
+- **all-gather storms** over every row and every column of a 4x4 and a 16x16
+  mesh (no wrap-around; ``bidir_ring`` in row/column order, 16 MB gathered per
+  device), all released at t=0: flows arrive in **synchronised bursts** -- every
+  ring step starts hundreds of flows at one instant, and their departures
+  come in bursts too (each step waits for the previous one);
+- **10,000 random flows** on an 8x8 mesh (seeded; sizes uniform in [64 kB,
+  4 MB]; src != dst uniform): flows arrive **one at a time, spread over time**
+  (Poisson arrivals, 2 us apart on average: about 127 drain at once, so
+  nearly every arrival and departure is its own instant and its own max-min
+  update); ``--burst`` adds the same flows all released at t=0;
+- **a planner-style replay** as ``aoizora/replay.py`` builds for a compiled
+  step: 50 x (a compute on every chip, then all-reduces over the rows, then
+  over the columns of a 4x4 mesh, ``bidir_ring``): flows arrive in **small
+  dependent bursts** (one ring step of 4 groups at a time) between computes.
 
 A "flow event" is one arrival of a flow on the network (its bytes start to
-drain) or one departure (its last byte lands): two per flow. Each of them is a
-point where max-min rates are recomputed (changes at one instant are batched).
-Link numbers are v5e's (4.5e10 B/s one-way, 1 us per hop).
+drain) or one departure (its last byte lands): two per flow. Each is a point
+where max-min rates change (changes at one instant are batched into one
+update). Rates are printed per wall second and per CPU second of the process:
+the machine is shared, so quote both with ``uptime``. Link numbers are v5e's
+(4.5e10 B/s one-way, 1 us per hop).
 
 Run: ``.venv/bin/python benchmarks/sim_bench.py``
 """
@@ -101,7 +109,7 @@ def step_replay(
                 "all-reduce",
                 groups,
                 buffer_bytes=buffer_bytes,
-                algorithm="bidir_ring",
+                algorithm="bidir_ring",  # group order, as in earlier runs
                 id_prefix=f"L{layer}/ar{axis}",
                 after=done,
             )
@@ -122,6 +130,7 @@ def _run(label: str, s: Slice, nodes: Sequence[Flow | Compute]) -> None:
     print(
         f"{label:<44} flows={flows:>6} flow_events={events:>6} wall_s={wall:7.3f} "
         f"flow_events_per_s={events / wall:>9.0f} cpu_s={cpu:7.3f} "
+        f"flow_events_per_cpu_s={events / cpu:>9.0f} "
         f"simulated_makespan_us={result.makespan_s * 1e6:.1f}"
     )
 

@@ -2,7 +2,9 @@
 
 Collectives are replayed as fluid flows over the directed links of a 2D/3D
 mesh or torus with dimension-ordered routing and max-min fair bandwidth
-sharing, on top of SimPy. This package never imports :mod:`aoizora`.
+sharing, on a SimPy clock. Each group of a collective runs the algorithm its
+physical layout calls for (``auto``: a ring round a physical ring, a folded
+ring on a line). This package never imports :mod:`aoizora`.
 
 >>> from sim import collective_flows, load_slice, simulate
 >>> s = load_slice("v5e:2x4")
@@ -18,6 +20,8 @@ from sim.collectives import (
     DEFAULT_ALGORITHM,
     KINDS,
     CollectivePlan,
+    FlowRole,
+    GroupPlan,
     collective_flows,
 )
 from sim.engine import Compute, Flow, max_min_rates, simulate
@@ -38,7 +42,9 @@ __all__ = [
     "Event",
     "Flow",
     "FlowRecord",
+    "FlowRole",
     "GraphError",
+    "GroupPlan",
     "Link",
     "LinkRecord",
     "RateSnapshot",

@@ -10,8 +10,14 @@ link-load heatmap (bytes or utilisation per link) without re-running anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, NamedTuple
+
+from sim.cables import channels
+from sim.nodes import Compute, Flow
+from sim.topology import Slice
 
 __all__ = [
     "ComputeRecord",
@@ -20,6 +26,7 @@ __all__ = [
     "LinkRecord",
     "RateSnapshot",
     "SimResult",
+    "build_result",
 ]
 
 
@@ -78,9 +85,12 @@ class LinkRecord:
     utilisation: float
 
 
-@dataclass(frozen=True)
-class Event:
-    """One entry of the event log: ``kind`` is ``release``, ``drain`` or ``finish``."""
+class Event(NamedTuple):
+    """One entry of the event log: ``kind`` is ``release``, ``drain`` or ``finish``.
+
+    A named tuple (immutable, compared by value): a run logs three per flow, and
+    building frozen dataclasses cost more than the run's own bookkeeping.
+    """
 
     time_s: float
     kind: str
@@ -118,22 +128,23 @@ class SimResult:
     events: tuple[Event, ...]
     rate_log: tuple[RateSnapshot, ...] = ()
 
+    @cached_property
+    def _flow_index(self) -> dict[str, FlowRecord]:
+        return {rec.id: rec for rec in self.flows}
+
+    @cached_property
+    def _finish_index(self) -> dict[str, float]:
+        finish = {rec.id: rec.finish_s for rec in self.computes}
+        finish.update((rec.id, rec.finish_s) for rec in self.flows)
+        return finish
+
     def flow(self, flow_id: str) -> FlowRecord:
-        """The record of flow ``flow_id`` (KeyError if there is none)."""
-        for rec in self.flows:
-            if rec.id == flow_id:
-                return rec
-        raise KeyError(flow_id)
+        """The record of flow ``flow_id`` (KeyError if there is none); O(1) after the first call."""
+        return self._flow_index[flow_id]
 
     def finish_s(self, node_id: str) -> float:
-        """Finish time of any node, flow or compute."""
-        for rec in self.flows:
-            if rec.id == node_id:
-                return rec.finish_s
-        for crec in self.computes:
-            if crec.id == node_id:
-                return crec.finish_s
-        raise KeyError(node_id)
+        """Finish time of any node, flow or compute; O(1) after the first call."""
+        return self._finish_index[node_id]
 
     def busiest_links(self, count: int = 5) -> tuple[LinkRecord, ...]:
         """The ``count`` links that carried the most bytes (ties: link order)."""
@@ -185,3 +196,90 @@ class SimResult:
             ],
             "events": [[e.time_s, e.kind, e.id] for e in self.events],
         }
+
+
+def build_result(
+    slice_: Slice,
+    nodes: Sequence[Flow | Compute],
+    *,
+    link_routes: Sequence[tuple[int, ...]],
+    times: tuple[Sequence[float], Sequence[float], Sequence[float]],
+    channel_busy_s: Sequence[float],
+    events: Sequence[tuple[float, str, str]],
+    rate_log: Sequence[RateSnapshot],
+) -> SimResult:
+    """Assemble a :class:`SimResult` from one run's arrays (``times``: release, drain, finish).
+
+    A link's ``bytes_carried`` is the sum of the sizes of the flows routed over
+    it: the fluid model delivers every byte of every flow over every link of
+    its route (``tests/sim/test_conservation.py`` checks this against the
+    integral of the logged rates). The parallel cables of a pooled channel
+    (:mod:`sim.cables`) each carry an equal share of its bytes and share its
+    busy time.
+    """
+    release, drain, finish = times
+    flows: list[FlowRecord] = []
+    computes: list[ComputeRecord] = []
+    link_bytes = [0.0] * len(slice_.links)
+    for i, node in enumerate(nodes):
+        if isinstance(node, Flow):
+            size = float(node.size_bytes)
+            route = link_routes[i]
+            for k in route:
+                link_bytes[k] += size
+            flows.append(
+                FlowRecord(
+                    node.id,
+                    tuple(node.src),
+                    tuple(node.dst),
+                    size,
+                    len(route),
+                    release[i],
+                    drain[i],
+                    finish[i],
+                )
+            )
+        else:
+            chip = None if node.chip is None else tuple(node.chip)
+            computes.append(
+                ComputeRecord(node.id, chip, float(node.duration_s), release[i], finish[i])
+            )
+    makespan_s = max(finish, default=0.0)
+    return SimResult(
+        slice_name=slice_.name,
+        shape=slice_.shape,
+        wraparound=slice_.wraparound,
+        makespan_s=float(makespan_s),
+        flows=tuple(flows),
+        computes=tuple(computes),
+        links=_link_records(slice_, link_bytes, channel_busy_s, makespan_s),
+        events=tuple(map(Event._make, events)),
+        rate_log=tuple(rate_log),
+    )
+
+
+def _link_records(
+    slice_: Slice, link_bytes: list[float], channel_busy_s: Sequence[float], makespan_s: float
+) -> tuple[LinkRecord, ...]:
+    pools = channels(slice_)
+    pooled = [0.0] * len(pools.cables)
+    for k, c in enumerate(pools.channel_of):
+        pooled[c] += link_bytes[k]
+    bandwidth = slice_.link_bandwidth_bytes_per_s
+    records = []
+    for k, lk in enumerate(slice_.links):
+        c = pools.channel_of[k]
+        carried = pooled[c] / pools.cables[c]
+        records.append(
+            LinkRecord(
+                src=lk.src,
+                dst=lk.dst,
+                dim=lk.dim,
+                wrap=lk.wrap,
+                bandwidth_bytes_per_s=bandwidth,
+                bytes_carried=carried,
+                busy_s=channel_busy_s[c],
+                utilisation=carried / (bandwidth * makespan_s) if makespan_s > 0 else 0.0,
+            )
+        )
+    return tuple(records)

@@ -9,7 +9,8 @@ time in ``order`` (default x, then y, then z), hop by hop over neighbour links.
   round), it goes in the positive direction (increasing coordinate, crossing
   the wrap link from ``n-1`` to ``0`` if needed). On a wrapped dimension of
   length 2 this means ``0 -> 1`` uses the plain link and ``1 -> 0`` the wrap
-  link, i.e. both physical cables of that ring are used, one per direction.
+  link. The engine pools those two parallel cables of each direction into one
+  channel of twice the bandwidth (:mod:`sim.cables`), so traffic uses both.
 
 Examples
 --------
@@ -32,8 +33,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.coords import Coord, as_coord
 from sim.errors import RoutingError
-from sim.topology import Coord, Link, Slice
+from sim.topology import Link, Slice
 
 __all__ = ["default_order", "hop_count", "route", "route_link_ids"]
 
@@ -59,18 +61,9 @@ def _check_order(slice_: Slice, order: Sequence[int] | None) -> tuple[int, ...]:
 
 
 def _check_coord(slice_: Slice, coord: Sequence[int], role: str) -> Coord:
-    try:
-        c = tuple(coord)
-    except TypeError:
-        raise RoutingError(
-            f"{role} coordinate {coord!r} must be a sequence of ints, e.g. {slice_.coords[-1]!r}"
-        ) from None
-    if not slice_.contains(c):
-        raise RoutingError(
-            f"{role} coordinate {c!r} is outside slice {slice_.name} of shape {slice_.shape}; "
-            f"each entry must be an int with 0 <= c < n, e.g. {slice_.coords[-1]!r}"
-        )
-    return c
+    # One rule for every entry (sim.coords): ints only, checked before any
+    # cache lookup, since (0.0, 0) == (0, 0) as a dict key.
+    return as_coord(coord, shape=slice_.shape, slice_name=slice_.name, role=role)
 
 
 def _steps(n: int, a: int, b: int, wrap: bool) -> tuple[int, int]:
@@ -132,12 +125,14 @@ def route_link_ids(
 ) -> np.ndarray:
     """Indices into ``slice_.links`` of :func:`route` (cached; for the engine)."""
     ordering = _check_order(slice_, order)
-    key = ("ids", tuple(src), tuple(dst), ordering)
+    a = _check_coord(slice_, src, "source")
+    b = _check_coord(slice_, dst, "destination")
+    key = ("ids", a, b, ordering)
     cached = slice_._cache.get(key)
     if cached is not None:
         return cached
     ids = np.fromiter(
-        (slice_.link_id(link) for link in route(slice_, src, dst, order=ordering)),
+        (slice_.link_id(link) for link in route(slice_, a, b, order=ordering)),
         dtype=np.int64,
     )
     ids.setflags(write=False)

@@ -38,6 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sim.coords import on_shape
 from sim.errors import TopologyError
 
 __all__ = [
@@ -94,6 +95,9 @@ class Chip:
     wrap_length: int
     devices_per_chip: int = 1
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    # Fixed start-up cost of one collective (sim.collectives), fitted to
+    # measurements where there are any (topologies/<generation>.toml).
+    collective_overhead_s: float = 0.0
 
     def per_device(self) -> Chip:
         """One device's numbers: compute, HBM and HBM bandwidth split between the devices.
@@ -213,9 +217,7 @@ class Slice:
 
     def contains(self, coord: Sequence[int]) -> bool:
         """True when ``coord`` names a chip of this slice."""
-        return len(coord) == len(self.shape) and all(
-            isinstance(c, int) and 0 <= c < n for c, n in zip(coord, self.shape, strict=True)
-        )
+        return on_shape(coord, self.shape)
 
     def physical_id(self, coord: Sequence[int]) -> int:
         """Chip number of ``coord``, x fastest (libtpu's v5e numbering).
@@ -340,6 +342,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
     hbm_bw = float(num("hbm_bandwidth_bytes_per_s"))
     link_bw = float(num("link_bandwidth_bytes_per_s"))
     latency = float(num("hop_latency_s"))
+    overhead = float(num("collective_overhead_s"))
     ports = int(num("ports"))
     num_dims = int(num("num_dims"))
     pod_shape = tuple(int(n) for n in num("pod_shape"))
@@ -351,7 +354,11 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
             f"{path}: [wrap_rule] needs kind one of {_WRAP_KINDS}, a length and a source"
         )
     sources.append(("wrap_rule", str(rule.get("source", ""))))
-    if min(bf16, hbm, hbm_bw, link_bw, devices) <= 0 or latency < 0 or len(pod_shape) != num_dims:
+    if (
+        min(bf16, hbm, hbm_bw, link_bw, devices) <= 0
+        or min(latency, overhead) < 0
+        or len(pod_shape) != num_dims
+    ):
         raise TopologyError(f"{path}: numbers must be positive and pod_shape must have num_dims")
     return Chip(
         generation=str(data.get("generation", generation)),
@@ -367,6 +374,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
         wrap_length=int(rule["length"]),
         devices_per_chip=devices,
         sources=tuple(sources),
+        collective_overhead_s=overhead,
     )
 
 

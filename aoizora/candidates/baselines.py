@@ -1,37 +1,82 @@
 """The named baselines a plan is compared with, ranked by the same Q2 as every candidate.
 
-:func:`baseline_candidates` names today's deployments so reports can compare:
+Every workload gets a baseline by one documented rule, and Wan keeps maxdiffusion's:
 
-* ``"existing deployment"`` -- maxdiffusion's defaults: ``context`` = all chips,
-  its rules, K/V all-gathered (``gather_kv``), and the device order of
-  ``jax.experimental.mesh_utils.create_device_mesh`` (maxdiffusion
-  ``max_utils.create_device_mesh`` with ``allow_split_physical_axes: False``);
-* ``"maxdiffusion recipe"`` -- the published recipe: ``data`` = 2 (the CFG pair) x
-  ``context`` = the rest, same rules, attention and device-order function.
+* ``"default deployment"`` (every workload but Wan) -- what one deploys without a
+  planner: the workload's **first rule set on its natural mesh**, with its first
+  attention kind, in ``jax.experimental.mesh_utils.create_device_mesh``'s device
+  order. The *natural mesh* of a rule set is, among the meshes over the workload's
+  axes where that sharding is legal (:func:`~aoizora.candidates.space.check_candidate`),
+  the one with the **fewest mesh axes larger than 1**, ties broken by giving the
+  **most chips to the axis the rule set names first**, then to the one it names
+  second, and so on -- "all chips on the first axis that can take them". When the
+  first rule set has no legal mesh on the slice, the next one that has is used, and
+  the note says so (:func:`default_deployment`).
+* Wan (``info["kind"] == "wan"``) keeps maxdiffusion's two:
+  ``"existing deployment"`` -- maxdiffusion's defaults: ``context`` = all chips, its
+  rules, K/V all-gathered (``gather_kv``), ``mesh_utils.create_device_mesh`` order
+  (maxdiffusion ``max_utils.create_device_mesh`` with ``allow_split_physical_axes:
+  False``); and ``"maxdiffusion recipe"`` -- ``data`` = 2 (the CFG pair) x ``context``
+  = the rest, same rules, attention and device-order function. The natural-mesh rule
+  applied to Wan gives exactly the existing deployment on 4 chips or more (a test
+  checks it; on 2 chips it puts the CFG pair on ``data``).
+
+The planner adds *logical search* (the best-Q1 sharding in the default order) for
+every workload (:mod:`aoizora.planner`).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from aoizora.workloads.base import user_workload
+    >>> from aoizora.workloads.rules import Rules
+    >>> mlp = user_workload(
+    ...     "mlp", lambda w, x: x @ w,
+    ...     (jax.ShapeDtypeStruct((64, 256), jnp.float32),
+    ...      jax.ShapeDtypeStruct((4, 64), jnp.float32)),
+    ...     (("embed", "mlp"), ("batch", "embed")), out_logical_axes=("batch", "mlp"),
+    ...     rule_sets=(Rules.of("dp_tp", [("batch", "dp"), ("mlp", "tp")]),))
+    >>> natural_mesh(mlp, mlp.rule_sets[0], 4).id   # batch 4: all chips on dp
+    'dp4.tp1/dp_tp/none'
+    >>> natural_mesh(mlp, mlp.rule_sets[0], 8).id   # dp cannot take 8, tp can: still one axis
+    'dp1.tp8/dp_tp/none'
+    >>> natural_mesh(mlp, mlp.rule_sets[0], 512).id  # neither alone: two axes, dp first
+    'dp4.tp128/dp_tp/none'
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from aoizora.candidates.space import Candidate, check_candidate, make_candidate
+from aoizora.candidates.space import Candidate, check_candidate, make_candidate, mesh_shapes
 from aoizora.errors import CandidateError
 from aoizora.tpu import default_device_order
 from aoizora.workloads.base import Workload
+from aoizora.workloads.rules import Rules, mesh_axes_of
 from sim.topology import Slice
 
-__all__ = ["BASELINE_NAMES", "Baseline", "baseline_candidates"]
+__all__ = [
+    "BASELINE_NAMES",
+    "DEFAULT_DEPLOYMENT",
+    "WAN_BASELINE_NAMES",
+    "Baseline",
+    "baseline_candidates",
+    "default_deployment",
+    "natural_mesh",
+]
 
-BASELINE_NAMES: tuple[str, ...] = ("existing deployment", "maxdiffusion recipe")
+DEFAULT_DEPLOYMENT = "default deployment"
+WAN_BASELINE_NAMES: tuple[str, ...] = ("existing deployment", "maxdiffusion recipe")
+# Every name a baseline may have (the planner adds "logical search").
+BASELINE_NAMES: tuple[str, ...] = (DEFAULT_DEPLOYMENT, *WAN_BASELINE_NAMES)
 
 
 @dataclass(frozen=True)
 class Baseline:
     """A named deployment to compare with: its candidate and its default device order.
 
-    ``device_order`` lists libtpu physical chip ids (``x + X*y`` on v5e) in mesh-flat
-    (row-major) order; ``note`` says how it was obtained.
+    ``device_order`` lists libtpu device ids (``x + X*y`` on v5e; ``2 x chip id + core``
+    on tpu7x) in mesh-flat (row-major) order; ``note`` says which sharding it is and how
+    the order was obtained.
     """
 
     name: str
@@ -40,28 +85,86 @@ class Baseline:
     note: str
 
 
-def baseline_candidates(workload: Workload, slice_: Slice) -> tuple[Baseline, ...]:
-    """The named baselines of a Wan workload on ``slice_`` (``()`` for other workloads).
+def natural_mesh(workload: Workload, rules: Rules, num_devices: int) -> Candidate | None:
+    """``rules`` on its natural mesh of ``num_devices`` (module docstring), or None if no mesh
+    of ``num_devices`` makes it legal. Uses the workload's first attention kind."""
+    names = workload.mesh_axis_names
+    first_named = mesh_axes_of([rules])
+    preference = (*first_named, *(n for n in names if n not in first_named))
 
-    Device orders come from ``mesh_utils.create_device_mesh`` on the slice's libtpu
-    devices (see :func:`aoizora.tpu.default_device_order`).
-    """
-    if workload.info.get("kind") != "wan":
-        return ()
-    n = slice_.num_devices  # the mesh spans devices (two per tpu7x chip)
-    out: list[Baseline] = []
-    shapes = {
-        "existing deployment": (1, 1, n, 1),
-        "maxdiffusion recipe": (2, 1, n // 2, 1),
+    def key(shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]]:
+        sizes = dict(zip(names, shape, strict=True))
+        return sum(1 for s in shape if s > 1), tuple(-sizes[n] for n in preference)
+
+    attention = workload.attention_kinds[0]
+    for shape in sorted(mesh_shapes(num_devices, len(names)), key=key):
+        cand = make_candidate(workload, shape, rules.name, attention)
+        if not check_candidate(workload, cand):
+            return cand
+    return None
+
+
+def default_deployment(workload: Workload, num_devices: int) -> tuple[Candidate, str] | None:
+    """The default deployment's sharding and a note saying which it is (None if no rule set
+    of the workload is legal on ``num_devices``)."""
+    skipped: list[str] = []
+    for rules in workload.rule_sets:
+        cand = natural_mesh(workload, rules, num_devices)
+        if cand is not None:
+            mesh = ".".join(
+                f"{n}{s}" for n, s in zip(cand.mesh_axis_names, cand.mesh_shape, strict=True)
+            )
+            note = f"rule set {rules.name!r} on its natural mesh {mesh}"
+            if skipped:
+                note += f" (the first rule set {skipped[0]!r} has no legal mesh of {num_devices})"
+            return cand, note
+        skipped.append(rules.name)
+    return None
+
+
+def _wan_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
+    out: list[tuple[str, Candidate, str]] = []
+    meshes = {
+        "existing deployment": {"context": num_devices},
+        "maxdiffusion recipe": {"data": 2, "context": num_devices // 2},
     }
-    for name in BASELINE_NAMES:
-        shape = shapes[name]
-        if math.prod(shape) != n:
+    for name in WAN_BASELINE_NAMES:
+        sizes = meshes[name]
+        if math.prod(sizes.values()) != num_devices:
             continue  # one chip: no recipe with data = 2
-        cand = make_candidate(workload, shape, "maxdiffusion", "gather_kv")
+        cand = make_candidate(workload, sizes, "maxdiffusion", "gather_kv")
         reasons = check_candidate(workload, cand)
         if reasons:
             raise CandidateError(f"baseline {name!r} ({cand.id}) is illegal: {'; '.join(reasons)}")
-        order, note = default_device_order(shape, slice_)
+        out.append(
+            (name, cand, "maxdiffusion's " + ("defaults" if "existing" in name else "recipe"))
+        )
+    return out
+
+
+def _generic_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
+    found = default_deployment(workload, num_devices)
+    return [] if found is None else [(DEFAULT_DEPLOYMENT, found[0], found[1])]
+
+
+# Workload kinds (``info["kind"]``) with baselines of their own; all others get the rule.
+_NAMED: dict[str, Callable[[Workload, int], list[tuple[str, Candidate, str]]]] = {
+    "wan": _wan_baselines,
+}
+
+
+def baseline_candidates(workload: Workload, slice_: Slice) -> tuple[Baseline, ...]:
+    """The named baselines of ``workload`` on ``slice_`` (module docstring).
+
+    Device orders come from ``mesh_utils.create_device_mesh`` on the slice's libtpu
+    devices (see :func:`aoizora.tpu.default_device_order`). A workload with no legal
+    sharding at all has no baseline (``()``).
+    """
+    named = _NAMED.get(str(workload.info.get("kind")), _generic_baselines)
+    out: list[Baseline] = []
+    # The mesh spans devices (two per tpu7x chip).
+    for name, cand, what in named(workload, slice_.num_devices):
+        order, order_note = default_device_order(cand.mesh_shape, slice_)
+        note = f"{what}; {order_note}"
         out.append(Baseline(name=name, candidate=cand, device_order=order, note=note))
     return tuple(out)

@@ -3,6 +3,9 @@
 A :class:`Candidate` is one logical sharding: named mesh axes with sizes (a
 factorisation of the chip count), a rule set (logical axis -> mesh axes) and an
 attention kind. It says nothing about placement; the device order is chosen later.
+The mesh axes are the workload's (:attr:`~aoizora.workloads.base.Workload.mesh_axis_names`:
+every axis its rule sets name, unless it fixes them, as Wan does with
+``data, fsdp, context, tensor``); a candidate id spells each axis with its size.
 
 :func:`enumerate_candidates` lists every combination in a deterministic order and
 splits them into legal ones and rejected ones, each rejection with its reasons:
@@ -21,6 +24,19 @@ splits them into legal ones and rejected ones, each rejection with its reasons:
     >>> space = enumerate_candidates(wan_workload("wan2.1-1.3b", parse_resolution("480p")), 4)
     >>> space.legal[0].id
     'data1.fsdp1.context1.tensor4/maxdiffusion/gather_kv'
+
+A model of your own names its own axes:
+
+    >>> import jax, jax.numpy as jnp
+    >>> from aoizora.workloads.base import user_workload
+    >>> mlp = user_workload(
+    ...     "mlp", lambda w, x: x @ w,
+    ...     (jax.ShapeDtypeStruct((64, 256), jnp.float32),
+    ...      jax.ShapeDtypeStruct((8, 64), jnp.float32)),
+    ...     (("embed", "mlp"), ("batch", "embed")), out_logical_axes=("batch", "mlp"),
+    ...     rule_sets=(Rules.of("dp_tp", [("batch", "dp"), ("mlp", "tp")]),))
+    >>> [c.id for c in enumerate_candidates(mlp, 4)]
+    ['dp1.tp4/dp_tp/none', 'dp2.tp2/dp_tp/none', 'dp4.tp1/dp_tp/none']
 """
 
 from __future__ import annotations
@@ -44,7 +60,6 @@ from aoizora.workloads.rules import (
 )
 
 __all__ = [
-    "DEFAULT_MESH_AXIS_NAMES",
     "Candidate",
     "Rejected",
     "CandidateSpace",
@@ -56,8 +71,6 @@ __all__ = [
     "argument_bytes_per_chip",
     "candidate_from_json",
 ]
-
-DEFAULT_MESH_AXIS_NAMES: tuple[str, ...] = ("data", "fsdp", "context", "tensor")
 
 
 @dataclass(frozen=True)
@@ -75,9 +88,10 @@ class Candidate:
 
     def __post_init__(self) -> None:
         if len(self.mesh_axis_names) != len(self.mesh_shape) or any(s < 1 for s in self.mesh_shape):
+            example = [1] * (len(self.mesh_axis_names) - 1) + [2]
             raise CandidateError(
                 f"mesh shape {list(self.mesh_shape)} does not match axis names "
-                f"{list(self.mesh_axis_names)}; give one positive size per axis, e.g. (2, 1, 2, 1)"
+                f"{list(self.mesh_axis_names)}; give one positive size per axis, e.g. {example}"
             )
         if self.rules.name != self.rules_id:
             raise CandidateError(
@@ -163,15 +177,31 @@ def mesh_shapes(num_chips: int, num_axes: int) -> tuple[tuple[int, ...], ...]:
 
 def make_candidate(
     workload: Workload,
-    mesh_shape: Sequence[int],
+    mesh_shape: Sequence[int] | Mapping[str, int],
     rules_id: str,
     attention: str,
-    *,
-    mesh_axis_names: Sequence[str] = DEFAULT_MESH_AXIS_NAMES,
 ) -> Candidate:
-    """A candidate of ``workload`` (not checked; see :func:`check_candidate`)."""
+    """A candidate of ``workload`` over its mesh axes (not checked; see :func:`check_candidate`).
+
+    ``mesh_shape`` gives one size per mesh axis of the workload, in order, or a
+    mapping of axis name -> size (axes left out have size 1):
+
+        >>> from aoizora.workloads.wan import wan_workload, parse_resolution
+        >>> wl = wan_workload("wan2.1-1.3b", parse_resolution("480p"))
+        >>> make_candidate(wl, {"data": 2, "context": 4}, "maxdiffusion", "gather_kv").id
+        'data2.fsdp1.context4.tensor1/maxdiffusion/gather_kv'
+    """
+    names = workload.mesh_axis_names
+    if isinstance(mesh_shape, Mapping):
+        unknown = sorted(set(mesh_shape) - set(names))
+        if unknown:
+            raise CandidateError(
+                f"mesh axes {unknown} are not mesh axes of {workload.name}; its axes are "
+                f"{list(names)}, e.g. {{{names[0]!r}: 2}}"
+            )
+        mesh_shape = tuple(mesh_shape.get(n, 1) for n in names)
     return Candidate(
-        mesh_axis_names=tuple(mesh_axis_names),
+        mesh_axis_names=names,
         mesh_shape=tuple(int(s) for s in mesh_shape),
         rules_id=rules_id,
         rules=workload.rules(rules_id),
@@ -274,24 +304,21 @@ def _signature(workload: Workload, candidate: Candidate) -> tuple[object, ...]:
     return (tuple(sizes[name] for name in live), candidate.attention, specs)
 
 
-def enumerate_candidates(
-    workload: Workload,
-    num_chips: int,
-    *,
-    mesh_axis_names: Sequence[str] = DEFAULT_MESH_AXIS_NAMES,
-) -> CandidateSpace:
+def enumerate_candidates(workload: Workload, num_chips: int) -> CandidateSpace:
     """All candidates over ``num_chips``: legal ones first-found order, rejected with reasons.
 
-    Order: mesh shapes ascending (lexicographic over ``mesh_axis_names``), then the
-    workload's rule sets in order, then its attention kinds in order.
+    The mesh has the workload's axes (``workload.mesh_axis_names``). Order: mesh
+    shapes ascending (lexicographic over those axes), then the workload's rule sets in
+    order, then its attention kinds in order.
     """
     legal: list[Candidate] = []
     rejected: list[Rejected] = []
     signatures: dict[tuple[object, ...], str] = {}
-    for shape in mesh_shapes(num_chips, len(mesh_axis_names)):
+    names = workload.mesh_axis_names
+    for shape in mesh_shapes(num_chips, len(names)):
         for rules in workload.rule_sets:
             for attention in workload.attention_kinds:
-                cand = Candidate(tuple(mesh_axis_names), shape, rules.name, rules, attention)
+                cand = Candidate(names, shape, rules.name, rules, attention)
                 reasons = check_candidate(workload, cand)
                 if not reasons:
                     sig = _signature(workload, cand)

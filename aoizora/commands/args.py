@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from aoizora.errors import WorkloadError
+from aoizora.workloads.base import Workload
 from aoizora.workloads.wan import WAN_CONFIGS
+from sim.topology import Slice
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -16,7 +18,10 @@ __all__ = [
     "add_search_arguments",
     "add_workload_arguments",
     "check_search_arguments",
+    "check_slices",
+    "fan_out_options",
     "progress_printer",
+    "workload_from_args",
 ]
 
 DEFAULT_CACHE_DIR = os.path.join(
@@ -26,21 +31,73 @@ DEFAULT_CACHE_DIR = os.path.join(
 
 
 def add_workload_arguments(p: argparse.ArgumentParser) -> None:
-    """``--model``, ``--resolution``, ``--frames``: the Wan workload a planning command plans."""
-    p.add_argument(
-        "--model", required=True, choices=sorted(WAN_CONFIGS), help="Wan 2.1 / 2.2 config"
+    """What a planning command plans: ``--model`` (a Wan config, with ``--resolution`` and
+    ``--frames``) or ``--workload FILE.py:FACTORY`` (a model of your own)."""
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", choices=sorted(WAN_CONFIGS), help="a Wan 2.1 / 2.2 config")
+    which.add_argument(
+        "--workload",
+        metavar="FILE.py:FACTORY",
+        help=(
+            "a model of your own: FACTORY() returns aoizora.user_workload(...); "
+            "package.module:FACTORY works too"
+        ),
     )
     p.add_argument(
         "--resolution",
-        default="480p",
-        help="480p, 720p (the model's: 1280x704 for wan2.2-ti2v-5b) or WIDTHxHEIGHT (pixels)",
+        default=None,
+        help=(
+            "with --model: 480p, 720p (the model's: 1280x704 for wan2.2-ti2v-5b) or "
+            "WIDTHxHEIGHT (default 480p)"
+        ),
     )
     p.add_argument(
         "--frames",
         type=int,
         default=None,
-        help="clip frames, 4k+1 (default: the model's, 81; 121 for wan2.2-ti2v-5b)",
+        help="with --model: clip frames, 4k+1 (default: the model's, 81; 121 for wan2.2-ti2v-5b)",
     )
+
+
+def workload_from_args(
+    args: argparse.Namespace, progress: Callable[[str], None] | None = None
+) -> Workload:
+    """The workload ``--model`` (Wan, at ``--resolution`` x ``--frames``) or ``--workload``
+    names; ``--resolution``/``--frames`` with ``--workload`` are an error (the factory fixes
+    its own shapes). ``progress`` gets one line saying what a ``--workload`` factory gave."""
+    import jax
+
+    from aoizora.workloads.factory import load_workload
+    from aoizora.workloads.wan import model_clip, wan_workload
+
+    if args.workload is not None:
+        given = [f"--{n}" for n in ("resolution", "frames") if getattr(args, n) is not None]
+        if given:
+            raise WorkloadError(
+                f"{' and '.join(given)} apply to --model (Wan) only; the factory of --workload "
+                f"{args.workload!r} fixes its own shapes (drop {' and '.join(given)})"
+            )
+        workload = load_workload(args.workload)
+        if progress is not None:
+            arrays = len(jax.tree.leaves(workload.abstract_args))
+            progress(
+                f"workload {workload.name!r} from {args.workload}: {arrays} input arrays, mesh "
+                f"axes {', '.join(workload.mesh_axis_names)}, rule sets "
+                f"{', '.join(r.name for r in workload.rule_sets)}"
+            )
+        return workload
+    resolution = "480p" if args.resolution is None else args.resolution
+    # The model fixes what 720p means and the default frame count (wan_config.model_clip).
+    return wan_workload(args.model, model_clip(args.model, resolution, frames=args.frames))
+
+
+def check_slices(slices: Sequence[Slice]) -> None:
+    """Fail before any work if libtpu cannot describe one of ``slices`` (and start libtpu,
+    its start-up chatter filtered, before a user's factory could start it noisily)."""
+    from aoizora.tpu import check_slice
+
+    for slice_ in slices:
+        check_slice(slice_)
 
 
 def add_cache_argument(p: argparse.ArgumentParser) -> None:
@@ -71,16 +128,53 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
     )
     add_cache_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes for compiles and exact replays (default: the machine's cores; 1: serial)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="fan out on a Ray cluster at ADDRESS (bare --ray: start one on this machine; "
+        "needs the extra aoizora[ray])",
+    )
+    p.add_argument(
+        "--search-seconds",
+        type=float,
+        default=None,
+        help="stop the placement search after this long and report its bound and gap "
+        "(default: search until the best placement is proven)",
+    )
 
 
 def check_search_arguments(args: argparse.Namespace) -> None:
-    """Reject a non-positive ``--top-k`` or ``--max-placements`` (:class:`WorkloadError`)."""
+    """Reject a non-positive ``--top-k``, ``--max-placements``, ``--workers`` or
+    ``--search-seconds`` (:class:`WorkloadError`)."""
     if args.top_k < 1:
         raise WorkloadError(f"--top-k {args.top_k}: must be a positive integer, e.g. --top-k 3")
     if args.max_placements is not None and args.max_placements < 1:
         raise WorkloadError(
             f"--max-placements {args.max_placements}: must be a positive integer, e.g. 32"
         )
+    if args.workers is not None and args.workers < 1:
+        raise WorkloadError(
+            f"--workers {args.workers}: must be a positive integer, e.g. --workers 2 (1: serial)"
+        )
+    if args.search_seconds is not None and not args.search_seconds > 0:
+        raise WorkloadError(
+            f"--search-seconds {args.search_seconds}: must be a positive number of seconds, "
+            "e.g. --search-seconds 120"
+        )
+
+
+def fan_out_options(args: argparse.Namespace) -> dict[str, object]:
+    """``workers``, ``ray`` and ``search_seconds`` for :func:`aoizora.planner.run_plan`."""
+    return {"workers": args.workers, "ray": args.ray, "search_seconds": args.search_seconds}
 
 
 def progress_printer(*, quiet: bool) -> Callable[[str], None]:

@@ -22,8 +22,10 @@ from typing import Any
 
 from aoizora.studies.calibration import (
     OVERHEAD_MODES,
+    WEIGHT_MODES,
     CalibrationFit,
     calibrate,
+    cited_rows,
     default_output_path,
     file_sha256,
     write_calibrated_topology,
@@ -62,6 +64,16 @@ def register(subparsers: Any) -> None:
         "--fix-latency", action="store_true", help="keep the shipped per-hop latency; fit the rest"
     )
     p.add_argument(
+        "--fix-bandwidth", action="store_true", help="keep the shipped link bandwidth; fit the rest"
+    )
+    p.add_argument(
+        "--weights",
+        choices=WEIGHT_MODES,
+        default="relative",
+        help="residual per row relative to the measurement, or to its stated spread "
+        "(unreported: 10%%); default relative",
+    )
+    p.add_argument(
         "--refine",
         action="store_true",
         help="then minimise the simulator's own residuals (scipy least_squares; slower)",
@@ -77,13 +89,15 @@ def format_fit(fit: CalibrationFit) -> str:
     lines = [
         f"generation {fit.generation}: {len(fit.residuals)} collective rows, method {fit.method}",
         f"  link_bandwidth_bytes_per_s  {fit.link_bandwidth_bytes_per_s:.6g}"
-        f"  (shipped {fit.shipped_link_bandwidth_bytes_per_s:.6g})",
+        f"  (shipped {fit.shipped_link_bandwidth_bytes_per_s:.6g}"
+        f"{'' if 'inv_bandwidth' in fit.fitted else ', kept'})",
         f"  hop_latency_s               {fit.hop_latency_s:.6g}"
         f"  (shipped {fit.shipped_hop_latency_s:.6g}"
         f"{'' if 'hop_latency' in fit.fitted else ', kept'})",
     ]
     for kind, value in fit.overhead_s:
         lines.append(f"  overhead_s[{kind}]{' ' * max(1, 17 - len(kind))}{value:.6g}")
+        lines.append(f"    determined by {cited_rows(fit, kind)}")
     if fit.skipped:
         lines.append(f"  skipped {len(fit.skipped)} rows (step rows or other generations)")
     lines.append("")
@@ -105,6 +119,8 @@ def _fit_json(fit: CalibrationFit, out: Path | None) -> dict[str, Any]:
         "link_bandwidth_bytes_per_s": fit.link_bandwidth_bytes_per_s,
         "hop_latency_s": fit.hop_latency_s,
         "overhead_s": dict(fit.overhead_s),
+        "overhead_determined_by": {k: dict(rows) for k, rows in fit.determined_by},
+        "weights": fit.weights,
         "shipped_link_bandwidth_bytes_per_s": fit.shipped_link_bandwidth_bytes_per_s,
         "shipped_hop_latency_s": fit.shipped_hop_latency_s,
         "rms_residual_s": fit.rms_residual_s,
@@ -129,8 +145,10 @@ def run(args: argparse.Namespace) -> int:
     fit = calibrate(
         rows,
         generation=args.generation,
+        fit_bandwidth=not args.fix_bandwidth,
         fit_latency=not args.fix_latency,
         overhead=args.overhead,
+        weights=args.weights,
         refine=args.refine,
         source_name=str(args.file),
         source_sha256=file_sha256(args.file),

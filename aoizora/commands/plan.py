@@ -1,9 +1,13 @@
-"""``aoizora plan``: the best (sharding, placement) for a Wan model, clip and slice.
+"""``aoizora plan``: the best (sharding, placement) for a model and slice.
 
     aoizora plan --model wan2.1-1.3b --slice v5e:2x4 --resolution 480p --frames 81
                  [--top-k K] [--out plan.json] [--exhaustive] [--json] [--report DIR]
+    aoizora plan --workload my_model.py:make --slice v5e:2x4 [...]
 
-Progress goes to stderr, the summary table to stdout, the plan to ``--out``.
+``--workload FILE.py:FACTORY`` (or ``package.module:FACTORY``) plans a model of
+your own: ``FACTORY()`` returns ``aoizora.user_workload(...)`` (docs/workload.md).
+A slice libtpu cannot describe fails before any work. Progress goes to stderr, the
+summary table to stdout, the plan to ``--out``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from aoizora.commands.args import (
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
+    check_slices,
+    fan_out_options,
     progress_printer,
+    workload_from_args,
 )
 
 __all__ = ["register", "run"]
@@ -52,14 +59,13 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from aoizora.planner import outcome_summary, run_plan
     from aoizora.report.summary import render_report
-    from aoizora.workloads.wan import model_clip, wan_workload
     from sim.topology import load_slice
 
     check_search_arguments(args)
     slice_ = load_slice(args.slice_name)
-    clip = model_clip(args.model, args.resolution, frames=args.frames)
-    workload = wan_workload(args.model, clip)
+    check_slices([slice_])  # before the workload is built: a bad slice fails in seconds
     progress = progress_printer(quiet=args.quiet)
+    workload = workload_from_args(args, progress)
     outcome = run_plan(
         workload,
         slice_,
@@ -68,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         max_placements=args.max_placements,
         progress=progress,
+        **fan_out_options(args),  # type: ignore[arg-type]
     )
-    plan = outcome.plan(model=args.model, clip=clip)
+    plan = outcome.plan()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.save(out)

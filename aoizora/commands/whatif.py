@@ -2,6 +2,9 @@
 
     aoizora whatif --model wan2.1-1.3b --resolution 480p \
         --slices v5e:2x4,v5e:4x4,v5e:4x4+wrap,v6e:4x4,v5p:2x2x2 [--csv F] [--json]
+    aoizora whatif --workload my_model.py:make --slices v5e:2x4,v6e:2x4
+
+Every slice is checked with libtpu before any planning starts.
 
 Every latency is simulated (the compiled step replayed in the ICI simulator).
 """
@@ -19,7 +22,10 @@ from aoizora.commands.args import (
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
+    check_slices,
+    fan_out_options,
     progress_printer,
+    workload_from_args,
 )
 
 __all__ = ["register", "render_rows", "rows_to_csv", "run"]
@@ -52,16 +58,13 @@ def _speedup(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
-_HEADER = (
-    "slice",
-    "chips",
-    "best step (sim)",
-    "vs existing",
-    "vs recipe",
-    "vs logical",
-    "peak link util",
-    "mean link util",
-    "winner",
+# Baseline columns in table order: Wan's two, every other workload's default deployment,
+# then logical search (aoizora.candidates.baselines); a table shows the ones its rows have.
+_BASELINE_COLUMNS = (
+    ("existing deployment", "vs existing"),
+    ("maxdiffusion recipe", "vs recipe"),
+    ("default deployment", "vs default"),
+    ("logical search", "vs logical"),
 )
 
 
@@ -72,16 +75,35 @@ def _chips(row: Any) -> str:
     return f"{row.num_chips} ({row.num_devices} devices)"
 
 
-def _cells(row: Any) -> tuple[str, ...]:
+def _baseline_names(rows: Any) -> list[str]:
+    present = {name for r in rows for name, _ in r.baselines_s}
+    names = [name for name, _ in _BASELINE_COLUMNS if name in present]
+    # A table of failed rows only still shows the columns a Wan table has.
+    return names or ["existing deployment", "maxdiffusion recipe", "logical search"]
+
+
+def _header(names: list[str]) -> tuple[str, ...]:
+    labels = dict(_BASELINE_COLUMNS)
+    return (
+        "slice",
+        "chips",
+        "best step (sim)",
+        *(labels[n] for n in names),
+        "peak link util",
+        "mean link util",
+        "winner",
+    )
+
+
+def _cells(row: Any, names: list[str]) -> tuple[str, ...]:
     if row.error is not None:
-        return (row.spec, _chips(row), "failed", "", "", "", "", "", row.error[:80])
+        blank = ("",) * (len(names) + 2)
+        return (row.spec, _chips(row), "failed", *blank, row.error[:80])
     return (
         row.spec,
         _chips(row),
         _fmt(row.step_s),
-        _speedup(row.speedup_over("existing deployment")),
-        _speedup(row.speedup_over("maxdiffusion recipe")),
-        _speedup(row.speedup_over("logical search")),
+        *(_speedup(row.speedup_over(n)) for n in names),
         _fmt(row.peak_link_utilisation, 100, " %"),
         _fmt(row.mean_link_utilisation, 100, " %"),
         f"{row.winner} @ {row.placement}",
@@ -89,16 +111,19 @@ def _cells(row: Any) -> tuple[str, ...]:
 
 
 def render_rows(rows: Any) -> str:
-    """The comparison table, one line per slice."""
-    cells = [_HEADER, *(_cells(r) for r in rows)]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(_HEADER))]
+    """The comparison table, one line per slice, one speedup column per baseline."""
+    names = _baseline_names(rows)
+    header = _header(names)
+    cells = [header, *(_cells(r, names) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n"
 
 
 def rows_to_csv(rows: Any) -> str:
-    """The rows as CSV (numbers in seconds and fractions, not formatted)."""
+    """The rows as CSV (numbers in seconds and fractions, not formatted); the same columns
+    for every workload (a baseline the workload does not have is empty)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(
@@ -111,6 +136,7 @@ def rows_to_csv(rows: Any) -> str:
             "existing_deployment_s",
             "maxdiffusion_recipe_s",
             "logical_search_s",
+            "default_deployment_s",
             "peak_link_utilisation",
             "mean_link_utilisation",
             "winner",
@@ -131,6 +157,7 @@ def rows_to_csv(rows: Any) -> str:
                 base.get("existing deployment"),
                 base.get("maxdiffusion recipe"),
                 base.get("logical search"),
+                base.get("default deployment"),
                 r.peak_link_utilisation,
                 r.mean_link_utilisation,
                 r.winner,
@@ -147,7 +174,6 @@ def run(args: argparse.Namespace) -> int:
 
     from aoizora.errors import WorkloadError
     from aoizora.studies.whatif import run_whatif
-    from aoizora.workloads.wan import model_clip, wan_workload
     from sim.topology import parse_slice_spec
 
     specs = [s.strip() for s in args.slices.split(",") if s.strip()]
@@ -155,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
     slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
-    workload = wan_workload(args.model, model_clip(args.model, args.resolution, frames=args.frames))
+    check_slices(slices)  # and so do slices libtpu cannot describe
+    workload = workload_from_args(args, progress_printer(quiet=args.quiet))
     rows = run_whatif(
         workload,
         slices,
@@ -163,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
         max_placements=args.max_placements,
         cache_dir=args.cache_dir,
         progress=progress_printer(quiet=args.quiet),
+        plan_options=fan_out_options(args),
     )
     if args.csv:
         Path(args.csv).write_text(rows_to_csv(rows), encoding="utf-8")

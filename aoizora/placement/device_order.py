@@ -96,16 +96,19 @@ class DeviceOrder:
         Raises :class:`PlacementError` unless the ids are a permutation of the
         slice's devices and their count equals the mesh size.
         """
-        ids = tuple(int(i) for i in physical_ids)
+        ids = tuple(map(int, physical_ids))
         shape = check_mesh_shape(mesh_shape, slice_)
         n = slice_.num_devices
-        if sorted(ids) != list(range(n)):
+        if len(ids) != n or len(set(ids)) != n or min(ids) != 0 or max(ids) != n - 1:
             raise PlacementError(
                 f"device order {list(ids)} is not a permutation of the {n} device ids of "
                 f"{slice_.name} (expected each of 0..{n - 1} exactly once, "
                 f"e.g. {list(range(n))})"
             )
-        coords = tuple(tuple(slice_.device_coord(i)) for i in ids)
+        # ids are a permutation of the devices: index directly (a chip hosts the
+        # devices_per_chip consecutive ids, docs/facts.md, libtpu AOT topologies)
+        every, per_chip = slice_.coords, slice_.chip.devices_per_chip
+        coords = tuple(every[i // per_chip] for i in ids)
         return cls(slice_name=slice_.name, mesh_shape=shape, coords=coords, physical_ids=ids)
 
     @classmethod

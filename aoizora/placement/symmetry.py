@@ -91,15 +91,41 @@ def _automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
 
 
 def canonical_rows(ids: np.ndarray, perms: np.ndarray) -> np.ndarray:
-    """Lexicographically smallest image of every row of ``ids`` (P, N) under ``perms``."""
-    best = perms[0][ids]
-    rows = np.arange(ids.shape[0])
-    for perm in perms[1:]:
-        image = perm[ids]
-        differ = image != best
-        first = np.argmax(differ, axis=1)
-        smaller = differ.any(axis=1) & (image[rows, first] < best[rows, first])
-        best[smaller] = image[smaller]
+    """Lexicographically smallest image of every row of ``ids`` (P, N) under ``perms``.
+
+    Only the symmetries that send a row's first chip to the smallest chip they
+    can reach compete for its minimum (a coset of that chip's stabiliser, one
+    symmetry on a slice whose only symmetries are translations), so each row is
+    compared under those alone, in chunks of rows to bound memory.
+    """
+    out = np.empty_like(ids)
+    for start in range(0, ids.shape[0], _CHUNK_ROWS):
+        out[start : start + _CHUNK_ROWS] = _canonical_chunk(ids[start : start + _CHUNK_ROWS], perms)
+    return out
+
+
+_CHUNK_ROWS = 4096
+
+
+def _canonical_chunk(ids: np.ndarray, perms: np.ndarray) -> np.ndarray:
+    if ids.shape[0] == 0:
+        return ids.copy()
+    first = perms[:, ids[:, 0]]  # (symmetries, rows): where each row's first chip goes
+    lowest = first.min(axis=0)
+    best = np.empty_like(ids)
+    have = np.zeros(ids.shape[0], dtype=bool)
+    for g, perm in enumerate(perms):
+        rows = np.flatnonzero(first[g] == lowest)
+        if rows.size == 0:
+            continue
+        image = perm[ids[rows]]
+        old = best[rows]
+        differ = image != old
+        pos = np.argmax(differ, axis=1)
+        picked = np.arange(rows.size)
+        smaller = ~have[rows] | (differ.any(axis=1) & (image[picked, pos] < old[picked, pos]))
+        best[rows[smaller]] = image[smaller]
+        have[rows] = True
     return best
 
 

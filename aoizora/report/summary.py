@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aoizora.planner import PlanOutcome, expert_steps
+from aoizora.planner import PlanOutcome
+from aoizora.workloads.base import expert_steps
 
 __all__ = ["format_ms", "render_report"]
 
@@ -53,8 +54,11 @@ def _header(outcome: PlanOutcome) -> list[str]:
         f"{len(outcome.stage1.dropped_infeasible)} over HBM) in "
         f"{timings.get('stage1', 0.0):.1f} s; compiled {len(outcome.scored)} in "
         f"{timings.get('compile', 0.0):.1f} s; ranked "
-        f"{sum(len(c.placements) for c in outcome.scored)} (sharding, placement) pairs in "
-        f"{timings.get('rank', 0.0):.1f} s"
+        f"{sum(c.num_placements or len(c.placements) for c in outcome.scored)} (sharding, "
+        f"placement) pairs in {timings.get('rank', 0.0):.1f} s: "
+        f"{sum(len(c.placements) for c in outcome.scored)} simulated, "
+        f"{sum(c.proven_worse for c in outcome.scored)} proven worse by a bound"
+        + ("" if outcome.search is None else f", gap {outcome.search.gap:.2%}")
     )
     return lines
 
@@ -78,7 +82,8 @@ def _winner_table(outcome: PlanOutcome) -> list[str]:
     lines.append(
         f"placement spread of the winning sharding (simulated): best "
         f"{format_ms(outcome.winner.best.q2_s)}, worst {format_ms(outcome.winner.worst.q2_s)} "
-        f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} placements)"
+        f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} simulated "
+        "placements; the rest were proven no better than the winner)"
     )
     if not outcome.winner.in_top_k:
         lines.append("note: the winner is a baseline's sharding, not one Stage 1 kept")
@@ -109,7 +114,7 @@ def _candidate_table(outcome: PlanOutcome) -> list[str]:
 
 def _experts(outcome: PlanOutcome) -> list[str]:
     """A model with experts (Wan 2.2 A14B): what each takes and whether one plan serves all."""
-    experts = expert_steps(outcome)
+    experts = expert_steps(outcome.workload)
     if not experts:
         return []
     step = outcome.winner_q2_s

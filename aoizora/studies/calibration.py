@@ -62,21 +62,27 @@ from sim.topology import Slice, load_chip, load_slice, make_slice, topologies_di
 
 __all__ = [
     "OVERHEAD_MODES",
+    "WEIGHT_MODES",
     "CalibrationError",
     "CalibrationFit",
     "RowResidual",
     "calibrate",
     "calibrated_slice",
+    "cited_rows",
     "collective_features",
     "default_output_path",
     "file_sha256",
+    "information_shares",
     "load_calibration",
+    "row_sigma_s",
     "write_calibrated_topology",
 ]
 
 # "per-kind": one launch cost per collective kind; "shared": one for all;
 # "none": no constant term.
 OVERHEAD_MODES: tuple[str, ...] = ("per-kind", "shared", "none")
+# How rows are weighted: relative to the measurement, or to its stated spread.
+WEIGHT_MODES: tuple[str, ...] = ("relative", "spread")
 # Reference bandwidth for the bandwidth feature (any positive value gives the
 # same a_i, by scale invariance) and an "infinite" one for the hop feature.
 _B_REF = 1e10
@@ -121,6 +127,9 @@ class CalibrationFit:
     source_name: str = ""
     source_sha256: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Per fitted overhead ("*" when shared): (row id, share of its information).
+    determined_by: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    weights: str = "relative"
 
     def overhead_for(self, kind: str) -> float:
         """The launch overhead added to a collective of ``kind`` (0 if none was fitted)."""
@@ -151,14 +160,14 @@ def collective_features(row: Measurement) -> tuple[float, float]:
     >>> round(a, 6), round(h, 6)
     (1500.0, 15.0)
     """
-    t_bw = predict_collective(row, link_bandwidth_bytes_per_s=_B_REF, hop_latency_s=0.0)
-    t_hops = predict_collective(row, link_bandwidth_bytes_per_s=_B_INF, hop_latency_s=1.0)
+    # Without the chip's per-collective overhead: the fit supplies its own.
+    t_bw = predict_collective(
+        row, link_bandwidth_bytes_per_s=_B_REF, hop_latency_s=0.0, overhead_s=0.0
+    )
+    t_hops = predict_collective(
+        row, link_bandwidth_bytes_per_s=_B_INF, hop_latency_s=1.0, overhead_s=0.0
+    )
     return t_bw * _B_REF, t_hops
-
-
-def _measured_array(rows: Sequence[Measurement]) -> np.ndarray:
-    """The measured latencies of ``rows`` as an array (the fit's weights are their inverses)."""
-    return np.array([r.measured_s for r in rows], dtype=float)
 
 
 def _generation_of(row: Measurement) -> str:
@@ -166,11 +175,15 @@ def _generation_of(row: Measurement) -> str:
 
 
 def _simulated(row: Measurement, bandwidth: float, latency: float) -> float:
-    return predict_collective(row, link_bandwidth_bytes_per_s=bandwidth, hop_latency_s=latency)
+    return predict_collective(
+        row, link_bandwidth_bytes_per_s=bandwidth, hop_latency_s=latency, overhead_s=0.0
+    )
 
 
-def _parameter_names(kinds: Sequence[str], *, fit_latency: bool, overhead: str) -> list[str]:
-    names = ["inv_bandwidth"] + (["hop_latency"] if fit_latency else [])
+def _parameter_names(
+    kinds: Sequence[str], *, fit_bandwidth: bool = True, fit_latency: bool, overhead: str
+) -> list[str]:
+    names = (["inv_bandwidth"] if fit_bandwidth else []) + (["hop_latency"] if fit_latency else [])
     if overhead == "per-kind":
         names += [f"overhead:{k}" for k in kinds]
     elif overhead == "shared":
@@ -178,24 +191,41 @@ def _parameter_names(kinds: Sequence[str], *, fit_latency: bool, overhead: str) 
     return names
 
 
+def row_sigma_s(row: Measurement, weights: str) -> float:
+    """The residual scale of ``row`` in the fit: ``weights="relative"``: its measurement;
+    ``"spread"``: its stated spread (at least 2% of it), or 10% when unreported."""
+    if weights == "relative":
+        return row.measured_s
+    if row.spread_s:
+        return max(row.spread_s, 0.02 * row.measured_s)
+    return 0.10 * row.measured_s
+
+
 def _linear_system(
     use: Sequence[Measurement],
     kinds: Sequence[str],
     *,
+    fit_bandwidth: bool = True,
     fit_latency: bool,
     overhead: str,
     hop_latency_s: float,
+    bandwidth_bytes_per_s: float = 0.0,
+    weights: str = "relative",
     num_params: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of ``measured = bytes/B + hops*latency + overhead``, relative to each row."""
+    """Rows of ``measured = bytes/B + hops*latency + overhead``, each scaled by its sigma."""
     design = np.zeros((len(use), num_params))
     target = np.zeros(len(use))
     for i, row in enumerate(use):
         assert row.collective is not None
         a, h = collective_features(row)
-        design[i, 0] = a
         target[i] = row.measured_s
-        col = 1
+        col = 0
+        if fit_bandwidth:
+            design[i, col] = a
+            col += 1
+        else:
+            target[i] -= a / bandwidth_bytes_per_s
         if fit_latency:
             design[i, col] = h
             col += 1
@@ -205,11 +235,41 @@ def _linear_system(
             design[i, col + kinds.index(row.collective.collective)] = 1.0
         elif overhead == "shared":
             design[i, col] = 1.0
-    # Relative residuals: divide each row by its measurement. The rows span
-    # microseconds to tens of milliseconds; unweighted, the largest buffers
-    # would decide every parameter and the small, latency-bound rows none.
-    weight = 1.0 / _measured_array(use)
+    # Relative residuals (or residuals in units of each row's spread): the rows
+    # span microseconds to tens of milliseconds; unweighted, the largest
+    # buffers would decide every parameter and the small, latency-bound rows none.
+    weight = 1.0 / np.array([row_sigma_s(r, weights) for r in use])
     return design * weight[:, None], target * weight
+
+
+def information_shares(
+    design: np.ndarray, names: Sequence[str], row_ids: Sequence[str]
+) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+    """Per fitted overhead: the rows that determine it, with their share of its information.
+
+    A row's share is its part of the overhead column once the other fitted
+    parameters' columns are projected out (weighted design): the rows whose
+    residuals the overhead alone can move. Rows listed until 90% is covered.
+    """
+    out = []
+    for j, name in enumerate(names):
+        if not name.startswith("overhead:"):
+            continue
+        col = design[:, j]
+        others = np.delete(design, j, axis=1)
+        if others.shape[1]:
+            coef, *_ = np.linalg.lstsq(others, col, rcond=None)
+            col = col - others @ coef
+        info = col**2
+        total = float(info.sum()) or 1.0
+        ranked = sorted(zip(row_ids, (info / total).tolist(), strict=True), key=lambda t: -t[1])
+        keep: list[tuple[str, float]] = []
+        for row_id, share in ranked:
+            if sum(v for _, v in keep) >= 0.9 or share <= 0.0:
+                break
+            keep.append((row_id, share))
+        out.append((name.split(":", 1)[1], tuple(keep)))
+    return tuple(out)
 
 
 def _solve(
@@ -254,22 +314,28 @@ def calibrate(
     rows: Sequence[Measurement],
     *,
     generation: str,
+    fit_bandwidth: bool = True,
     fit_latency: bool = True,
     overhead: str = "per-kind",
+    weights: str = "relative",
     refine: bool = False,
     source_name: str = "",
     source_sha256: str = "",
 ) -> CalibrationFit:
-    """Fit ``generation``'s link bandwidth (always), hop latency and overheads.
+    """Fit ``generation``'s link bandwidth, hop latency and per-collective overheads.
 
     Uses the ``collective`` rows on slices of ``generation``; every other row
-    is listed in ``skipped``. ``fit_latency=False`` keeps the shipped hop
-    latency. Raises :class:`CalibrationError` when the rows cannot separate
-    the parameters (the message says which option to change).
+    is listed in ``skipped``. ``fit_bandwidth=False`` / ``fit_latency=False``
+    keep the shipped numbers. ``weights``: ``"relative"`` (residual / measured)
+    or ``"spread"`` (residual / the row's stated spread, :func:`row_sigma_s`).
+    The simulator's own per-collective overhead is left out of the features:
+    the fitted one replaces it. Raises :class:`CalibrationError` when the rows
+    cannot separate the parameters (the message says which option to change).
     """
-    if overhead not in OVERHEAD_MODES:
+    if overhead not in OVERHEAD_MODES or weights not in WEIGHT_MODES:
         raise CalibrationError(
-            f"overhead={overhead!r} must be one of {list(OVERHEAD_MODES)}, e.g. 'per-kind'"
+            f"overhead={overhead!r} / weights={weights!r}: overhead is one of "
+            f"{list(OVERHEAD_MODES)}, weights one of {list(WEIGHT_MODES)}, e.g. 'shared', 'spread'"
         )
     chip = load_chip(generation)
     use = [r for r in rows if r.kind == "collective" and _generation_of(r) == generation]
@@ -281,23 +347,33 @@ def calibrate(
             f"{sorted({_generation_of(r) for r in rows})}"
         )
     kinds = sorted({r.collective.collective for r in use if r.collective is not None})
-    names = _parameter_names(kinds, fit_latency=fit_latency, overhead=overhead)
+    names = _parameter_names(
+        kinds, fit_bandwidth=fit_bandwidth, fit_latency=fit_latency, overhead=overhead
+    )
+    if not names:
+        raise CalibrationError(
+            "nothing to fit: drop --fix-bandwidth, --fix-latency or --overhead none"
+        )
     design, target = _linear_system(
-        use, kinds, fit_latency=fit_latency, overhead=overhead,
-        hop_latency_s=chip.hop_latency_s, num_params=len(names),
+        use, kinds, fit_bandwidth=fit_bandwidth, fit_latency=fit_latency, overhead=overhead,
+        hop_latency_s=chip.hop_latency_s, bandwidth_bytes_per_s=chip.link_bandwidth_bytes_per_s,
+        weights=weights, num_params=len(names),
     )  # fmt: skip
     params, method = _solve(design, target, names, what=f"{len(use)} {generation} collective rows")
-    if params[0] <= 0:
-        raise CalibrationError(
-            f"the fit gives no finite link bandwidth for {generation} (1/B = {params[0]:g}); "
-            "the rows are latency-bound -- add large-buffer rows"
-        )
     values = dict(zip(names, params.tolist(), strict=True))
+    if fit_bandwidth and values["inv_bandwidth"] <= 0:
+        raise CalibrationError(
+            f"the fit gives no finite link bandwidth for {generation} (1/B = "
+            f"{values['inv_bandwidth']:g}); the rows are latency-bound -- add large-buffer rows"
+        )
     if refine:
+        if not fit_bandwidth:
+            raise CalibrationError("--refine also fits the bandwidth: drop --fix-bandwidth")
         values, method = _refine(use, names, values, chip.hop_latency_s, method)
+    inv_bw = values.get("inv_bandwidth", 1.0 / chip.link_bandwidth_bytes_per_s)
     fit = CalibrationFit(
         generation=generation,
-        link_bandwidth_bytes_per_s=1.0 / values["inv_bandwidth"],
+        link_bandwidth_bytes_per_s=1.0 / inv_bw,
         hop_latency_s=values.get("hop_latency", chip.hop_latency_s),
         overhead_s=tuple(
             (n.split(":", 1)[1], v) for n, v in values.items() if n.startswith("overhead:")
@@ -310,6 +386,8 @@ def calibrate(
         skipped=skipped,
         source_name=source_name,
         source_sha256=source_sha256,
+        determined_by=information_shares(design, names, [r.row_id for r in use]),
+        weights=weights,
     )
     return dataclasses.replace(fit, residuals=_residuals(use, fit))
 
@@ -463,6 +541,9 @@ def write_calibrated_topology(
                 if fitted
                 else shipped[key]["source"] + " (kept: not fitted)",
             }
+        elif key == "collective_overhead_s" and "overhead:*" in fit.fitted:
+            value = {"value": fit.overhead_for("*"), "source": note + repr(value["value"])}
+            value["source"] += "; determined by rows " + cited_rows(fit, "*")
         lines.append(f"{_quote_key(key)} = {_toml_value(value)}")
     for name, table in tables:
         lines.append("")
@@ -472,6 +553,12 @@ def write_calibrated_topology(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
+
+
+def cited_rows(fit: CalibrationFit, kind: str) -> str:
+    """The rows that determine overhead ``kind``, with their share, e.g. ``"a (60%), b (35%)"``."""
+    rows = dict(fit.determined_by).get(kind, ())
+    return ", ".join(f"{row_id} ({100 * share:.0f}%)" for row_id, share in rows) or "-"
 
 
 def load_calibration(path: str | Path) -> CalibrationFit:

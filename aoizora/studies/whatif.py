@@ -19,7 +19,7 @@ link carried / (its bandwidth x the step time), from the simulator's link record
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,8 @@ class WhatIfRow:
     mean_link_utilisation: float | None
     plan_s: float | None
     error: str | None = None
+    search_gap: float | None = None
+    search_bound_s: float | None = None
 
     def speedup_over(self, name: str) -> float | None:
         """Baseline latency / winner latency (None when either is missing)."""
@@ -73,6 +75,8 @@ class WhatIfRow:
             "peak_link_utilisation": self.peak_link_utilisation,
             "mean_link_utilisation": self.mean_link_utilisation,
             "plan_s": self.plan_s,
+            "search_gap": self.search_gap,
+            "search_bound_s": self.search_bound_s,
             "error": self.error,
         }
 
@@ -101,6 +105,8 @@ def whatif_row(spec: str, outcome: PlanOutcome) -> WhatIfRow:
         peak_link_utilisation=peak,
         mean_link_utilisation=mean,
         plan_s=dict(outcome.timings_s)["total"],
+        search_gap=None if outcome.search is None else outcome.search.gap,
+        search_bound_s=None if outcome.search is None else outcome.search.bound_s,
     )
 
 
@@ -113,12 +119,15 @@ def run_whatif(
     cache_dir: str | None = None,
     progress: Progress | None = None,
     plan: Callable[..., PlanOutcome] = run_plan,
+    plan_options: Mapping[str, Any] | None = None,
 ) -> tuple[WhatIfRow, ...]:
     """Plan ``workload`` on every slice (:func:`sim.topology.parse_slice_spec` reads
     specs such as ``v5e:4x4+wrap``), in the given order; rows are labelled ``slice_.spec``.
 
     A slice that cannot be planned (unknown shape, nothing fits in HBM, every
     compile failed) becomes a row with ``error`` set; the study goes on.
+    ``plan_options`` go to ``plan`` as they are (e.g. ``workers``, ``ray``,
+    ``search_seconds``).
     """
     say = progress or (lambda _: None)
     rows: list[WhatIfRow] = []
@@ -133,6 +142,7 @@ def run_whatif(
                 max_placements=max_placements,
                 cache_dir=cache_dir,
                 progress=progress,
+                **dict(plan_options or {}),
             )
             rows.append(whatif_row(spec, outcome))
         except (AoizoraError, SimError) as exc:

@@ -44,6 +44,7 @@ __all__ = [
     "LogicalAxes",
     "Rules",
     "is_logical_axes",
+    "mesh_axes_of",
     "logical_to_mesh_axes",
     "logical_to_pspec",
     "sharding_degree",
@@ -138,6 +139,22 @@ class Rules:
     def mesh_axes_used(self) -> tuple[str, ...]:
         """Every mesh axis some rule names, sorted."""
         return tuple(sorted({a for _, axes in self.pairs for a in axes}))
+
+
+def mesh_axes_of(rule_sets: Sequence[Rules]) -> tuple[str, ...]:
+    """Every mesh axis the rule sets name, in order of first mention (rule sets in order).
+
+    This is the mesh a workload's candidates are built over when it names none itself:
+
+        >>> mesh_axes_of([Rules.of("a", [("batch", "dp"), ("mlp", "tp")]),
+        ...               Rules.of("b", [("batch", ("dp", "sp")), ("heads", "model")])])
+        ('dp', 'tp', 'sp', 'model')
+    """
+    seen: dict[str, None] = {}
+    for rules in rule_sets:
+        for _, axes in rules.pairs:
+            seen.update((a, None) for a in axes)
+    return tuple(seen)
 
 
 def logical_to_mesh_axes(

@@ -552,13 +552,6 @@ def wan_workload(
 
         return expert_step
 
-    b, s, d, t = CFG_BATCH, num_tokens(clip, cfg), cfg.dim, cfg.text_len
-    probes = (
-        Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
-        Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),
-        Probe("ffn", (b, s, cfg.ffn_dim), _FFN, paddable=("activation_length",)),
-        Probe("text_kv", (b, cfg.num_heads, t, cfg.head_dim), _TEXT_KV),
-    )
     suffix = "" if (kernel == "auto" and scan_layers) else f"[{kernel},scan={scan_layers}]"
     return Workload(
         name=f"{cfg.name}@{clip.label}{suffix}",
@@ -569,8 +562,11 @@ def wan_workload(
         abstract_out=args[-3],  # the velocity has the latents' shape and dtype
         rule_sets=WAN_RULE_SETS,
         attention_kinds=attention_kinds(cfg.num_heads),
-        probes=probes,
+        probes=_probes(cfg, clip),
         check=_wan_check(cfg, clip),
+        mesh_axis_names=MESH_AXIS_NAMES,  # fixed, so candidate ids stay data2.fsdp1.context4...
+        model=cfg.name,
+        clip=clip,
         info={
             "kind": "wan",
             "model": cfg.name,
@@ -582,6 +578,17 @@ def wan_workload(
             "analytic_flops": wan_flops(cfg, clip).total,
             **_experts_info(cfg),
         },
+    )
+
+
+def _probes(cfg: WanConfig, clip: Clip) -> tuple[Probe, ...]:
+    """The activations whose sharding Stage 1 checks (hidden, q/k/v, FFN, text K/V)."""
+    b, s, d, t = CFG_BATCH, num_tokens(clip, cfg), cfg.dim, cfg.text_len
+    return (
+        Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
+        Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),
+        Probe("ffn", (b, s, cfg.ffn_dim), _FFN, paddable=("activation_length",)),
+        Probe("text_kv", (b, cfg.num_heads, t, cfg.head_dim), _TEXT_KV),
     )
 
 

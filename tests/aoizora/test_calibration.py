@@ -125,13 +125,16 @@ def test_fixed_latency_and_no_overhead() -> None:
 # Plain mesh lines: the bidirectional ring's wrap-around chunk travels n-1 hops
 # and shares links with 1-hop chunks, so latency shifts the overlaps and the
 # linear form is only approximate.
+# Rings in replica-group order on mesh lines (the closing hop runs back over the
+# line): flows with different hop counts share links, so latency shifts when
+# they start draining and the linear form is only approximate.
 MESH_CASES = [
-    ("v5e:4x4", "all-gather", "dims:0", 2**12, ""),
-    ("v5e:4x4", "all-gather", "dims:0", 2**16, ""),
-    ("v5e:4x4", "all-gather", "dims:0", 2**20, ""),
-    ("v5e:4x4", "all-gather", "dims:0", 2**24, ""),
-    ("v5e:2x4", "all-gather", "dims:1", 2**14, ""),
-    ("v5e:2x4", "all-gather", "dims:1", 2**22, ""),
+    ("v5e:4x4", "all-gather", "dims:0", 2**12, "bidir_ring"),
+    ("v5e:4x4", "all-gather", "dims:0", 2**16, "bidir_ring"),
+    ("v5e:4x4", "all-gather", "dims:0", 2**20, "bidir_ring"),
+    ("v5e:4x4", "all-gather", "dims:0", 2**24, "bidir_ring"),
+    ("v5e:2x4", "all-gather", "dims:1", 2**14, "bidir_ring"),
+    ("v5e:2x4", "all-gather", "dims:1", 2**22, "bidir_ring"),
 ]
 
 
@@ -145,6 +148,34 @@ def test_mesh_lines_need_the_refinement_to_recover_the_truth() -> None:
     # The linear surrogate is close but not exact here, and refining helps.
     assert linear.link_bandwidth_bytes_per_s == pytest.approx(TRUE_BANDWIDTH, rel=0.15)
     assert refined.rms_residual_s < linear.rms_residual_s
+
+
+def test_folded_rings_on_mesh_lines_make_the_linear_form_exact() -> None:
+    # The default (auto) runs a folded ring on a line: every step is 2 hops of
+    # latency plus one chunk per link, so the linear fit alone recovers the truth.
+    cases = [(s, k, g, size, "") for s, k, g, size, _ in MESH_CASES]
+    rows = _synthetic(_rows(cases, wrapped=False), overhead=False)
+    linear = calibrate(rows, generation="v5e", overhead="none")
+    assert linear.link_bandwidth_bytes_per_s == pytest.approx(TRUE_BANDWIDTH, rel=1e-9)
+    assert linear.hop_latency_s == pytest.approx(TRUE_LATENCY, rel=1e-9)
+
+
+def test_overhead_alone_is_fitted_with_the_rows_that_determine_it() -> None:
+    # Shipped link numbers kept, one shared overhead fitted: the small rows
+    # carry its information, the bandwidth-bound ones almost none.
+    cases = [(s, k, g, size, "") for s, k, g, size, _ in MESH_CASES]
+    rows = _rows(cases, wrapped=False)
+    truth = 2.5e-6
+    rows = [replace(r, measured_s=predict_collective(r, overhead_s=0.0) + truth) for r in rows]
+    fit = calibrate(
+        rows, generation="v5e", fit_bandwidth=False, fit_latency=False, overhead="shared"
+    )
+    assert fit.fitted == ("overhead:*",)
+    assert fit.overhead_for("*") == pytest.approx(truth, rel=1e-9)
+    ((kind, cited),) = fit.determined_by
+    assert kind == "*" and cited[0][0] in {"r0", "r4"}  # the smallest buffers lead
+    assert sum(share for _, share in cited) >= 0.9
+    assert all(abs(r.residual_s) < 1e-15 for r in fit.residuals)
 
 
 def test_underdetermined_fits_say_what_to_change() -> None:

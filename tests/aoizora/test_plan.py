@@ -21,6 +21,7 @@ from aoizora.plan import (
     PLAN_SCHEMA,
     Clip,
     Plan,
+    PlanInput,
     PredictedLatencies,
     Provenance,
     load_plan,
@@ -40,13 +41,23 @@ RULES = Rules.of(
 )
 
 
+INPUTS = (
+    PlanInput("arg0['w']", (1536, 8960), "bfloat16", ("embed", "mlp")),
+    PlanInput(
+        "arg1", (2, 32760, 1536), "bfloat16", ("activation_batch", "activation_length", None)
+    ),  # noqa: E501
+)
+
+
 def _plan(slice_name: str = "v5e:2x4", mesh_shape: tuple[int, ...] = (2, 4), pick: int = 3) -> Plan:
     s = load_slice(slice_name)
     names = ("data", "context")[: len(mesh_shape)]
     placement = enumerate_placements(mesh_shape, s, mesh_axis_names=names)[pick]
     return Plan.create(
         model="wan2.1-1.3b",
+        workload="wan2.1-1.3b@832x480x81",
         clip=Clip(width=832, height=480, frames=81),
+        inputs=INPUTS,
         mesh_axis_names=names,
         order=placement.order,
         rules=RULES,
@@ -204,11 +215,19 @@ def _drop_last_coord(data: dict[str, Any]) -> None:
 
 
 INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
-    ("schema-version", _set("schema", "aoizora.plan/2"), "schema 'aoizora.plan/2'"),
+    ("schema-version", _set("schema", "aoizora.plan/3"), "schema 'aoizora.plan/3'"),
     ("schema-missing", _delete("schema"), "schema None is not supported"),
     ("unknown-field", _set("extra", 1), r"unknown field\(s\) \['extra'\]"),
     ("missing-field", _delete("model"), r"lacks field\(s\) \['model'\]"),
     ("model-empty", _set("model", ""), "model is ''"),
+    ("workload-empty", _set("workload", " "), "workload is ' '"),
+    ("clip-not-object", _set("clip", [832, 480, 81]), "clip is"),
+    ("inputs-not-list", _set("inputs", {"a": 1}), "inputs is"),
+    ("input-field", _set("inputs.0.size", 3), r"inputs\[0\] has unknown field\(s\) \['size'\]"),
+    ("input-dtype", _set("inputs.0.dtype", "bfloat17"), "dtype 'bfloat17' is not a dtype"),
+    ("input-shape", _set("inputs.0.shape", [1536, -1]), r"shape\[1\] is -1"),
+    ("input-axes", _set("inputs.1.logical_axes", ["x"]), "must give one name"),
+    ("input-axis-type", _set("inputs.1.logical_axes", [1, None, None]), "must give one name"),
     ("clip-width-zero", _set("clip.width", 0), "clip.width is 0"),
     ("clip-frames-text", _set("clip.frames", "81"), "clip.frames is '81'"),
     ("clip-height-bool", _set("clip.height", True), "clip.height is True"),
@@ -342,3 +361,45 @@ def test_mesh_rejects_devices_that_are_not_the_slice() -> None:
     wrong = [FakeDevice(i, [i % 4, i // 4, 0]) for i in range(8)]
     with pytest.raises(PlanError, match="not on v5e:2x4"):
         plan.mesh(wrong)
+
+
+# --- any workload: clip optional, inputs recorded, schema /1 still loads ----------------------
+
+
+def test_plan_without_clip_round_trips_with_the_same_fields(tmp_path: Path) -> None:
+    video = _plan()
+    plain = Plan(**{**video.__dict__, "clip": None, "model": "mlp", "workload": "mlp"})
+    plain.save(tmp_path / "p.json")
+    loaded = load_plan(tmp_path / "p.json")
+    assert loaded == plain and loaded.clip is None
+    # Every workload's plan has the same fields; only the clip's value differs.
+    assert set(json.loads(plain.to_json())) == set(json.loads(video.to_json()))
+    assert json.loads(plain.to_json())["clip"] is None
+
+
+def test_schema_1_plans_still_load(tmp_path: Path) -> None:
+    data = _plan().to_json_dict()
+    data["schema"] = "aoizora.plan/1"
+    del data["inputs"], data["workload"]
+    (tmp_path / "old.json").write_text(json.dumps(data), encoding="utf-8")
+    old = load_plan(tmp_path / "old.json")
+    assert old.inputs == () and old.workload == old.model == "wan2.1-1.3b"
+    assert old.clip == Clip(832, 480, 81) and old.coords == _plan().coords
+    data["clip"] = None  # /1 always had a clip
+    (tmp_path / "old.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(PlanError, match="clip is None"):
+        load_plan(tmp_path / "old.json")
+    data["inputs"] = []  # and never inputs
+    (tmp_path / "old.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(PlanError, match=r"unknown field\(s\) \['inputs'\]"):
+        load_plan(tmp_path / "old.json")
+
+
+def test_partition_specs_follow_the_rules_on_the_planned_mesh() -> None:
+    plan = _plan()  # data=2 x context=4; RULES map embed -> (context, data) first
+    specs = plan.partition_specs()
+    assert [i.name for i in plan.inputs] == ["arg0['w']", "arg1"]
+    P = jax.sharding.PartitionSpec
+    assert specs == (P(("context", "data"), None), P("data", "context", None))
+    one_axis = _plan("v5e:2x2", (1, 4), pick=0)  # data=1 is dropped from every spec
+    assert one_axis.partition_specs() == (P("context", None), P(None, "context", None))

@@ -82,12 +82,27 @@ def test_winner_is_the_minimum_over_every_scored_pair(cold: PlanOutcome) -> None
 
 
 def test_footprint_sharing_is_exact(cold: PlanOutcome) -> None:
-    # Every placement's Q2 (possibly shared through an equal network footprint)
-    # equals a fresh replay of that placement, by brute force.
+    # Every simulated placement's Q2 (the exact shortcut, possibly shared through an
+    # equal network footprint) equals a fresh full replay of that placement.
     for c in cold.scored:
         graph = graph_from_text(c.compile.hlo_text)
         for p in c.placements:
-            assert replay(graph, cold.slice_, p.order).step_time_s == p.q2_s
+            assert replay(graph, cold.slice_, p.order).step_time_s == pytest.approx(
+                p.q2_s, rel=1e-9
+            )
+
+
+def test_every_placement_is_simulated_or_proven_worse(cold: PlanOutcome) -> None:
+    # The search leaves nothing open without a deadline; what it did not replay it
+    # proved no better than the winner (the bound is at most the winner's Q2).
+    assert cold.search is not None and cold.search.open == 0 and cold.search.gap == 0.0
+    for c in cold.scored:
+        assert c.open == 0
+        assert c.num_placements == c.proven_worse + sum(p.num_raw for p in c.placements)
+    assert cold.search.bound_s <= cold.winner_q2_s
+    timings = dict(cold.timings_s)
+    assert set(timings) == {"stage1", "compile", "rank", "total", "winner_compile"}
+    assert timings["winner_compile"] == cold.winner.compile.first_compile_s > 0
 
 
 _ONE_AXIS_HLO = """HloModule m, num_partitions=4

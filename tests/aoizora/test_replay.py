@@ -144,7 +144,7 @@ ENTRY %main (p: f32[32,64]) -> f32[32,64] {
         r = replay(g, s, order)
         groups = [[s.coord_of(ids[d]) for d in grp] for grp in ((0, 1, 2, 3), (4, 5, 6, 7))]
         plan = collective_flows(
-            "all-reduce", groups, buffer_bytes=float(SHARD_BYTES), id_prefix="x"
+            "all-reduce", groups, buffer_bytes=float(SHARD_BYTES), id_prefix="x", slice_=s
         )
         assert r.step_time_s == pytest.approx(simulate(s, plan.nodes).makespan_s, rel=1e-12)
         times[ids] = r.step_time_s

@@ -120,9 +120,10 @@ def test_each_prediction_equals_the_direct_replay(
 ) -> None:
     for row in rows:
         assert predict_step(row, cache_dir=str(plan_cache_dir)) == expected[row.row_id]
-    # The device order matters for context 4 on a 2x2 mesh: the ring has one-hop
-    # neighbours only, row-major order has two diagonal (two-hop) pairs.
-    assert expected["cp4-ring"] < expected["cp4-rowmajor"]
+    # Context 4 on a 2x2 mesh: each collective group runs round the physical
+    # 4-cycle whatever order its replica group lists (sim.layout), so row-major
+    # order (two diagonal, two-hop pairs in list order) is as fast as the ring.
+    assert expected["cp4-ring"] == expected["cp4-rowmajor"]
     # The same sharding and chips written with the axes swapped is the same deployment.
     assert expected["cp2dp2"] == expected["dp2cp2"]
 

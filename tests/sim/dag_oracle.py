@@ -1,9 +1,11 @@
 """A naive full-recompute replay of a whole DAG (flows, computes, ``after``).
 
-Independent of :mod:`sim.engine`'s event handling and of its incremental
-max-min updates: a hand-written time loop without SimPy that recomputes every
-draining flow's rate with :func:`tests.sim.oracle.reference_max_min` (textbook
-progressive filling) at every instant anything changes. Slow and obvious.
+Independent of :mod:`sim.engine`'s event handling, of its incremental
+max-min updates and of :mod:`sim.routing`: a hand-written time loop without
+SimPy that routes with :func:`tests.sim.oracle.oracle_path` and recomputes
+every draining flow's rate with :func:`tests.sim.oracle.reference_max_min`
+(textbook progressive filling) at every instant anything changes. Slow and
+obvious.
 """
 
 from __future__ import annotations
@@ -11,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sim.engine import Compute, Flow
-from sim.routing import route
 from sim.topology import Slice
-from tests.sim.oracle import reference_max_min
+from tests.sim.oracle import oracle_problem, reference_max_min
 
 __all__ = ["reference_replay"]
 
@@ -22,14 +23,8 @@ def reference_replay(
     slice_: Slice, nodes: Sequence[Flow | Compute]
 ) -> dict[str, tuple[float, float]]:
     """``{id: (release_s, finish_s)}`` for every node."""
-    bw = slice_.link_bandwidth_bytes_per_s
-    link_ids = {link: k for k, link in enumerate(slice_.links)}
     by_id = {n.id: n for n in nodes}
-    paths = {
-        n.id: [link_ids[lk] for lk in route(slice_, n.src, n.dst)]
-        for n in nodes
-        if isinstance(n, Flow)
-    }
+    paths, capacity = oracle_problem(slice_, [n for n in nodes if isinstance(n, Flow)])
     deps_left = {n.id: set(n.after) for n in nodes}
     children: dict[str, list[str]] = {n.id: [] for n in nodes}
     for n in nodes:
@@ -78,7 +73,7 @@ def reference_replay(
         if not (to_release or timers or active):
             break
         order = sorted(active)
-        rates = reference_max_min([paths[i] for i in order], [bw] * len(slice_.links))
+        rates = reference_max_min([paths[i] for i in order], capacity)
         rate = dict(zip(order, rates, strict=True))
         candidates = [ready[i] for i in to_release] + [t for t, _, _ in timers]
         candidates += [now + active[i] / rate[i] for i in order]

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from sim.collectives import ALGORITHMS, DEFAULT_ALGORITHM, collective_flows
+from sim.coords import Coord
 from sim.engine import Compute, Flow, simulate
 from sim.errors import CollectiveError
+from sim.layout import folded, snake_cycle, snake_path
 from sim.topology import Slice, load_slice, make_slice
 
 BW = 4.5e10
@@ -136,7 +141,11 @@ def test_bidir_ring_without_wrap_doubles(n: int) -> None:
     # scaling-book's no-wraparound all-gather time.
     s = make_slice([n], link_bandwidth_bytes_per_s=BW, hop_latency_s=0.0)
     plan = collective_flows(
-        "all-gather", [[(i,) for i in range(n)]], buffer_bytes=16e6, id_prefix="ag"
+        "all-gather",
+        [[(i,) for i in range(n)]],
+        buffer_bytes=16e6,
+        algorithm="bidir_ring",
+        id_prefix="ag",
     )
     assert simulate(s, plan.nodes).makespan_s == pytest.approx((n - 1) * (16e6 / n) / BW, rel=1e-12)
 
@@ -180,7 +189,7 @@ def test_collective_permute_and_later_nodes_wait_for_done() -> None:
         buffer_bytes=4.5e6,
         id_prefix="cp",
     )
-    assert plan.algorithm == "direct" and len(plan.flows) == 3
+    assert plan.algorithm == "auto" and plan.groups == () and len(plan.flows) == 3
     nodes = [*plan.nodes, Compute("next", (0, 0), 1e-6, after=(plan.done_id,))]
     result = simulate(s, nodes)
     flows_end = max(r.finish_s for r in result.flows)
@@ -198,13 +207,7 @@ def test_singleton_groups_make_no_flows_and_join_waits_for_after() -> None:
 
 
 def test_defaults() -> None:
-    assert DEFAULT_ALGORITHM == {
-        "all-gather": "bidir_ring",
-        "reduce-scatter": "bidir_ring",
-        "all-reduce": "bidir_ring",
-        "all-to-all": "pairwise",
-        "collective-permute": "direct",
-    }
+    assert set(DEFAULT_ALGORITHM.values()) == {"auto"}
     assert all(DEFAULT_ALGORITHM[k] in ALGORITHMS[k] for k in ALGORITHMS)
 
 
@@ -212,8 +215,10 @@ def test_defaults() -> None:
     ("kwargs", "fragment"),
     [
         ({"kind": "broadcast"}, "valid kinds: all-gather"),
-        ({"algorithm": "tree"}, "valid for all-gather: bidir_ring, ring"),
-        ({"kind": "all-to-all", "algorithm": "ring"}, "valid for all-to-all: pairwise"),
+        ({"algorithm": "tree"}, "valid for all-gather: auto, bidir_ring, bidir_line, ring"),
+        ({"kind": "all-to-all", "algorithm": "ring"}, "valid for all-to-all: auto, pairwise"),
+        ({"groups": [[(0.0, 0), (1, 0)]]}, "is not a chip coordinate"),
+        ({"overhead_s": -1.0}, "overhead_s -1.0 must be finite and >= 0"),
         ({"buffer_bytes": -1.0}, "finite and >= 0"),
         ({"buffer_bytes": math.inf}, "finite and >= 0"),
         ({"groups": [[]]}, "non-empty list"),
@@ -237,6 +242,25 @@ def test_bad_collectives(kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(CollectiveError) as info:
         collective_flows(kind, groups, **args)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "group", "fragment"),
+    [
+        ("v5e:2x4", [(0, 0), (0, 0)], "chip (0, 0) 2 times; a chip of v5e:2x4 hosts 1 device"),
+        ("tpu7x:2x2x1", [(0, 0, 0)] * 3, "(0, 0, 0) 3 times; a chip of tpu7x:2x2x1 hosts 2"),
+    ],
+)
+def test_a_chip_appears_once_per_device(name: str, group: list[Coord], fragment: str) -> None:
+    s = load_slice(name)
+    with pytest.raises(CollectiveError, match=re.escape(fragment)):
+        collective_flows("all-gather", [group], buffer_bytes=1e6, id_prefix="c", slice_=s)
+    # One entry per device is a group: the two cores of a tpu7x chip.
+    if s.chip.devices_per_chip == 2:
+        plan = collective_flows(
+            "all-gather", [group[:2]], buffer_bytes=1e6, id_prefix="c", slice_=s
+        )
+        assert all(f.src == f.dst for f in plan.flows) and plan.flows
 
 
 def test_plans_compose_into_one_dag() -> None:
@@ -266,3 +290,169 @@ def test_pairwise_all_to_all_on_an_even_ring(n: int) -> None:
     assert simulate(s, plan.nodes).makespan_s == pytest.approx(want, rel=1e-9)
     scaling_book = n * buffer_bytes / (4 * 2 * BW)
     assert want == pytest.approx((1 + 2 / n) * scaling_book)
+
+
+# -- the algorithms TPUs run, with hop latency on (docs/simulator.md) ---------
+
+STEPS = {"all-gather": 1, "reduce-scatter": 1, "all-reduce": 2}
+
+
+@pytest.mark.parametrize("kind", list(STEPS))
+@pytest.mark.parametrize("n", [2, 4, 5, 8, 16])
+def test_auto_on_a_line_is_the_folded_ring(kind: str, n: int) -> None:
+    # No wrap-around: the ring 0, 2, 4, ..., 5, 3, 1 crosses at most two links
+    # per hop and each link carries one ring flow per direction and step:
+    # (n-1) (2 latency + B/(n bw)) per phase (n = 2: one link, 1 latency);
+    # whatever order the replica group lists. (n = 3 is faster: there every
+    # link pairs a 2-hop flow with a 1-hop one that starts draining earlier.)
+    s = ring_slice(n, wrap=False)
+    group = [(i,) for i in range(n)]
+    shuffled = group[1::2] + group[::2]
+    plan = collective_flows(kind, [shuffled], buffer_bytes=8e6, id_prefix="c", slice_=s)
+    assert plan.groups[0].algorithm == "bidir_ring"
+    assert plan.groups[0].members == tuple(group[i] for i in folded(range(n)))
+    hops = 2 if n > 2 else 1
+    want = STEPS[kind] * (n - 1) * (hops * LAT + 8e6 / (n * BW))
+    assert simulate(s, plan.nodes).makespan_s == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", list(STEPS))
+@pytest.mark.parametrize("n", [2, 3, 4, 7, 16])
+def test_bidir_line_closed_form(kind: str, n: int) -> None:
+    # Every chunk both ways along the line, one link per step: the
+    # scaling-book's edge-to-edge account, (n-1) (latency + B/(n bw)).
+    s = ring_slice(n, wrap=False)
+    group = [[(i,) for i in range(n)]]
+    plan = collective_flows(
+        kind, group, buffer_bytes=8e6, algorithm="bidir_line", id_prefix="c", slice_=s
+    )
+    assert plan.groups[0].algorithm == "bidir_line"
+    want = STEPS[kind] * (n - 1) * (LAT + 8e6 / (n * BW))
+    assert simulate(s, plan.nodes).makespan_s == pytest.approx(want, rel=1e-12)
+
+
+def test_group_order_ring_on_a_line_pays_the_closing_hop() -> None:
+    # The 16-chip, 1 MB all-gather: in replica-group order the closing
+    # hop crosses 15 links and every step waits for it; folded, each step
+    # takes 2 latencies + B/(n bw): 15 * 3.39 us = 50.8 us.
+    s = ring_slice(16, wrap=False)
+    group = [[(i,) for i in range(16)]]
+    ring = collective_flows(
+        "all-gather", group, buffer_bytes=1e6, algorithm="bidir_ring", id_prefix="r"
+    )
+    auto = collective_flows("all-gather", group, buffer_bytes=1e6, id_prefix="a", slice_=s)
+    t_ring = simulate(s, ring.nodes).makespan_s
+    t_auto = simulate(s, auto.nodes).makespan_s
+    assert t_auto == pytest.approx(15 * (2 * LAT + 1e6 / (16 * BW)), rel=1e-12)
+    assert t_ring > 15 * 15 * LAT > 4 * t_auto
+
+
+@pytest.mark.parametrize("kind", list(STEPS))
+@pytest.mark.parametrize("n", [3, 4, 16])
+def test_auto_on_a_wrapped_axis_is_the_physical_ring(kind: str, n: int) -> None:
+    s = ring_slice(n, wrap=True)
+    group = [(i,) for i in range(n)][::-1]
+    plan = collective_flows(kind, [group], buffer_bytes=8e6, id_prefix="c", slice_=s)
+    assert plan.groups[0].algorithm == "bidir_ring"
+    want = STEPS[kind] * (n - 1) * (LAT + 8e6 / (2 * n * BW))
+    assert simulate(s, plan.nodes).makespan_s == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("shape", "wrap", "group_box", "algorithm"),
+    [
+        ((2, 4), False, ((0, 2), (0, 4)), "bidir_ring"),  # all 8 chips: a Hamiltonian cycle
+        ((4, 4), False, ((0, 4), (0, 4)), "bidir_ring"),
+        ((4, 4), False, ((2, 4), (0, 2)), "bidir_ring"),  # a 2x2 block of a bigger slice
+        ((2, 2, 2), False, ((0, 2), (0, 2), (0, 2)), "bidir_ring"),
+        ((4, 2, 2), True, ((0, 4), (0, 2), (0, 2)), "bidir_ring"),
+    ],
+)
+def test_auto_on_a_box_walks_a_snake(
+    shape: tuple[int, ...],
+    wrap: bool,
+    group_box: tuple[tuple[int, int], ...],
+    algorithm: str,
+) -> None:
+    # A Hamiltonian cycle: one link per ring hop, nothing shared, so with
+    # latency on the all-reduce takes 2 (n-1)(latency + B/(2n bw)).
+    s = make_slice(shape, wraparound=wrap, link_bandwidth_bytes_per_s=BW, hop_latency_s=LAT)
+    group = sorted(
+        c for c in s.coords if all(lo <= x < hi for x, (lo, hi) in zip(c, group_box, strict=False))
+    )
+    n = len(group)
+    plan = collective_flows("all-reduce", [group], buffer_bytes=4e6, id_prefix="c", slice_=s)
+    assert plan.groups[0].algorithm == algorithm
+    walk = plan.groups[0].members
+    hops = [
+        sum(abs(a - b) for a, b in zip(p, q, strict=False))
+        for p, q in zip(walk, walk[1:], strict=False)
+    ]
+    assert hops == [1] * (n - 1)
+    pairs = zip(walk, walk[1:] + walk[:1], strict=True)
+    assert all(sum(abs(a - b) for a, b in zip(p, q, strict=True)) == 1 for p, q in pairs)
+    want = 2 * (n - 1) * (LAT + 4e6 / (2 * n * BW))
+    assert simulate(s, plan.nodes).makespan_s == pytest.approx(want, rel=1e-12)
+
+
+def test_auto_picks_per_axis_on_v5e_8x16() -> None:
+    # v5e:8x16 wraps on its 16 axis only: groups along y are rings, along x lines.
+    s = load_slice("v5e:8x16")
+    along_y = collective_flows(
+        "all-gather",
+        [[(x, y) for y in range(16)] for x in range(8)],
+        buffer_bytes=1e6,
+        id_prefix="y",
+        slice_=s,
+    )
+    along_x = collective_flows(
+        "all-gather",
+        [[(x, y) for x in range(8)] for y in range(16)],
+        buffer_bytes=1e6,
+        id_prefix="x",
+        slice_=s,
+    )
+    arc = collective_flows(
+        "all-gather", [[(0, y) for y in range(4)]], buffer_bytes=1e6, id_prefix="a", slice_=s
+    )
+    assert {g.algorithm for g in along_y.groups} == {"bidir_ring"}
+    assert along_y.groups[0].members == tuple((0, y) for y in range(16))
+    assert along_x.groups[0].members == tuple((x, 0) for x in folded(range(8)))
+    assert arc.groups[0].members == ((0, 0), (0, 2), (0, 3), (0, 1))  # an arc: folded
+
+
+def test_odd_box_is_a_folded_snake() -> None:
+    s = make_slice((3, 3), link_bandwidth_bytes_per_s=BW, hop_latency_s=LAT)
+    plan = collective_flows(
+        "all-gather", [list(s.coords)], buffer_bytes=1e6, id_prefix="c", slice_=s
+    )
+    snake = [(x, y) for y, xs in enumerate([range(3), range(2, -1, -1), range(3)]) for x in xs]
+    assert plan.groups[0].members == tuple(snake[i] for i in folded(range(9)))
+
+
+def test_overhead_comes_from_the_chip_and_delays_the_first_flows() -> None:
+    s = make_slice([4], link_bandwidth_bytes_per_s=BW, hop_latency_s=LAT)
+    chip = dataclasses.replace(s.chip, collective_overhead_s=3e-6)
+    s2 = make_slice([4], chip=chip)
+    group = [[(i,) for i in range(4)]]
+    plain = collective_flows("all-gather", group, buffer_bytes=4e6, id_prefix="c", slice_=s)
+    paid = collective_flows(
+        "all-gather", group, buffer_bytes=4e6, id_prefix="c", slice_=s2, after=("x",)
+    )
+    assert plain.overhead_s == 0.0 and paid.overhead_s == 3e-6
+    assert paid.nodes[0] == Compute("c/overhead", None, 3e-6, 0.0, ("x",))
+    t_plain = simulate(s, plain.nodes).makespan_s
+    t_paid = simulate(s2, [Compute("x", None, 0.0), *paid.nodes]).makespan_s
+    assert t_paid == pytest.approx(t_plain + 3e-6, rel=1e-12)
+
+
+def test_snakes_visit_every_cell_once_through_neighbours() -> None:
+    for sides in ([2, 3], [4, 4], [3, 4], [2, 2, 2], [3, 3, 2], [5, 3]):
+        for cells, closed in ((snake_path(sides), False), (snake_cycle(sides), True)):
+            if cells is None:
+                assert math.prod(sides) % 2 == 1
+                continue
+            assert sorted(cells) == sorted(itertools.product(*[range(n) for n in sides]))
+            walk = cells + cells[:1] if closed else cells
+            for p, q in zip(walk, walk[1:], strict=False):
+                assert sum(abs(a - b) for a, b in zip(p, q, strict=False)) == 1

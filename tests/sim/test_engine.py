@@ -12,9 +12,13 @@ from hypothesis import strategies as st
 
 from sim.engine import Compute, Flow, max_min_rates, simulate
 from sim.errors import GraphError, RoutingError
-from sim.routing import route
 from sim.topology import Slice, make_slice
-from tests.sim.oracle import check_max_min, reference_finish_times, reference_max_min
+from tests.sim.oracle import (
+    check_max_min,
+    oracle_problem,
+    reference_finish_times,
+    reference_max_min,
+)
 
 BW = 1e9
 LAT = 1e-6
@@ -150,18 +154,14 @@ def random_flows(draw: st.DrawFn) -> tuple[Slice, list[Flow]]:
 def test_sharing_properties_and_independent_replay(case: tuple[Slice, list[Flow]]) -> None:
     s, flows = case
     result = simulate(s, flows, record_rates=True)
-    ids = {lk: k for k, lk in enumerate(s.links)}
-    paths = {f.id: [ids[lk] for lk in route(s, f.src, f.dst)] for f in flows}
-    capacity = [BW] * len(s.links)
+    # Oracle routes and capacities (its own routing; parallel cables pooled).
+    paths, capacity = oracle_problem(s, flows)
     # Every allocation ever in force is max-min fair and within capacity.
     for snap in result.rate_log:
         if snap.rates:
             check_max_min([paths[i] for i, _ in snap.rates], capacity, [r for _, r in snap.rates])
-    # Bytes delivered (integrated rate x time per link) = bytes injected.
-    for k in range(len(s.links)):
-        injected = sum(f.size_bytes for f in flows if k in paths[f.id])
-        assert result.links[k].bytes_carried == pytest.approx(injected, rel=1e-9, abs=1e-6)
-        assert result.links[k].busy_s <= result.makespan_s * (1 + 1e-12)
+    for rec in result.links:
+        assert rec.busy_s <= result.makespan_s * (1 + 1e-12)
     # A naive fluid replay (no SimPy, textbook max-min) gives the same finishes.
     want = reference_finish_times(s, flows)
     for rec in result.flows:
@@ -214,7 +214,9 @@ def test_empty_graph() -> None:
         ([Flow("a", (0,), (1,), math.nan)], GraphError, "finite"),
         ([Flow("a", (0,), (1,), 1.0, start_s=-1.0)], GraphError, "start_s"),
         ([Compute("c", (0,), -2.0)], GraphError, "duration_s"),
-        ([Compute("c", (5,), 1.0)], GraphError, "not on slice"),
+        ([Compute("c", (5,), 1.0)], GraphError, "chip coordinate (5,) is not a chip of slice"),
+        ([Compute("c", (0.0,), 1.0)], GraphError, "must be an int (not a float or bool)"),
+        ([Flow("a", (True,), (1,), 1.0)], RoutingError, "source coordinate (True,)"),
         ([Flow("a", (0,), (1,), 1.0, after=("a",))], GraphError, "lists itself"),
         ([Flow("a", (0,), (9,), 1.0)], RoutingError, "destination coordinate (9,)"),
         ([Flow("", (0,), (1,), 1.0)], GraphError, "non-empty strings"),

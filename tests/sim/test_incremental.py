@@ -4,8 +4,9 @@ The engine re-solves only the flows an arrival or departure can change
 (:mod:`sim.maxmin`). A wrong restriction shows up as wrong finish times, so
 these tests replay random DAGs (flows, computes, ``after``) and compare every
 node's release and finish with a naive full-recompute replay
-(:mod:`tests.sim.dag_oracle`), and with the engine forced to solve every
-draining flow at every change.
+(:mod:`tests.sim.dag_oracle`), and check :class:`sim.sharing.LinkSharing`
+after every batch of a random update sequence, both lazily and solving every
+flow, against textbook progressive filling.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.engine
 from sim.engine import Compute, Flow, simulate
-from sim.maxmin import progressive_filling, saturation_level
-from sim.routing import route
+from sim.maxmin import max_min_rates, progressive_filling, saturation_level
+from sim.sharing import LinkSharing
 from sim.topology import Slice, make_slice
 from tests.sim.dag_oracle import reference_replay
 from tests.sim.oracle import check_max_min, reference_max_min
@@ -95,30 +95,62 @@ def test_many_concurrent_flows_match_full_recompute_reference(seed: int) -> None
     _assert_matches_reference(s, nodes)
 
 
-@settings(max_examples=40, deadline=None)
-@given(random_dags())
-def test_incremental_equals_solving_every_flow(
-    case: tuple[Slice, list[Flow | Compute]],
+@st.composite
+def update_sequences(
+    draw: st.DrawFn,
+) -> tuple[list[float], list[tuple[int, ...]], list[tuple[list[int], list[int]]]]:
+    """Capacities, routes, and batches of (arrivals, departures) that keep the set consistent."""
+    num_links = draw(st.integers(1, 7))
+    capacity = draw(
+        st.lists(st.sampled_from([1.0, 2.0, 3.0, 0.5]), min_size=num_links, max_size=num_links)
+    )
+    num_flows = draw(st.integers(1, 14))
+    routes = [
+        tuple(draw(st.lists(st.integers(0, num_links - 1), min_size=1, max_size=3, unique=True)))
+        for _ in range(num_flows)
+    ]
+    waiting, active = list(range(num_flows)), []
+    batches: list[tuple[list[int], list[int]]] = []
+    while waiting or active:
+        arrive = draw(st.integers(0 if active else 1, min(3, len(waiting)))) if waiting else 0
+        leave = draw(st.integers(0 if arrive else 1, min(2, len(active)))) if active else 0
+        arrivals = [waiting.pop(0) for _ in range(arrive)]
+        departures = [active.pop(draw(st.integers(0, len(active) - 1))) for _ in range(leave)]
+        active.extend(arrivals)
+        batches.append((arrivals, departures))
+    return capacity, routes, batches
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    update_sequences(), st.sampled_from([LinkSharing.__init__.__kwdefaults__["batch_pairs"], -1])
+)
+def test_link_sharing_after_every_update_is_the_textbook_allocation(
+    case: tuple[list[float], list[tuple[int, ...]], list[tuple[list[int], list[int]]]],
+    batch_pairs: int,
 ) -> None:
-    # The same run with every change solved over all draining flows (numpy).
-    s, nodes = case
-    incremental = simulate(s, nodes, record_rates=True)
-    saved = sim.engine._NUMPY_MIN_PAIRS
-    sim.engine._NUMPY_MIN_PAIRS = -1
-    try:
-        full = simulate(s, nodes, record_rates=True)
-    finally:
-        sim.engine._NUMPY_MIN_PAIRS = saved
-    assert [(e.kind, e.id) for e in incremental.events] == [(e.kind, e.id) for e in full.events]
-    for a, b in zip(incremental.events, full.events, strict=True):
-        assert a.time_s == pytest.approx(b.time_s, rel=1e-9, abs=1e-15)
-    ids = {lk: k for k, lk in enumerate(s.links)}
-    paths = {n.id: [ids[lk] for lk in route(s, n.src, n.dst)] for n in nodes if isinstance(n, Flow)}
-    for snap in incremental.rate_log:
-        if snap.rates:
-            check_max_min(
-                [paths[i] for i, _ in snap.rates], [BW] * len(s.links), [r for _, r in snap.rates]
-            )
+    # Both the lazy update and the whole numpy solve, after every batch:
+    # the textbook rates, a max-min allocation, and a consistent structure
+    # (each flow's bottleneck is on its route, saturated, at its rate).
+    capacity, routes, batches = case
+    net = LinkSharing(capacity, num_flows=len(routes), batch_pairs=batch_pairs)
+    for f, r in enumerate(routes):
+        net.set_route(f, r)
+    active: list[int] = []
+    for arrivals, departures in batches:
+        before = {f: net.rate[f] for f in active}
+        changed = dict(net.update(0.0, arrivals=arrivals, departures=departures))
+        active = [f for f in active if f not in departures] + arrivals
+        want = reference_max_min([routes[f] for f in active], capacity)
+        got = [net.rate[f] for f in active]
+        assert got == pytest.approx(want, rel=1e-9)
+        check_max_min([routes[f] for f in active], capacity, got)
+        for f in active:
+            b = net.bottleneck[f]
+            assert b in routes[f] and net.level[b] == pytest.approx(net.rate[f], rel=1e-9)
+            if f not in arrivals and net.rate[f] != before[f]:
+                assert changed[f] == before[f]  # every change is reported, with its old rate
+        assert set(arrivals) <= set(changed)
 
 
 @given(sharing_instance())
@@ -129,7 +161,7 @@ def test_progressive_filling_matches_textbook(case: tuple[list[list[int]], list[
     assert list(got.values()) == pytest.approx(reference_max_min(routes, capacity), rel=1e-9)
     pair_flow = np.array([f for f, r in enumerate(routes) for _ in r])
     pair_link = np.array([lk for r in routes for lk in r])
-    vectorised = sim.engine.max_min_rates(pair_flow, pair_link, len(routes), np.array(capacity))
+    vectorised = max_min_rates(pair_flow, pair_link, len(routes), np.array(capacity))
     assert list(got.values()) == pytest.approx(vectorised.tolist(), rel=1e-9)
 
 

@@ -28,7 +28,7 @@ def test_generations_have_data_with_a_source_beside_every_number() -> None:
             data = tomllib.load(fh)
         numeric = [k for k, v in data.items() if isinstance(v, dict) and "value" in v]
         # devices_per_chip is optional (one device per chip when absent).
-        assert len(numeric) == 8 + ("devices_per_chip" in data), gen
+        assert len(numeric) == 9 + ("devices_per_chip" in data), gen
         for key in numeric:
             assert data[key]["source"].strip(), (gen, key)
         assert data["wrap_rule"]["source"].strip()
@@ -51,6 +51,7 @@ def test_chip_numbers_match_facts() -> None:
         assert chip.link_bandwidth_bytes_per_s == link_bw
         assert (chip.ports, chip.num_dims) == (ports, dims)
         assert chip.hop_latency_s == 1e-6
+        assert chip.collective_overhead_s >= 0.0
 
 
 @pytest.mark.parametrize(

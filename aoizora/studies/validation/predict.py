@@ -57,51 +57,11 @@ def _spec_dims(spec: str, num_dims: int) -> tuple[int, ...] | None:
     return None
 
 
-def collective_nodes(
-    row: Measurement, slice_: Slice, *, id_prefix: str | None = None
-) -> tuple[tuple[Flow | Compute, ...], str]:
-    """The simulator nodes of a ``collective`` row and the id of the node that ends it.
-
-    ``algorithm`` empty: sim's default for the kind. ``dimwise`` (all-gather,
-    reduce-scatter, all-reduce over ``dims:``/``all`` groups): one phase per
-    slice dimension, each phase waiting for the previous one --
-    reduce-scatter over the first dimension on the whole buffer, then over the
-    next on the already-scattered ``1/n`` of it, and so on; all-gather runs the
-    same phases in reverse; all-reduce is the reduce-scatter phases followed by
-    the all-gather phases. A ``collective-permute`` row sends the whole buffer
-    from every group member to the next one (a cyclic shift per group).
-    """
-    case = row.collective
-    if case is None:
-        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
-    prefix = id_prefix if id_prefix is not None else row.row_id
-    groups = parse_group_spec(
-        case.groups, shape=slice_.shape, devices_per_chip=slice_.chip.devices_per_chip
-    )
-    kind = case.collective
-    size = float(case.size_bytes)
-    if kind == "collective-permute":
-        if case.algorithm not in (None, "direct"):
-            raise ValidationError(
-                f"row {row.row_id!r}: collective-permute only has algorithm 'direct' (or empty)"
-            )
-        pairs = [(g[i], g[(i + 1) % len(g)]) for g in groups for i in range(len(g))]
-        plan = collective_flows(kind, (), pairs=pairs, buffer_bytes=size, id_prefix=prefix)
-        return plan.nodes, plan.done_id
-    if case.algorithm != DIMWISE:
-        plan = collective_flows(
-            kind, groups, buffer_bytes=size, algorithm=case.algorithm, id_prefix=prefix
-        )
-        return plan.nodes, plan.done_id
-    dims = _spec_dims(case.groups, slice_.num_dims)
-    if dims is None or kind not in ("all-gather", "reduce-scatter", "all-reduce"):
-        raise ValidationError(
-            f"row {row.row_id!r}: algorithm 'dimwise' needs an all-gather, reduce-scatter or "
-            f"all-reduce over 'all' or 'dims:' groups, got {kind} over {case.groups!r}; "
-            "leave algorithm empty for the simulator's default"
-        )
-    # Phase list: (kind, dim, buffer bytes). Reduce-scatter phases shrink the
-    # buffer by each dimension's length; all-gather phases grow it back.
+def _dimwise_phases(
+    kind: str, dims: tuple[int, ...], size: float, slice_: Slice
+) -> list[tuple[str, int, float]]:
+    """(kind, dim, buffer bytes) per phase: reduce-scatters shrink the buffer, all-gathers
+    regrow it (collective_nodes' docstring)."""
     phases: list[tuple[str, int, float]] = []
     held = size
     if kind in ("reduce-scatter", "all-reduce"):
@@ -115,16 +75,72 @@ def collective_nodes(
             gathered.append(("all-gather", d, out))
             out /= slice_.shape[d]
         phases.extend(reversed(gathered))
+    return phases
+
+
+def collective_nodes(
+    row: Measurement,
+    slice_: Slice,
+    *,
+    id_prefix: str | None = None,
+    overhead_s: float | None = None,
+) -> tuple[tuple[Flow | Compute, ...], str]:
+    """The simulator nodes of a ``collective`` row and the id of the node that ends it.
+
+    ``algorithm`` empty: sim's ``auto`` (from the groups' layout on ``slice_``);
+    the per-collective overhead (default: the chip's) is paid once. ``dimwise``
+    (all-gather, reduce-scatter, all-reduce over ``dims:``/``all`` groups): one
+    phase per slice dimension, each waiting for the previous one -- reduce-scatter
+    over the first dimension on the whole buffer, then over the next on the
+    already-scattered ``1/n``, and so on; all-gather runs them in reverse;
+    all-reduce is the reduce-scatter phases, then the all-gather phases. A
+    ``collective-permute`` row shifts the whole buffer cyclically in each group.
+    """
+    case = row.collective
+    if case is None:
+        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
+    overhead = slice_.chip.collective_overhead_s if overhead_s is None else overhead_s
+    prefix = id_prefix if id_prefix is not None else row.row_id
+    groups = parse_group_spec(
+        case.groups, shape=slice_.shape, devices_per_chip=slice_.chip.devices_per_chip
+    )
+    kind = case.collective
+    size = float(case.size_bytes)
+    if kind == "collective-permute":
+        if case.algorithm not in (None, "direct"):
+            raise ValidationError(
+                f"row {row.row_id!r}: collective-permute only has algorithm 'direct' (or empty)"
+            )
+        pairs = [(g[i], g[(i + 1) % len(g)]) for g in groups for i in range(len(g))]
+        plan = collective_flows(
+            kind, (), pairs=pairs, buffer_bytes=size, id_prefix=prefix, overhead_s=overhead
+        )
+        return plan.nodes, plan.done_id
+    if case.algorithm != DIMWISE:
+        plan = collective_flows(
+            kind, groups, buffer_bytes=size, algorithm=case.algorithm, id_prefix=prefix,
+            slice_=slice_, overhead_s=overhead,
+        )  # fmt: skip
+        return plan.nodes, plan.done_id
+    dims = _spec_dims(case.groups, slice_.num_dims)
+    if dims is None or kind not in ("all-gather", "reduce-scatter", "all-reduce"):
+        raise ValidationError(
+            f"row {row.row_id!r}: algorithm 'dimwise' needs an all-gather, reduce-scatter or "
+            f"all-reduce over 'all' or 'dims:' groups, got {kind} over {case.groups!r}; "
+            "leave algorithm empty for the simulator's default"
+        )
     nodes: list[Flow | Compute] = []
     after: tuple[str, ...] = ()
     done = ""
-    for k, (phase_kind, d, buffer_bytes) in enumerate(phases):
+    for k, (phase_kind, d, buffer_bytes) in enumerate(_dimwise_phases(kind, dims, size, slice_)):
         plan = collective_flows(
             phase_kind,
             parse_group_spec(f"dims:{d}", shape=slice_.shape),
             buffer_bytes=buffer_bytes,
             id_prefix=f"{prefix}/ph{k}",
             after=after,
+            slice_=slice_,
+            overhead_s=overhead if k == 0 else 0.0,
         )
         nodes.extend(plan.nodes)
         after = (plan.done_id,)
@@ -137,15 +153,17 @@ def predict_collective(
     *,
     link_bandwidth_bytes_per_s: float | None = None,
     hop_latency_s: float | None = None,
+    overhead_s: float | None = None,
 ) -> float:
     """Simulated latency of a ``collective`` row: the finish of its last node.
 
-    The two keywords replace the generation's link numbers (calibration).
+    The keywords replace the generation's link numbers and per-collective
+    overhead (calibration).
     """
     slice_ = row_slice(
         row, link_bandwidth_bytes_per_s=link_bandwidth_bytes_per_s, hop_latency_s=hop_latency_s
     )
-    nodes, done = collective_nodes(row, slice_)
+    nodes, done = collective_nodes(row, slice_, overhead_s=overhead_s)
     return simulate(slice_, nodes).finish_s(done)
 
 

@@ -85,6 +85,7 @@ def test_idle_mesh_axis_rejected() -> None:
         ((None, "mlp"), ("batch", None)),
         out_logical_axes=("batch", "mlp"),
         rule_sets=(Rules.of("dp", [("batch", "data")]),),
+        mesh_axis_names=("data", "fsdp", "context", "tensor"),  # more axes than the rules use
     )
     r = check_candidate(wl, make_candidate(wl, (2, 1, 1, 2), "dp", "none"))
     assert r == (
@@ -193,3 +194,128 @@ def test_candidates_that_differ_only_in_axis_names_are_folded() -> None:
     )
     # A genuinely different layout (context over 4 vs data 2 x context 2) stays.
     assert "data1.fsdp1.context4.tensor1/fsdp/ring" in ids
+
+
+# --- the default deployment: one rule for every workload ------------------------------------
+
+
+def _brute_natural_mesh(wl: object, rules_name: str, n: int) -> str | None:
+    """The natural mesh by its definition, read literally: try 1, 2, ... axes larger than 1;
+    among legal meshes with that many, the most chips on the rule set's first-named axis,
+    then its second-named, ... (an independent re-statement of natural_mesh)."""
+    from aoizora.workloads.base import Workload
+
+    assert isinstance(wl, Workload)
+    rules = wl.rules(rules_name)
+    order: list[str] = []
+    for _, axes in rules.pairs:
+        order += [a for a in axes if a not in order]
+    order += [a for a in wl.mesh_axis_names if a not in order]
+    legal = [
+        c
+        for shape in mesh_shapes(n, len(wl.mesh_axis_names))
+        if not check_candidate(
+            wl, c := make_candidate(wl, shape, rules_name, wl.attention_kinds[0])
+        )
+    ]
+    for live in range(len(wl.mesh_axis_names) + 1):
+        same = [c for c in legal if sum(s > 1 for s in c.mesh_shape) == live]
+        if same:
+            best = max(same, key=lambda c: [c.mesh_sizes[a] for a in order])
+            return best.id
+    return None
+
+
+@pytest.mark.parametrize("n", [4, 8, 16, 32])
+def test_natural_mesh_of_wan_is_maxdiffusions_existing_deployment(n: int) -> None:
+    from aoizora.candidates.baselines import natural_mesh
+
+    # The generic rule, applied to Wan's first rule set, reproduces what maxdiffusion
+    # deploys by default: context = every chip, K/V all-gathered.
+    cand = natural_mesh(WL_13B, WL_13B.rule_sets[0], n)
+    assert cand is not None
+    assert cand.id == f"data1.fsdp1.context{n}.tensor1/maxdiffusion/gather_kv"
+    assert cand.id == _brute_natural_mesh(WL_13B, "maxdiffusion", n)
+    if n in (4, 8):
+        slice_ = load_slice("v5e:2x2" if n == 4 else "v5e:2x4")
+        base = {b.name: b for b in baseline_candidates(WL_13B, slice_)}
+        assert cand == base["existing deployment"].candidate
+
+
+def test_natural_mesh_of_wan_on_two_chips_is_the_cfg_pair() -> None:
+    from aoizora.candidates.baselines import natural_mesh
+
+    # data is the first axis maxdiffusion's rules name and the CFG batch of 2 fills it.
+    cand = natural_mesh(WL_13B, WL_13B.rule_sets[0], 2)
+    assert cand is not None and cand.id == "data2.fsdp1.context1.tensor1/maxdiffusion/gather_kv"
+    assert cand.id == _brute_natural_mesh(WL_13B, "maxdiffusion", 2)
+
+
+def _user_model():  # type: ignore[no-untyped-def]
+    import jax
+    import jax.numpy as jnp
+
+    from aoizora.workloads.base import user_workload
+    from aoizora.workloads.rules import Rules
+
+    def step(w: jax.Array, x: jax.Array) -> jax.Array:
+        return jnp.einsum("bse,ehk->bshk", x, w)
+
+    return user_workload(
+        "attn-proj",
+        step,
+        (jax.ShapeDtypeStruct((64, 4, 16), jnp.bfloat16),
+         jax.ShapeDtypeStruct((2, 96, 64), jnp.bfloat16)),
+        (("embed", "heads", None), ("batch", "length", "embed")),
+        out_logical_axes=("batch", "length", "heads", None),
+        rule_sets=(
+            Rules.of("dp_tp", [("batch", "dp"), ("heads", "tp")]),
+            Rules.of("sp", [("length", "sp")]),
+        ),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 32])
+def test_default_deployment_rule_matches_its_definition(n: int) -> None:
+    from aoizora.candidates.baselines import default_deployment
+
+    wl = _user_model()  # batch 2, heads 4, length 96 over the user's dp, tp, sp
+    found = default_deployment(wl, n)
+    # dp_tp can use at most 2 x 4 = 8 chips; beyond that the next rule set (sp) serves.
+    expected_rules = "dp_tp" if n <= 8 else "sp"
+    brute = _brute_natural_mesh(wl, expected_rules, n)
+    if brute is None:
+        assert found is None
+        return
+    assert found is not None
+    cand, note = found
+    assert cand.id == brute
+    assert f"rule set {expected_rules!r} on its natural mesh" in note
+    assert ("has no legal mesh" in note) == (expected_rules != "dp_tp")
+
+
+def test_default_deployment_values() -> None:
+    from aoizora.candidates.baselines import default_deployment
+
+    wl = _user_model()
+    ids = {
+        n: (found[0].id if (found := default_deployment(wl, n)) else None)
+        for n in (2, 4, 8, 32, 64)
+    }
+    assert ids == {
+        2: "dp2.tp1.sp1/dp_tp/none",  # all chips on the first axis dp_tp names
+        4: "dp1.tp4.sp1/dp_tp/none",  # dp cannot take 4 (batch 2); tp can: still one axis
+        8: "dp2.tp4.sp1/dp_tp/none",  # no single axis takes 8: two, dp first
+        32: "dp1.tp1.sp32/sp/none",  # dp_tp has no legal mesh of 32: the next rule set
+        64: None,  # 96 tokens over 64: no rule set is legal
+    }
+
+
+def test_every_workload_gets_a_baseline_with_its_order() -> None:
+    wl = _user_model()
+    (base,) = baseline_candidates(wl, load_slice("v5e:2x4"))
+    assert base.name == "default deployment"
+    assert base.candidate.id == "dp2.tp4.sp1/dp_tp/none"
+    # docs/facts.md, mesh_utils device order: a 2 x 4 mesh on v5e:2x4 is (0,1,2,3,7,6,5,4).
+    assert base.device_order == (0, 1, 2, 3, 7, 6, 5, 4)
+    assert "natural mesh dp2.tp4.sp1" in base.note and "create_device_mesh" in base.note

@@ -187,13 +187,13 @@ def test_failure_is_returned_not_raised() -> None:
     )
     wl = replace(wl, build=lambda ctx: broken)
     res = compile_candidate(
-        wl, make_candidate(wl, (4, 1, 1, 1), "dp", "none"), load_slice("v5e:2x2")
+        wl, make_candidate(wl, {"data": 4}, "dp", "none"), load_slice("v5e:2x2")
     )
     assert not res.ok and res.feasible is None
     assert res.error is not None and "reshape" in res.error.lower()
     bad_order = compile_candidate(
         wl,
-        make_candidate(wl, (4, 1, 1, 1), "dp", "none"),
+        make_candidate(wl, {"data": 4}, "dp", "none"),
         load_slice("v5e:2x2"),
         order=(0, 1, 2, 2),
     )

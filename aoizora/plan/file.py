@@ -1,17 +1,22 @@
 """The plan file: what the planner chose, in a form that builds the mesh on real TPUs.
 
-A plan is a versioned JSON document (schema ``"aoizora.plan/1"``) holding the
-model and clip it was made for, the slice, the logical mesh (axis names and
-sizes), the logical axis rules, the attention kind, the chosen candidate and
-placement, the device order (chip coordinates *and* libtpu physical ids, in
-mesh-flat order, i.e. the order of ``mesh.devices.flat``), the predicted step
-latencies of the winner and the baselines (labelled ``"simulated"``: they come
-from the simulator, not from a TPU) and the versions it was made with.
+A plan is a versioned JSON document (schema ``"aoizora.plan/2"``) holding the
+model and workload it was made for, the clip (``null`` for workloads that are not
+video), the abstract inputs (name, shape, dtype and logical axes of every array the
+step takes), the slice, the logical mesh (the workload's own axis names and sizes),
+the logical axis rules, the attention kind, the chosen candidate and placement, the
+device order (chip coordinates *and* libtpu physical ids, in mesh-flat order, i.e.
+the order of ``mesh.devices.flat``; a tpu7x chip appears once per device, its ids
+``2 x chip id + core``), the predicted step latencies of the winner and
+the baselines (labelled ``"simulated"``: they come from the simulator, not from a
+TPU) and the versions it was made with. Every workload's plan has the same fields.
+Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load.
 
 On the TPU host::
 
     plan = aoizora.load_plan("plan.json")
-    mesh = plan.mesh(jax.devices())          # devices placed by chip coordinates
+    mesh = plan.mesh(jax.devices())          # placed by chip coordinates (and core)
+    specs = plan.partition_specs()           # one PartitionSpec per input, in order
     spec = logical_to_pspec(("batch", "length", None), plan.rules, plan.mesh_axis_names)
 
 :meth:`Plan.to_json` is canonical: sorted keys, two-space indent, floats in
@@ -38,28 +43,43 @@ Example:
     ((0, 0), (1, 0), (1, 1), (0, 1))
     >>> Plan.from_json(plan.to_json()) == plan
     True
+    >>> plan.workload, plan.inputs    # no workload given: the model; no inputs recorded
+    ('wan2.1-1.3b', ())
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from aoizora.errors import PlanError, WorkloadError
 from aoizora.placement.device_order import Coord, DeviceOrder
+from aoizora.plan.fields import (
+    PlanInput,
+    PredictedLatencies,
+    Provenance,
+    check_keys,
+    check_positive_int,
+    check_text,
+    json_list,
+    json_object,
+    json_rules,
+    json_text,
+    length_of,
+)
 from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
-from aoizora.workloads.rules import Rules, rule_pair_from_json, rule_pairs_to_json
+from aoizora.workloads.rules import Rules, logical_to_pspec, rule_pairs_to_json
 from sim.errors import TopologyError
 from sim.topology import Slice, load_slice
 
@@ -68,15 +88,14 @@ __all__ = [
     "ALLOWED_ATTENTION",
     "Clip",
     "Plan",
-    "PredictedLatencies",
-    "Provenance",
     "load_plan",
 ]
 
-PLAN_SCHEMA = "aoizora.plan/1"
+PLAN_SCHEMA = "aoizora.plan/2"
+# Older schemas load_plan still reads: /1 had no workload and inputs, and a clip always.
+_OLD_SCHEMA = "aoizora.plan/1"
 # "none" is what workloads without attention report (aoizora.workloads.base.Workload).
 ALLOWED_ATTENTION: tuple[str, ...] = (*ATTENTION_KINDS, "none")
-_PREDICTION_SOURCE = "simulated"
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOP_KEYS = (
     "attention",
@@ -93,98 +112,21 @@ _TOP_KEYS = (
     "schema",
     "slice",
 )
-
-
-@dataclass(frozen=True)
-class PredictedLatencies:
-    """Predicted step latency of the winner and of each baseline, by name.
-
-    ``source`` says where the numbers come from; plans carry only simulated ones.
-    ``baselines_s`` is kept sorted by name.
-    """
-
-    winner_s: float
-    baselines_s: tuple[tuple[str, float], ...] = ()
-    source: str = _PREDICTION_SOURCE
-
-    def __post_init__(self) -> None:
-        if self.source != _PREDICTION_SOURCE:
-            raise PlanError(
-                f"predicted_latency_s.source is {self.source!r}; allowed: "
-                f"{_PREDICTION_SOURCE!r} (plans carry simulated predictions only)"
-            )
-        object.__setattr__(
-            self, "winner_s", _check_latency(self.winner_s, "predicted_latency_s.winner")
-        )
-        pairs: list[tuple[str, float]] = []
-        for pair in self.baselines_s:
-            if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise PlanError(
-                    f"predicted_latency_s.baselines entry {pair!r} must be a (name, seconds) "
-                    "pair, e.g. ('existing deployment', 0.61)"
-                )
-            name, value = pair
-            _check_text(name, "predicted_latency_s.baselines name", "e.g. 'existing deployment'")
-            pairs.append((name, _check_latency(value, f"predicted_latency_s.baselines[{name!r}]")))
-        names = [n for n, _ in pairs]
-        if len(set(names)) != len(names):
-            raise PlanError(
-                f"predicted_latency_s.baselines names repeat: {names}; give each baseline once"
-            )
-        object.__setattr__(self, "baselines_s", tuple(sorted(pairs)))
-
-    @property
-    def speedups(self) -> dict[str, float]:
-        """Baseline latency / winner latency, per baseline (simulated)."""
-        return {name: value / self.winner_s for name, value in self.baselines_s}
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Versions the plan was made with (``None`` when a package is not installed)."""
-
-    aoizora: str | None
-    jax: str | None
-    jaxlib: str | None
-    libtpu: str | None
-
-    def __post_init__(self) -> None:
-        for name in ("aoizora", "jax", "jaxlib", "libtpu"):
-            value = getattr(self, name)
-            if value is not None:
-                _check_text(
-                    value, f"provenance.{name}", "a version string such as '0.10.2' or null"
-                )
-
-    @classmethod
-    def current(cls) -> Provenance:
-        """The installed versions, read with :mod:`importlib.metadata`."""
-        return cls(
-            aoizora=_version("aoizora"),
-            jax=_version("jax"),
-            jaxlib=_version("jaxlib"),
-            libtpu=_version("libtpu"),
-        )
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+_TOP_KEYS_V2 = (*_TOP_KEYS, "inputs", "workload")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A chosen (sharding, placement) for one model, clip and slice.
+    """A chosen (sharding, placement) for one workload and slice.
 
     ``coords[i]`` / ``physical_ids[i]`` host mesh-flat position ``i``
-    (``mesh.devices.flat[i]``). Construction validates every field against the
-    slice; see the module docstring for the file format.
+    (``mesh.devices.flat[i]``). ``workload`` defaults to ``model``; ``clip`` is None
+    for workloads that are not video. Construction validates every field against
+    the slice; see the module docstring for the file format.
     """
 
     model: str
-    clip: Clip
+    clip: Clip | None
     slice_name: str
     mesh_axis_names: tuple[str, ...]
     mesh_shape: tuple[int, ...]
@@ -197,14 +139,22 @@ class Plan:
     physical_ids: tuple[int, ...]
     predicted: PredictedLatencies
     provenance: Provenance
+    workload: str = ""
+    inputs: tuple[PlanInput, ...] = ()
 
     def __post_init__(self) -> None:
-        _check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
-        _check_text(self.candidate_id, "candidate", "e.g. 'data2.context4/seq/gather_kv'")
-        _check_text(self.placement_id, "placement", "e.g. 'data<-x, context<-y'")
-        _check_text(self.rules_name, "rules_name", "e.g. 'maxdiffusion'")
-        if not isinstance(self.clip, Clip):
-            raise PlanError(f"clip must be a Clip, got {self.clip!r}")
+        check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
+        object.__setattr__(self, "workload", self.workload or self.model)
+        check_text(self.workload, "workload", "e.g. 'wan2.1-1.3b@832x480x81'")
+        if not isinstance(self.inputs, tuple) or not all(
+            isinstance(i, PlanInput) for i in self.inputs
+        ):
+            raise PlanError(f"inputs must be a tuple of PlanInput, got {self.inputs!r}")
+        check_text(self.candidate_id, "candidate", "e.g. 'data2.context4/seq/gather_kv'")
+        check_text(self.placement_id, "placement", "e.g. 'data<-x, context<-y'")
+        check_text(self.rules_name, "rules_name", "e.g. 'maxdiffusion'")
+        if self.clip is not None and not isinstance(self.clip, Clip):
+            raise PlanError(f"clip must be a Clip or None, got {self.clip!r}")
         if not isinstance(self.predicted, PredictedLatencies):
             raise PlanError(
                 f"predicted_latency_s must be PredictedLatencies, got {self.predicted!r}"
@@ -242,7 +192,7 @@ class Plan:
                 f"e.g. {[1] * (len(names) - 1) + [slice_.num_devices]}"
             )
         for i, size in enumerate(shape):
-            _check_positive_int(size, f"mesh.shape[{i}]", "e.g. 2")
+            check_positive_int(size, f"mesh.shape[{i}]", "e.g. 2")
         if math.prod(shape) != slice_.num_devices:
             raise PlanError(
                 f"mesh.shape {list(shape)} has {math.prod(shape)} devices but slice "
@@ -283,12 +233,12 @@ class Plan:
         n = slice_.num_devices
         if not isinstance(self.coords, tuple) or len(self.coords) != n:
             raise PlanError(
-                f"device_order.coords has {_length(self.coords)} entries; slice "
+                f"device_order.coords has {length_of(self.coords)} entries; slice "
                 f"{self.slice_name} needs exactly {n} (one per device, mesh-flat order)"
             )
         if not isinstance(self.physical_ids, tuple) or len(self.physical_ids) != n:
             raise PlanError(
-                f"device_order.physical_ids has {_length(self.physical_ids)} entries; slice "
+                f"device_order.physical_ids has {length_of(self.physical_ids)} entries; slice "
                 f"{self.slice_name} needs exactly {n}"
             )
         seen: dict[int, int] = {}
@@ -357,7 +307,6 @@ class Plan:
         cls,
         *,
         model: str,
-        clip: Clip,
         mesh_axis_names: Sequence[str],
         order: DeviceOrder,
         rules: Rules,
@@ -365,12 +314,17 @@ class Plan:
         candidate_id: str,
         placement_id: str,
         predicted: PredictedLatencies,
+        clip: Clip | None = None,
+        workload: str = "",
+        inputs: Sequence[PlanInput] = (),
         provenance: Provenance | None = None,
     ) -> Plan:
         """A plan from planner values; ``provenance`` defaults to the installed versions."""
         return cls(
             model=model,
             clip=clip,
+            workload=workload,
+            inputs=tuple(inputs),
             slice_name=order.slice_name,
             mesh_axis_names=tuple(mesh_axis_names),
             mesh_shape=tuple(order.mesh_shape),
@@ -423,17 +377,31 @@ class Plan:
             grid[i] = by_key[(coord, pid % per_chip)]  # count and uniqueness make this total
         return jax.sharding.Mesh(grid.reshape(self.mesh_shape), self.mesh_axis_names)
 
+    def partition_specs(self) -> tuple[PartitionSpec, ...]:
+        """The :class:`~jax.sharding.PartitionSpec` of every recorded input, in order.
+
+        Inputs are listed in ``jax.tree.leaves`` order of the step's arguments, so
+        ``jax.tree.unflatten(jax.tree.structure(args), plan.partition_specs())`` gives
+        the specs in your arguments' structure; pair each with the plan's mesh as
+        ``NamedSharding(mesh, spec)``. Size-1 mesh axes are left out of the specs.
+        """
+        sizes = dict(zip(self.mesh_axis_names, self.mesh_shape, strict=True))
+        return tuple(
+            logical_to_pspec(i.logical_axes, self.rules, self.mesh_axis_names, sizes)
+            for i in self.inputs
+        )
+
     # --- JSON -----------------------------------------------------------------------
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "schema": PLAN_SCHEMA,
             "model": self.model,
-            "clip": {
-                "width": self.clip.width,
-                "height": self.clip.height,
-                "frames": self.clip.frames,
-            },
+            "workload": self.workload,
+            "clip": None
+            if self.clip is None
+            else {"width": self.clip.width, "height": self.clip.height, "frames": self.clip.frames},
+            "inputs": [i.to_json() for i in self.inputs],
             "slice": self.slice_name,
             "mesh": {"axis_names": list(self.mesh_axis_names), "shape": list(self.mesh_shape)},
             "rules_name": self.rules_name,
@@ -485,43 +453,43 @@ class Plan:
         if not isinstance(data, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema")
-        if schema != PLAN_SCHEMA:
+        if schema not in (PLAN_SCHEMA, _OLD_SCHEMA):
             raise PlanError(
-                f"schema {schema!r} is not supported; allowed: {PLAN_SCHEMA!r} (re-run "
-                "`aoizora plan` with this version to write a plan it can read)"
+                f"schema {schema!r} is not supported; allowed: {PLAN_SCHEMA!r} or "
+                f"{_OLD_SCHEMA!r} (re-run `aoizora plan` with this version to write a plan it "
+                "can read)"
             )
-        _check_keys(data, _TOP_KEYS, "plan")
-        clip = _object(data["clip"], "clip", ("frames", "height", "width"))
-        mesh = _object(data["mesh"], "mesh", ("axis_names", "shape"))
-        order = _object(data["device_order"], "device_order", ("coords", "physical_ids"))
-        predicted = _object(
+        old = schema == _OLD_SCHEMA
+        check_keys(data, _TOP_KEYS if old else _TOP_KEYS_V2, "plan")
+        mesh = json_object(data["mesh"], "mesh", ("axis_names", "shape"))
+        order = json_object(data["device_order"], "device_order", ("coords", "physical_ids"))
+        predicted = json_object(
             data["predicted_latency_s"], "predicted_latency_s", ("baselines", "source", "winner")
         )
-        provenance = _object(
+        provenance = json_object(
             data["provenance"], "provenance", ("aoizora", "jax", "jaxlib", "libtpu")
         )
-        baselines = _object(predicted["baselines"], "predicted_latency_s.baselines", None)
-        model = _text(data["model"], "model")
-        try:
-            clip_value = Clip(width=clip["width"], height=clip["height"], frames=clip["frames"])
-        except WorkloadError as exc:  # a bad field of the plan file, reported as such
-            raise PlanError(str(exc)) from None
+        baselines = json_object(predicted["baselines"], "predicted_latency_s.baselines", None)
+        model = json_text(data["model"], "model")
+        inputs = () if old else json_list(data["inputs"], "inputs")
         return cls(
             model=model,
-            clip=clip_value,
-            slice_name=_text(data["slice"], "slice"),
-            mesh_axis_names=tuple(_list(mesh["axis_names"], "mesh.axis_names")),
-            mesh_shape=tuple(_list(mesh["shape"], "mesh.shape")),
-            rules_name=_text(data["rules_name"], "rules_name"),
-            logical_rules=_rules(data["rules"]),
-            attention=_text(data["attention"], "attention"),
-            candidate_id=_text(data["candidate"], "candidate"),
-            placement_id=_text(data["placement"], "placement"),
+            workload=model if old else json_text(data["workload"], "workload"),
+            clip=_clip(data["clip"], required=old),
+            inputs=tuple(PlanInput.from_json(v, f"inputs[{i}]") for i, v in enumerate(inputs)),
+            slice_name=json_text(data["slice"], "slice"),
+            mesh_axis_names=tuple(json_list(mesh["axis_names"], "mesh.axis_names")),
+            mesh_shape=tuple(json_list(mesh["shape"], "mesh.shape")),
+            rules_name=json_text(data["rules_name"], "rules_name"),
+            logical_rules=json_rules(data["rules"]),
+            attention=json_text(data["attention"], "attention"),
+            candidate_id=json_text(data["candidate"], "candidate"),
+            placement_id=json_text(data["placement"], "placement"),
             coords=tuple(
-                tuple(_list(c, f"device_order.coords[{i}]"))
-                for i, c in enumerate(_list(order["coords"], "device_order.coords"))
+                tuple(json_list(c, f"device_order.coords[{i}]"))
+                for i, c in enumerate(json_list(order["coords"], "device_order.coords"))
             ),
-            physical_ids=tuple(_list(order["physical_ids"], "device_order.physical_ids")),
+            physical_ids=tuple(json_list(order["physical_ids"], "device_order.physical_ids")),
             predicted=PredictedLatencies(
                 winner_s=predicted["winner"],
                 baselines_s=tuple(baselines.items()),
@@ -529,6 +497,16 @@ class Plan:
             ),
             provenance=Provenance(**provenance),
         )
+
+
+def _clip(value: Any, *, required: bool) -> Clip | None:
+    if value is None and not required:
+        return None
+    clip = json_object(value, "clip", ("frames", "height", "width"))
+    try:
+        return Clip(width=clip["width"], height=clip["height"], frames=clip["frames"])
+    except WorkloadError as exc:  # a bad field of the plan file, reported as such
+        raise PlanError(str(exc)) from None
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -545,73 +523,6 @@ def load_plan(path: str | Path) -> Plan:
     except UnicodeDecodeError:
         raise PlanError(f"plan file {str(path)!r} is not UTF-8 text") from None
     return Plan.from_json(text)
-
-
-# --- helpers -------------------------------------------------------------------------
-
-
-def _length(value: object) -> object:
-    return len(value) if isinstance(value, tuple | list) else repr(value)
-
-
-def _check_text(value: object, field: str, example: str) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise PlanError(f"{field} is {value!r}; it must be a non-empty string, {example}")
-
-
-def _check_positive_int(value: object, field: str, example: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlanError(f"{field} is {value!r}; it must be a positive integer, {example}")
-
-
-def _check_latency(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PlanError(f"{field} is {value!r}; it must be a number of seconds, e.g. 0.42")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise PlanError(f"{field} is {value!r}; it must be a positive finite number of seconds")
-    return seconds
-
-
-def _check_keys(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
-    missing = sorted(set(allowed) - set(data))
-    unknown = sorted(set(data) - set(allowed))
-    if missing:
-        raise PlanError(f"{where} lacks field(s) {missing}; a plan has {sorted(allowed)}")
-    if unknown:
-        raise PlanError(f"{where} has unknown field(s) {unknown}; allowed: {sorted(allowed)}")
-
-
-def _object(value: Any, field: str, keys: Sequence[str] | None) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise PlanError(f"{field} is {value!r}; it must be a JSON object")
-    if keys is not None:
-        _check_keys(value, keys, field)
-    return value
-
-
-def _list(value: Any, field: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise PlanError(f"{field} is {value!r}; it must be a JSON list")
-    return value
-
-
-def _text(value: Any, field: str) -> str:
-    _check_text(value, field, "see the plan schema")
-    return str(value)
-
-
-def _rules(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    out: list[tuple[str, tuple[str, ...]]] = []
-    for i, item in enumerate(_list(value, "rules")):
-        pair = rule_pair_from_json(item)
-        if pair is None:
-            raise PlanError(
-                f"rules[{i}] is {item!r}; each rule is [logical name, [mesh axes...]], e.g. "
-                "['activation_length', ['context']]"
-            )
-        out.append(pair)
-    return tuple(out)
 
 
 def _device_name(device: Any) -> str:

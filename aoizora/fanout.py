@@ -1,0 +1,126 @@
+"""Fan-out: run independent tasks serially, in a local process pool, or on Ray.
+
+The planner hands its two long, independent kinds of work here: compiles (one
+libtpu AOT compile per candidate) and exact replays of a batch of placements.
+Every backend returns results in task order, so the plan does not depend on
+which one ran (the tests compare the plan files byte for byte).
+
+- ``workers=1``: in this process, one task after another;
+- ``workers=N`` (default: the machine's cores): a pool of ``N`` fresh
+  processes (``spawn``: this process may hold libtpu's threads, which a
+  ``fork`` would copy mid-flight);
+- ``ray=ADDRESS``: tasks on a Ray cluster (``ray.init(address=ADDRESS)``;
+  ``"local"`` starts one on this machine). Ray is the optional extra
+  ``aoizora[ray]``.
+
+Tasks and their arguments travel pickled by value with cloudpickle, so a
+workload built by a closure (every :class:`~aoizora.workloads.base.Workload`
+is) reaches a worker intact.
+
+>>> with fan_out(workers=1) as pool:
+...     pool.map(abs, [-1, 2, -3])
+[1, 2, 3]
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import cloudpickle
+
+from aoizora.errors import AoizoraError
+
+__all__ = ["FanOut", "default_workers", "fan_out"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """The machine's cores (the CPUs this process may run on)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not every platform has affinity
+        return max(1, os.cpu_count() or 1)
+
+
+def _run_pickled(payload: bytes) -> bytes:
+    fn, item = cloudpickle.loads(payload)
+    return cloudpickle.dumps(fn(item))
+
+
+class FanOut:
+    """``map(fn, items)`` over the chosen backend, results in order."""
+
+    def __init__(self, *, workers: int, ray_address: str | None) -> None:
+        self.workers = workers
+        self.ray_address = ray_address
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray: Any = None
+        self._remote: Any = None
+        if ray_address is not None:
+            self._ray = _start_ray(ray_address)
+            self._remote = self._ray.remote(_run_pickled)
+        elif workers > 1:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+    @property
+    def label(self) -> str:
+        if self._ray is not None:
+            return f"ray ({self.ray_address})"
+        return "serial" if self._pool is None else f"{self.workers} processes"
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        if not items:
+            return []
+        if self._ray is not None:
+            refs = [self._remote.remote(cloudpickle.dumps((fn, item))) for item in items]
+            return [cloudpickle.loads(b) for b in self._ray.get(refs)]
+        if self._pool is None or len(items) == 1:
+            return [fn(item) for item in items]
+        payloads = [cloudpickle.dumps((fn, item)) for item in items]
+        return [cloudpickle.loads(b) for b in self._pool.map(_run_pickled, payloads)]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _start_ray(address: str) -> Any:
+    try:
+        import ray  # the optional extra aoizora[ray]
+    except ImportError:
+        raise AoizoraError(
+            "--ray needs Ray, which is not installed; install the extra with "
+            "pip install 'aoizora[ray]' (ray==2.60.0), or drop --ray to use a local process pool"
+        ) from None
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=default_workers(), include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    return ray
+
+
+@contextmanager
+def fan_out(*, workers: int | None = None, ray: str | None = None) -> Iterator[FanOut]:
+    """A :class:`FanOut` for a ``with`` block; the pool closes with it.
+
+    ``workers=None`` is :func:`default_workers`; ``ray`` is a Ray address or
+    ``"local"``. Bad values raise :class:`AoizoraError` with the rule.
+    """
+    n = default_workers() if workers is None else workers
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise AoizoraError(f"workers={workers!r} must be a positive integer, e.g. --workers 2")
+    pool = FanOut(workers=n, ray_address=ray)
+    try:
+        yield pool
+    finally:
+        pool.close()

@@ -1,0 +1,255 @@
+"""The values a plan file is made of, and the checks its fields share.
+
+* :class:`PredictedLatencies` -- the winner's and the baselines' simulated step times;
+* :class:`Provenance` -- the versions a plan was made with;
+* :class:`PlanInput` -- one abstract input of the workload (name, shape, dtype, logical
+  axes), so a plan says what it shards;
+* ``check_*`` / ``json_*`` -- field checks that raise :class:`PlanError` naming the
+  field, the value and what is allowed.
+
+    >>> PlanInput("arg1", (8, 256), "bfloat16", ("batch", None)).to_json()
+    {'name': 'arg1', 'shape': [8, 256], 'dtype': 'bfloat16', 'logical_axes': ['batch', None]}
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from aoizora.errors import PlanError
+from aoizora.workloads.base import Workload
+from aoizora.workloads.rules import is_logical_axes, rule_pair_from_json
+
+__all__ = [
+    "PlanInput",
+    "PredictedLatencies",
+    "Provenance",
+    "check_keys",
+    "check_latency",
+    "check_positive_int",
+    "check_text",
+    "json_list",
+    "json_object",
+    "json_rules",
+    "json_text",
+    "length_of",
+    "plan_inputs",
+]
+
+_PREDICTION_SOURCE = "simulated"
+
+
+@dataclass(frozen=True)
+class PredictedLatencies:
+    """Predicted step latency of the winner and of each baseline, by name.
+
+    ``source`` says where the numbers come from; plans carry only simulated ones.
+    ``baselines_s`` is kept sorted by name.
+    """
+
+    winner_s: float
+    baselines_s: tuple[tuple[str, float], ...] = ()
+    source: str = _PREDICTION_SOURCE
+
+    def __post_init__(self) -> None:
+        if self.source != _PREDICTION_SOURCE:
+            raise PlanError(
+                f"predicted_latency_s.source is {self.source!r}; allowed: "
+                f"{_PREDICTION_SOURCE!r} (plans carry simulated predictions only)"
+            )
+        object.__setattr__(
+            self, "winner_s", check_latency(self.winner_s, "predicted_latency_s.winner")
+        )
+        pairs: list[tuple[str, float]] = []
+        for pair in self.baselines_s:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise PlanError(
+                    f"predicted_latency_s.baselines entry {pair!r} must be a (name, seconds) "
+                    "pair, e.g. ('existing deployment', 0.61)"
+                )
+            name, value = pair
+            check_text(name, "predicted_latency_s.baselines name", "e.g. 'existing deployment'")
+            pairs.append((name, check_latency(value, f"predicted_latency_s.baselines[{name!r}]")))
+        names = [n for n, _ in pairs]
+        if len(set(names)) != len(names):
+            raise PlanError(
+                f"predicted_latency_s.baselines names repeat: {names}; give each baseline once"
+            )
+        object.__setattr__(self, "baselines_s", tuple(sorted(pairs)))
+
+    @property
+    def speedups(self) -> dict[str, float]:
+        """Baseline latency / winner latency, per baseline (simulated)."""
+        return {name: value / self.winner_s for name, value in self.baselines_s}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Versions the plan was made with (``None`` when a package is not installed)."""
+
+    aoizora: str | None
+    jax: str | None
+    jaxlib: str | None
+    libtpu: str | None
+
+    def __post_init__(self) -> None:
+        for name in ("aoizora", "jax", "jaxlib", "libtpu"):
+            value = getattr(self, name)
+            if value is not None:
+                check_text(value, f"provenance.{name}", "a version string such as '0.10.2' or null")
+
+    @classmethod
+    def current(cls) -> Provenance:
+        """The installed versions, read with :mod:`importlib.metadata`."""
+        return cls(
+            aoizora=_version("aoizora"),
+            jax=_version("jax"),
+            jaxlib=_version("jaxlib"),
+            libtpu=_version("libtpu"),
+        )
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """One array the planned step takes: its pytree path name, shape, dtype and logical axes.
+
+    ``name`` is ``arg{i}`` plus the leaf's key path (``jax.tree_util.keystr``), e.g.
+    ``arg0['wq']``; inputs are listed in ``jax.tree.leaves`` order of the arguments.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    logical_axes: tuple[str | None, ...]
+
+    def __post_init__(self) -> None:
+        where = f"inputs[{self.name!r}]"
+        check_text(self.name, "inputs[].name", "e.g. \"arg0['w1']\"")
+        if not isinstance(self.shape, tuple):
+            raise PlanError(f"{where}.shape is {self.shape!r}; it must be a list of sizes")
+        for i, size in enumerate(self.shape):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise PlanError(
+                    f"{where}.shape[{i}] is {size!r}; it must be a non-negative integer, e.g. 128"
+                )
+        try:
+            jnp.dtype(self.dtype)
+        except TypeError:
+            raise PlanError(
+                f"{where}.dtype {self.dtype!r} is not a dtype name; e.g. 'bfloat16' or 'float32'"
+            ) from None
+        if not is_logical_axes(self.logical_axes) or len(self.logical_axes) != len(self.shape):
+            example = ["batch", *[None] * (len(self.shape) - 1)]
+            raise PlanError(
+                f"{where}.logical_axes {self.logical_axes!r} must give one name (or null) per "
+                f"dimension of shape {list(self.shape)}, e.g. {example}"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "logical_axes": list(self.logical_axes),
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, where: str) -> PlanInput:
+        data = json_object(value, where, ("dtype", "logical_axes", "name", "shape"))
+        return cls(
+            name=json_text(data["name"], f"{where}.name"),
+            shape=tuple(json_list(data["shape"], f"{where}.shape")),
+            dtype=json_text(data["dtype"], f"{where}.dtype"),
+            logical_axes=tuple(json_list(data["logical_axes"], f"{where}.logical_axes")),
+        )
+
+
+def plan_inputs(workload: Workload) -> tuple[PlanInput, ...]:
+    """Every array argument of ``workload``, in ``jax.tree.leaves`` order of its arguments."""
+    out: list[PlanInput] = []
+    for i, (arg, axes) in enumerate(
+        zip(workload.abstract_args, workload.arg_logical_axes, strict=True)
+    ):
+        leaves = jax.tree.leaves_with_path(arg)
+        ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
+        for (path, leaf), ax in zip(leaves, ax_leaves, strict=True):
+            name = f"arg{i}{jax.tree_util.keystr(path)}"
+            out.append(PlanInput(name, tuple(int(d) for d in leaf.shape), str(leaf.dtype), ax))
+    return tuple(out)
+
+
+def length_of(value: object) -> object:
+    return len(value) if isinstance(value, tuple | list) else repr(value)
+
+
+def check_text(value: object, field: str, example: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise PlanError(f"{field} is {value!r}; it must be a non-empty string, {example}")
+
+
+def check_positive_int(value: object, field: str, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlanError(f"{field} is {value!r}; it must be a positive integer, {example}")
+
+
+def check_latency(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{field} is {value!r}; it must be a number of seconds, e.g. 0.42")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise PlanError(f"{field} is {value!r}; it must be a positive finite number of seconds")
+    return seconds
+
+
+def check_keys(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    missing = sorted(set(allowed) - set(data))
+    unknown = sorted(set(data) - set(allowed))
+    if missing:
+        raise PlanError(f"{where} lacks field(s) {missing}; a plan has {sorted(allowed)}")
+    if unknown:
+        raise PlanError(f"{where} has unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def json_object(value: Any, field: str, keys: Sequence[str] | None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PlanError(f"{field} is {value!r}; it must be a JSON object")
+    if keys is not None:
+        check_keys(value, keys, field)
+    return value
+
+
+def json_list(value: Any, field: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise PlanError(f"{field} is {value!r}; it must be a JSON list")
+    return value
+
+
+def json_text(value: Any, field: str) -> str:
+    check_text(value, field, "see the plan schema")
+    return str(value)
+
+
+def json_rules(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for i, item in enumerate(json_list(value, "rules")):
+        pair = rule_pair_from_json(item)
+        if pair is None:
+            raise PlanError(
+                f"rules[{i}] is {item!r}; each rule is [logical name, [mesh axes...]], e.g. "
+                "['activation_length', ['context']]"
+            )
+        out.append(pair)
+    return tuple(out)

@@ -1,0 +1,269 @@
+"""Proven lower bounds on Q2: what the planner prunes placements with.
+
+A replay (:mod:`aoizora.replay`) runs each region as one compute timeline
+whose collectives release flows and wait for them. Every quantity in it only
+grows when a collective takes longer -- the timeline is a chain of ``+`` and
+``max`` -- so composing the timeline with a *lower bound* of each collective's
+duration gives a lower bound of the region, and loops and calls multiply and
+add such bounds (:class:`TimelineBound`).
+
+A collective's duration from its release is bounded below, whatever else
+shares the network (:func:`plan_lower_bound`):
+
+- **flow by flow**: a flow pays its hop latency before draining, then moves
+  its bytes at most at the capacity of its slowest link, and waits for what it
+  depends on: the longest such path through the collective's flow DAG;
+- **link by link**: every byte crossing a link moves after the earliest
+  moment any of those flows can start draining, at most at the link's
+  capacity.
+
+A link's capacity is its bandwidth times the number of parallel links
+joining the same two chips (a wrapped dimension of length 2 has two), an upper
+bound on what the simulator can give it whether or not it pools them.
+
+When the chips are not all known yet -- a search node has placed only some
+mesh axes -- three cases give bounds that hold for every completion
+(:mod:`aoizora.rank.search` picks the case):
+
+- the collective's groups span placed axes only: each group sits at a
+  translate of its final position, and routes depend only on differences, so
+  each group's own bound holds (but not the load two groups put on one link);
+- the groups span an axis whose *set* of chips is fixed but not its order:
+  every flow crosses at least the smallest distance between two chips of the
+  group, and the collective runs one of the simulator's named algorithms
+  (:data:`sim.collectives.ALGORITHMS`), so the least of their contention-free
+  times at that distance bounds it;
+- anything else: the same with one hop.
+
+Tests check every bound against full replays (``tests/aoizora/test_rank.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aoizora.hlo.nodes import (
+    CollectiveDone,
+    CollectiveGraph,
+    CollectiveStart,
+    ComputeSegment,
+    OpaqueCall,
+    SubRegion,
+)
+from aoizora.placement.device_order import Coord
+from aoizora.replay import step_delays_s
+from sim.collectives import ALGORITHMS, CollectivePlan, collective_flows
+from sim.engine import Flow
+from sim.routing import route_link_ids
+from sim.topology import Slice
+
+__all__ = [
+    "LinkCapacities",
+    "TimelineBound",
+    "ideal_lower_bound",
+    "plan_lower_bound",
+    "translated_coords",
+]
+
+
+class LinkCapacities:
+    """Per-link capacity bound and routes of one slice (routes cached)."""
+
+    def __init__(self, slice_: Slice) -> None:
+        self.slice = slice_
+        self.hop_latency_s = slice_.hop_latency_s
+        bandwidth = slice_.link_bandwidth_bytes_per_s
+        parallel: dict[tuple[Coord, Coord], int] = {}
+        for link in slice_.links:
+            parallel[(link.src, link.dst)] = parallel.get((link.src, link.dst), 0) + 1
+        self.capacity = [bandwidth * parallel[(lk.src, lk.dst)] for lk in slice_.links]
+        self.max_capacity = max(self.capacity, default=bandwidth)
+        self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
+
+    def route(self, src: Coord, dst: Coord) -> tuple[int, ...]:
+        key = (src, dst)
+        got = self._routes.get(key)
+        if got is None:
+            got = tuple(route_link_ids(self.slice, src, dst).tolist())
+            self._routes[key] = got
+        return got
+
+
+def plan_lower_bound(plan: CollectivePlan, net: LinkCapacities) -> float:
+    """A lower bound on the time from ``plan``'s release to its ``done_id``, in any company.
+
+    >>> from sim.topology import load_slice
+    >>> s = load_slice("v5e:1x2")
+    >>> p = collective_flows("all-gather", [[(0, 0), (0, 1)]], buffer_bytes=9e6, id_prefix="g")
+    >>> round(plan_lower_bound(p, LinkCapacities(s)) * 1e6, 3)  # 1 us + 2 x 2.25 MB on one link
+    101.0
+    """
+    finish: dict[str, float] = {}
+    first_drain: dict[int, float] = {}
+    load: dict[int, float] = {}
+    latency = net.hop_latency_s
+    capacity = net.capacity
+    for node in plan.nodes:
+        ready = node.start_s
+        for dep in node.after:
+            done = finish.get(dep, 0.0)  # ids outside the plan: its release, time 0
+            if done > ready:
+                ready = done
+        if not isinstance(node, Flow):
+            finish[node.id] = ready + node.duration_s
+            continue
+        links = net.route(node.src, node.dst)
+        if not links:
+            finish[node.id] = ready
+            continue
+        drain = ready + len(links) * latency
+        finish[node.id] = drain + node.size_bytes / min(capacity[lk] for lk in links)
+        for lk in links:
+            load[lk] = load.get(lk, 0.0) + node.size_bytes
+            if drain < first_drain.get(lk, math.inf):
+                first_drain[lk] = drain
+    best = finish[plan.done_id]
+    for lk, size in load.items():
+        best = max(best, first_drain[lk] + size / capacity[lk])
+    return best
+
+
+def ideal_lower_bound(
+    kind: str, group_size: int, buffer_bytes: float, *, hops: int, net: LinkCapacities
+) -> float:
+    """A bound for one group of ``group_size`` chips any two of which are ``hops`` apart.
+
+    The least, over the simulator's named algorithms for ``kind``, of the
+    contention-free longest path with every flow crossing ``hops`` links of
+    the best capacity. For a permute, ``group_size`` is 2 (one pair).
+
+    >>> from sim.topology import load_slice
+    >>> net = LinkCapacities(load_slice("v5e:2x2"))
+    >>> round(ideal_lower_bound("collective-permute", 2, 4.5e6, hops=1, net=net) * 1e6, 3)
+    101.0
+    """
+    if group_size < 2:
+        return 0.0
+    latency = hops * net.hop_latency_s
+    best = math.inf
+    members = [(i,) for i in range(group_size)]
+    for algorithm in ALGORITHMS[kind]:
+        if algorithm == "auto":
+            continue  # picks one of the named ones per group
+        if kind == "collective-permute":
+            plan = collective_flows(
+                kind,
+                (),
+                pairs=[(members[0], members[1])],
+                buffer_bytes=buffer_bytes,
+                algorithm=algorithm,
+                id_prefix="b",
+            )
+        else:
+            plan = collective_flows(
+                kind, [members], buffer_bytes=buffer_bytes, algorithm=algorithm, id_prefix="b"
+            )
+        best = min(best, _longest_path(plan, latency, net.max_capacity))
+    return 0.0 if math.isinf(best) else best
+
+
+def _longest_path(plan: CollectivePlan, latency_s: float, capacity: float) -> float:
+    finish: dict[str, float] = {}
+    for node in plan.nodes:
+        ready = max([node.start_s, *(finish.get(d, 0.0) for d in node.after)])
+        if isinstance(node, Flow):
+            finish[node.id] = ready + latency_s + node.size_bytes / capacity
+        else:
+            finish[node.id] = ready + node.duration_s
+    return finish[plan.done_id]
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: str  # "delay", "start", "done", "sub"
+    value: float = 0.0
+    collective: int = -1
+    regions: tuple[int, ...] = ()
+    trip_count: int = 1
+
+
+class TimelineBound:
+    """The replay's timelines with collective durations plugged in: a bound or a time.
+
+    Composes each region (deepest first) from per-collective durations: exact
+    durations give the replay's step time when no two collectives in flight
+    share a link (:mod:`aoizora.rank.exact`), lower bounds give a lower bound.
+    """
+
+    def __init__(self, graph: CollectiveGraph, slice_: Slice) -> None:
+        self.graph = graph
+        delays = step_delays_s(graph, slice_.chip.per_device())  # as the replay: per device
+        self.regions: dict[int, tuple[_Step, ...]] = {}
+        for region in graph.regions:
+            steps: list[_Step] = []
+            for i, step in enumerate(region.steps):
+                if isinstance(step, ComputeSegment | OpaqueCall):
+                    steps.append(_Step("delay", delays[(region.id, i)]))
+                elif isinstance(step, CollectiveStart):
+                    steps.append(_Step("start", collective=step.collective))
+                elif isinstance(step, CollectiveDone):
+                    steps.append(_Step("done", collective=step.collective))
+                elif isinstance(step, SubRegion):
+                    steps.append(_Step("sub", regions=step.regions, trip_count=step.trip_count))
+            self.regions[region.id] = tuple(steps)
+        self.order = sorted(self.regions, reverse=True)  # children are numbered after parents
+
+    def step_time(self, durations: Mapping[int, float]) -> float:
+        """The entry region's time with collective ``c`` taking ``durations[c]``."""
+        times: dict[int, float] = {}
+        for rid in self.order:
+            times[rid] = self.region(rid, durations, times)[0]
+        return times[0]
+
+    def region(
+        self, rid: int, durations: Mapping[int, float], times: Mapping[int, float]
+    ) -> tuple[float, dict[int, float], dict[int, float]]:
+        """Region ``rid``'s time and every collective's release and end in it."""
+        t = 0.0
+        release: dict[int, float] = {}
+        end: dict[int, float] = {}
+        for step in self.regions[rid]:
+            if step.kind == "delay":
+                t += step.value
+            elif step.kind == "start":
+                release[step.collective] = t
+                end[step.collective] = t + durations[step.collective]
+            elif step.kind == "done":
+                t = max(t, end[step.collective])
+            else:
+                t += max((times[r] for r in step.regions), default=0.0) * step.trip_count
+        return t, release, end
+
+
+def translated_coords(coords: Sequence[Coord], slice_: Slice) -> tuple[Coord, ...]:
+    """``coords`` shifted so that every translate of a set of flows gets one cache key.
+
+    Routes depend only on the difference of their ends (a straight line without
+    wrap-around, the shortest way round with it), so translated flows meet the
+    same bounds and the same simulated times: the shift puts the smallest
+    coordinate at 0 on a dimension without wrap-around and the first chip's at
+    0 on a wrapped one.
+
+    >>> from sim.topology import load_slice
+    >>> translated_coords([(2, 3), (3, 1)], load_slice("v5e:4x4"))
+    ((0, 2), (1, 0))
+    """
+    if not coords:
+        return ()
+    dims = list(zip(slice_.shape, slice_.wraparound, strict=True))
+    shift = [
+        coords[0][d] if wrap else min(c[d] for c in coords) for d, (_, wrap) in enumerate(dims)
+    ]
+    return tuple(
+        tuple(
+            (c[d] - shift[d]) % n if wrap else c[d] - shift[d] for d, (n, wrap) in enumerate(dims)
+        )
+        for c in coords
+    )

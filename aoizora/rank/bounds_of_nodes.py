@@ -1,0 +1,210 @@
+"""Lower bounds of search nodes: every placement under a node is at least this slow.
+
+:class:`NodeBounds` turns a :class:`~aoizora.placement.space.Node` of one
+compiled sharding's placement tree into a lower bound on the Q2 of every
+placement below it, by plugging a bound of each collective into the replay's
+timelines (:class:`~aoizora.rank.bound.TimelineBound`). Which bound a
+collective gets depends on what the node fixes about its groups (see
+:mod:`aoizora.rank.bound` for why each holds):
+
+- a leaf: every chip is known -- the collective's own bound, all groups
+  together (links two groups share count once for both);
+- the groups span placed axes only: the largest bound of one group alone,
+  placed at a translate of its final chips;
+- the groups span one axis whose set of sub-axes is fixed but not its order:
+  the named algorithms' contention-free time with every flow at least the
+  smallest step of those sub-axes long;
+- otherwise: the same with one hop.
+
+On a slice whose chips host several devices (tpu7x) the last two cases bound
+by 0: a group not yet placed may still land on the two cores of one chip,
+where its flows use no link.
+
+>>> from sim.topology import load_slice
+>>> from aoizora.hlo.graph import graph_from_text
+>>> from aoizora.placement.space import PlacementSpace
+>>> g = graph_from_text('''HloModule m, num_partitions=4
+... ENTRY %e (p: f32[262144]) -> f32[1048576] {
+...   %p = f32[262144]{0} parameter(0)
+...   ROOT %ag = f32[1048576] all-gather(%p), replica_groups={{0,1,2,3}}, dimensions={0}
+... }''')
+>>> s = load_slice("v5e:2x2")
+>>> space = PlacementSpace((4,), s)
+>>> nb = NodeBounds(g, space)
+>>> round(nb.bound(space.roots()[0]) * 1e6, 2)  # any 4 chips: 3 steps of 1 hop + 0.5 MiB
+37.95
+>>> sorted({round(nb.bound(leaf) * 1e6, 2) for leaf in space.leaves()})  # the simulator
+... # walks any 2x2 group round its physical ring, so every order is bounded alike
+[37.95]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aoizora.hlo.nodes import Collective, CollectiveGraph
+from aoizora.placement.device_order import Coord
+from aoizora.placement.space import Node, PlacementSpace
+from aoizora.rank.bound import (
+    LinkCapacities,
+    TimelineBound,
+    ideal_lower_bound,
+    plan_lower_bound,
+    translated_coords,
+)
+from aoizora.replay import collective_plan, sim_kind
+
+__all__ = ["CollectiveShape", "NodeBounds", "collective_shapes", "traffic_order"]
+
+
+@dataclass(frozen=True)
+class CollectiveShape:
+    """Where one collective's traffic goes in mesh terms (independent of placement).
+
+    ``span``: the mesh axes along which a group's members (or a pair's ends)
+    differ. ``units``: the replica groups, or the permute's pairs split by
+    where they sit on the axes they do not span -- the pieces whose chips a
+    node fixes up to a translation once ``span`` is placed.
+    """
+
+    collective: Collective
+    kind: str
+    span: frozenset[int]
+    units: tuple[Collective, ...]
+    group_size: int
+
+
+def _positions(device: int, shape: Sequence[int]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(shape):
+        out.append(device % size)
+        device //= size
+    return tuple(reversed(out))
+
+
+def collective_shapes(
+    graph: CollectiveGraph, mesh_shape: Sequence[int]
+) -> tuple[CollectiveShape, ...]:
+    """The :class:`CollectiveShape` of every collective of ``graph`` on ``mesh_shape``."""
+    out = []
+    for c in graph.collectives:
+        ends = c.pairs if c.pairs else [(g[0], m) for g in c.groups for m in g]
+        span: set[int] = set()
+        for a, b in ends:
+            pa, pb = _positions(a, mesh_shape), _positions(b, mesh_shape)
+            span |= {k for k, (x, y) in enumerate(zip(pa, pb, strict=True)) if x != y}
+        if c.pairs:
+            by_rest: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+            for a, b in c.pairs:
+                pos = _positions(a, mesh_shape)
+                rest = tuple(p for k, p in enumerate(pos) if k not in span)
+                by_rest.setdefault(rest, []).append((a, b))
+            units = tuple(dataclasses.replace(c, pairs=tuple(p)) for p in by_rest.values())
+            size = 2
+        else:
+            units = tuple(dataclasses.replace(c, groups=(g,)) for g in c.groups)
+            size = max((len(g) for g in c.groups), default=1)
+        out.append(CollectiveShape(c, sim_kind(c), frozenset(span), units, size))
+    return tuple(out)
+
+
+def traffic_order(shapes: Sequence[CollectiveShape], mesh_shape: Sequence[int]) -> tuple[int, ...]:
+    """Mesh axes by the bytes their collectives move (most first): the search's axis order."""
+    weight = [0.0] * len(mesh_shape)
+    for sh in shapes:
+        for axis in sh.span:
+            weight[axis] += sh.collective.buffer_bytes * sh.collective.count
+    return tuple(sorted(range(len(mesh_shape)), key=lambda a: (-weight[a], a)))
+
+
+class NodeBounds:
+    """Lower bounds on Q2 for the nodes of one sharding's placement tree."""
+
+    def __init__(
+        self,
+        graph: CollectiveGraph,
+        space: PlacementSpace,
+        *,
+        algorithm: str | Mapping[str, str] | None = None,
+    ) -> None:
+        self.graph = graph
+        self.space = space
+        self.slice = space.slice
+        self.algorithm = algorithm
+        self.net = LinkCapacities(space.slice)
+        self.timeline = TimelineBound(graph, space.slice)
+        self.shapes = collective_shapes(graph, space.shape)
+        self._plans: dict[tuple[object, ...], float] = {}
+        self._ideal: dict[tuple[object, ...], float] = {}
+
+    def bound(self, node: Node) -> float:
+        """No placement under ``node`` replays faster than this."""
+        rows = [tuple(r) for r in self.space.coords(node).tolist()]
+        if self.space.is_leaf(node):
+            return self.leaf_bound(rows)
+        placed = self.space.placed_axes(node)
+        pending = self.space.pending_axis(node)
+        shared_chips = self.slice.chip.devices_per_chip > 1
+        step = 1 if shared_chips else self._smallest_step(node)
+        durations: dict[int, float] = {}
+        for sh in self.shapes:
+            if sh.group_size < 2:
+                durations[sh.collective.id] = 0.0
+            elif sh.span <= placed:
+                durations[sh.collective.id] = max(self._plan(u, rows, sh) for u in sh.units)
+            elif shared_chips:
+                durations[sh.collective.id] = 0.0  # may yet be on-chip, 0-hop
+            elif pending is not None and sh.span == {pending}:
+                durations[sh.collective.id] = self._ideal_bound(sh, step)
+            else:
+                durations[sh.collective.id] = self._ideal_bound(sh, 1)
+        return self.timeline.step_time(durations)
+
+    def leaf_bound(self, rows: Sequence[Coord]) -> float:
+        """The bound of one complete placement (logical id ``i`` on chip ``rows[i]``)."""
+        durations = {
+            sh.collective.id: self._plan(sh.collective, rows, sh) if sh.group_size > 1 else 0.0
+            for sh in self.shapes
+        }
+        return self.timeline.step_time(durations)
+
+    def _plan(self, unit: Collective, rows: Sequence[Coord], sh: CollectiveShape) -> float:
+        ends = (
+            [d for p in unit.pairs for d in p]
+            if unit.pairs
+            else [d for g in unit.groups for d in g]
+        )
+        placed = translated_coords([rows[d] for d in ends], self.slice)
+        sizes = tuple(len(g) for g in unit.groups)
+        key = (sh.kind, unit.buffer_bytes, sizes, len(unit.pairs), placed)
+        got = self._plans.get(key)
+        if got is None:
+            local = dict(zip(ends, placed, strict=True))
+            coords = [local.get(i, rows[i]) for i in range(len(rows))]
+            plan = collective_plan(
+                unit, coords, slice_=self.slice, algorithm=self.algorithm, id_prefix="b"
+            )
+            got = self._plans[key] = plan_lower_bound(plan, self.net)
+        return got
+
+    def _ideal_bound(self, sh: CollectiveShape, hops: int) -> float:
+        key = (sh.kind, sh.group_size, sh.collective.buffer_bytes, hops)
+        got = self._ideal.get(key)
+        if got is None:
+            got = self._ideal[key] = ideal_lower_bound(
+                sh.kind, sh.group_size, float(sh.collective.buffer_bytes), hops=hops, net=self.net
+            )
+        return got
+
+    def _smallest_step(self, node: Node) -> int:
+        """Fewest hops between two chips of the pending axis's sub-axis lattice."""
+        if node.pending is None:
+            return 1
+        steps = []
+        for sub in node.pending:
+            n = self.slice.shape[sub.dim]
+            wrap = self.slice.wraparound[sub.dim]
+            steps.append(min(sub.stride, n - sub.stride) if wrap else sub.stride)
+        return max(1, min(steps, default=1))

@@ -1,0 +1,374 @@
+"""Branch and bound over the placements of every compiled sharding at once.
+
+Each compiled sharding brings its placement tree
+(:class:`~aoizora.placement.space.PlacementSpace`, mesh axes placed in the
+order of the traffic they carry) and a few given orders (jax's default). One
+heap holds the open nodes of every tree, keyed by a proven lower bound on the
+Q2 of every placement below them (:class:`~aoizora.rank.bounds_of_nodes.NodeBounds`).
+The search pops the most promising node; a leaf goes to the exact replay, an
+inner node is split and its children bounded; any node whose bound is no
+better than the best Q2 found so far (the *incumbent*) is proven worse with
+everything under it and never visited. When the heap empties, the best
+placement found is the optimum of the family; when a deadline stops the
+search first, the smallest bound left open says how far from optimal it can
+be (the *gap*).
+
+Exact replays run in batches of ``batch_size`` leaves (in a process pool or
+on Ray when the caller's ``evaluate`` fans out); the incumbent changes only
+between batches and the batch size does not depend on the number of
+workers, so the nodes visited -- and the plan -- are the same serial or
+parallel. Leaves giving a device order already simulated (several
+descriptions can give one order, and with ``directions`` several orders one
+symmetry class) are counted, not replayed.
+
+``per_job=True`` keeps one incumbent per sharding, so every sharding's best
+placement is exact (the planner's ``--exhaustive`` needs each one's best);
+by default the incumbent is global, which proves far more of the space worse.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aoizora.errors import PlacementError
+from aoizora.hlo.graph import CollectiveGraph
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.placement.space import Node, PlacementSpace
+from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
+from aoizora.rank.bounds_of_nodes import NodeBounds
+
+__all__ = ["Job", "JobReport", "Leaf", "Scored", "SearchReport", "search_placements"]
+
+Progress = Callable[[str], None]
+_EXTRA_COMPLEXITY = (10**6, 10**6, 10**6, 1)  # given orders sort after every described one
+
+
+@dataclass(frozen=True)
+class Job:
+    """One compiled sharding to place: its collective graph and its placement tree.
+
+    ``extra_orders`` are leaves besides the tree's (e.g. jax's default order,
+    or an explicit list of placements); those named in ``forced`` are replayed
+    whatever their bound (the baselines need them). ``tree=False`` searches the
+    extra orders only.
+    """
+
+    name: str
+    graph: CollectiveGraph
+    space: PlacementSpace
+    extra_orders: tuple[tuple[str, DeviceOrder], ...] = ()
+    forced: tuple[str, ...] = ()
+    tree: bool = True
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One complete placement handed to the exact replay."""
+
+    job: int
+    label: str
+    physical_ids: tuple[int, ...]
+    complexity: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A simulated placement: its Q2 and the other labels that gave the same class."""
+
+    leaf: Leaf
+    q2_s: float
+    num_raw: int = 1
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What the search did for one sharding.
+
+    ``num_placements`` counts the family's descriptions plus the extra orders;
+    each was either replayed (``simulated`` distinct classes), a repeat of a
+    class already replayed (``repeats``), ``proven_worse`` by a bound, or left
+    open by a deadline (``open``). ``bound_s``: no open placement of this
+    sharding replays faster (``inf`` when none is open).
+    """
+
+    scored: tuple[Scored, ...]
+    num_placements: int
+    simulated: int
+    repeats: int
+    proven_worse: int
+    bound_s: float
+
+    @property
+    def open(self) -> int:
+        return self.num_placements - self.simulated - self.repeats - self.proven_worse
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """The search's answer: the best placement found, the bound and the gap."""
+
+    jobs: tuple[JobReport, ...]
+    winner_job: int
+    winner: Scored
+    bound_s: float
+    seconds: float
+    nodes_bounded: int
+
+    @property
+    def complete(self) -> bool:
+        return all(j.open == 0 for j in self.jobs)
+
+    @property
+    def gap(self) -> float:
+        """(best found - bound) / best found; 0 when the search proved the optimum."""
+        q2 = self.winner.q2_s
+        return 0.0 if self.bound_s >= q2 or q2 <= 0 else (q2 - self.bound_s) / q2
+
+
+@dataclass
+class _JobState:
+    job: Job
+    bounds: NodeBounds
+    perms: np.ndarray
+    scored: dict[tuple[int, ...], Scored] = field(default_factory=dict)
+    simulated: int = 0
+    repeats: int = 0
+    proven_worse: int = 0
+    total: int = 0
+
+    def best(self) -> float:
+        return min((s.q2_s for s in self.scored.values()), default=math.inf)
+
+    def class_key(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        row = np.asarray([ids], dtype=np.int64)
+        return tuple(canonical_rows(row, self.perms)[0].tolist())
+
+
+_Entry = tuple[float, int, int, "Node | Leaf"]
+
+
+class _Search:
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        evaluate: Callable[[Sequence[Leaf]], Sequence[float]],
+        *,
+        batch_size: int,
+        per_job: bool,
+        algorithm: str | Mapping[str, str] | None,
+    ) -> None:
+        self.evaluate = evaluate
+        self.batch_size = batch_size
+        self.per_job = per_job
+        self.heap: list[_Entry] = []
+        self.seq = itertools.count()
+        self.nodes_bounded = 0
+        self.states: list[_JobState] = []
+        for job in jobs:
+            bounds = NodeBounds(job.graph, job.space, algorithm=algorithm)
+            perms = np.asarray(slice_automorphisms(job.space.slice), dtype=np.int64)
+            total = (job.space.count() if job.tree else 0) + len(job.extra_orders)
+            self.states.append(_JobState(job, bounds, perms, total=total))
+        self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
+        self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
+
+    # -- incumbents --------------------------------------------------------------
+
+    def incumbent(self, j: int) -> float:
+        return self.best[j] if self.per_job else min(self.best, default=math.inf)
+
+    # -- the heap ------------------------------------------------------------------
+
+    def push(self, bound: float, j: int, item: Node | Leaf) -> None:
+        heapq.heappush(self.heap, (bound, next(self.seq), j, item))
+
+    def prune(self, j: int, item: Node | Leaf) -> None:
+        st = self.states[j]
+        st.proven_worse += 1 if isinstance(item, Leaf) else st.job.space.count(item)
+
+    def seed(self) -> list[Leaf]:
+        """Push every tree's roots and every extra order; return the forced leaves."""
+        forced: list[Leaf] = []
+        for j, st in enumerate(self.states):
+            job = st.job
+            for label, order in job.extra_orders:
+                leaf = Leaf(j, label, order.physical_ids, _EXTRA_COMPLEXITY)
+                if label in job.forced:
+                    forced.append(leaf)
+                    continue
+                bound = self.leaf_bound(j, order.physical_ids)
+                self.push(bound, j, leaf)
+            if job.tree:
+                for root in job.space.roots():
+                    self.nodes_bounded += 1
+                    self.push(st.bounds.bound(root), j, root)
+        return forced
+
+    def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
+        st = self.states[j]
+        self.nodes_bounded += 1
+        return st.bounds.leaf_bound([st.bounds.slice.coords[i] for i in ids])
+
+    def collect(self) -> list[Leaf]:
+        """Pop nodes until a batch of new leaves is ready (or nothing is left)."""
+        batch: list[Leaf] = []
+        keys: dict[tuple[int, tuple[int, ...]], int] = {}  # class -> its place in the batch
+        while self.heap and len(batch) < self.batch_size:
+            bound, _, j, item = heapq.heappop(self.heap)
+            if bound >= self.incumbent(j):
+                self.prune(j, item)
+                if not self.per_job:  # the heap is ordered: everything left is no better
+                    for _, _, k, rest in self.heap:
+                        self.prune(k, rest)
+                    self.heap.clear()
+                continue
+            if isinstance(item, Leaf):
+                self.take_leaf(item, batch, keys)
+                continue
+            st = self.states[j]
+            space = st.job.space
+            if space.is_leaf(item):
+                leaf = Leaf(j, space.label(item), space.physical_ids(item), space.complexity(item))
+                self.take_leaf(leaf, batch, keys)
+                continue
+            for child in space.children(item):
+                self.nodes_bounded += 1
+                child_bound = st.bounds.bound(child)
+                if child_bound >= self.incumbent(j):
+                    self.prune(j, child)
+                else:
+                    self.push(child_bound, j, child)
+        return batch
+
+    def take_leaf(
+        self, leaf: Leaf, batch: list[Leaf], keys: dict[tuple[int, tuple[int, ...]], int]
+    ) -> None:
+        """Queue a new class for replay; count a class already replayed or queued."""
+        st = self.states[leaf.job]
+        key = st.class_key(leaf.physical_ids)
+        if key in st.scored:
+            st.repeats += 1
+            st.scored[key] = _merge(st.scored[key], leaf)
+        elif (leaf.job, key) in keys:
+            st.repeats += 1
+            i = keys[(leaf.job, key)]
+            batch[i] = min(batch[i], leaf, key=lambda x: (x.complexity, x.label))
+            self.raw[(leaf.job, key)] = self.raw.get((leaf.job, key), 1) + 1
+        else:
+            keys[(leaf.job, key)] = len(batch)
+            batch.append(leaf)
+
+    def record(self, batch: Sequence[Leaf]) -> None:
+        q2s = list(self.evaluate(batch))
+        if len(q2s) != len(batch):
+            raise PlacementError(f"evaluate returned {len(q2s)} times for {len(batch)} placements")
+        for leaf, q2 in zip(batch, q2s, strict=True):
+            st = self.states[leaf.job]
+            st.simulated += 1
+            key = st.class_key(leaf.physical_ids)
+            st.scored[key] = Scored(leaf, float(q2), self.raw.pop((leaf.job, key), 1))
+            self.best[leaf.job] = min(self.best[leaf.job], float(q2))
+
+    def open_bound(self, j: int) -> float:
+        return min((b for b, _, k, _ in self.heap if k == j), default=math.inf)
+
+
+def _merge(scored: Scored, leaf: Leaf) -> Scored:
+    """Another label of an already replayed class: keep the simplest as the id."""
+    keep, other = sorted((scored.leaf, leaf), key=lambda x: (x.complexity, x.label))
+    aliases = scored.aliases
+    if other.complexity == _EXTRA_COMPLEXITY and other.label not in aliases:
+        aliases = (*aliases, other.label)
+    return Scored(keep, scored.q2_s, scored.num_raw + 1, aliases)
+
+
+def search_placements(
+    jobs: Sequence[Job],
+    evaluate: Callable[[Sequence[Leaf]], Sequence[float]],
+    *,
+    batch_size: int = 8,
+    per_job: bool = False,
+    deadline_s: float | None = None,
+    algorithm: str | Mapping[str, str] | None = None,
+    progress: Progress | None = None,
+    progress_every_s: float = 10.0,
+) -> SearchReport:
+    """The best placement over every job's family: exact, or with a proven gap.
+
+    ``evaluate`` replays a batch of leaves exactly (in order). ``deadline_s``
+    (seconds from the start) stops the search after the batch that crosses
+    it; the report then carries the bound left open. ``progress`` gets a
+    line every ``progress_every_s`` seconds and one at the end.
+    """
+    if not jobs:
+        raise PlacementError("search_placements needs at least one job (a compiled sharding)")
+    if batch_size < 1:
+        raise PlacementError(f"batch_size={batch_size} must be a positive integer, e.g. 8")
+    t0 = time.perf_counter()
+    run = _Search(jobs, evaluate, batch_size=batch_size, per_job=per_job, algorithm=algorithm)
+    forced = run.seed()
+    if forced:
+        run.record(forced)
+    last = t0
+    while True:
+        batch = run.collect()
+        if not batch:
+            break
+        run.record(batch)
+        now = time.perf_counter()
+        if progress is not None and now - last >= progress_every_s:
+            last = now
+            progress(_progress_line(run, now - t0))
+        if deadline_s is not None and now - t0 >= deadline_s:
+            break
+    report = _report(run, time.perf_counter() - t0)
+    if progress is not None:
+        progress(_progress_line(run, report.seconds, final=report))
+    return report
+
+
+def _report(run: _Search, seconds: float) -> SearchReport:
+    jobs = []
+    for j, st in enumerate(run.states):
+        scored = sorted(st.scored.values(), key=lambda s: (s.q2_s, s.leaf.label))
+        jobs.append(
+            JobReport(
+                scored=tuple(scored),
+                num_placements=st.total,
+                simulated=st.simulated,
+                repeats=st.repeats,
+                proven_worse=st.proven_worse,
+                bound_s=run.open_bound(j),
+            )
+        )
+    candidates = [(s.q2_s, run.states[j].job.name, s.leaf.label, j, s) for j, r in enumerate(jobs)
+                  for s in r.scored]  # fmt: skip
+    if not candidates:
+        raise PlacementError("the search replayed no placement (every job was empty)")
+    _, _, _, wj, winner = min(candidates, key=lambda c: c[:3])
+    bound = min([winner.q2_s, *(r.bound_s for r in jobs)])
+    return SearchReport(tuple(jobs), wj, winner, bound, seconds, run.nodes_bounded)
+
+
+def _progress_line(run: _Search, seconds: float, *, final: SearchReport | None = None) -> str:
+    total = sum(st.total for st in run.states)
+    simulated = sum(st.simulated for st in run.states)
+    worse = sum(st.proven_worse for st in run.states)
+    repeats = sum(st.repeats for st in run.states)
+    best = min((st.best() for st in run.states), default=math.inf)
+    bound = min([best, *(b for b, _, _, _ in run.heap)])
+    gap = 0.0 if best <= 0 or math.isinf(best) else max(0.0, (best - bound) / best)
+    head = "[search] done" if final is not None else "[search]"
+    return (
+        f"{head} {seconds:.1f} s: {simulated} simulated, {repeats} repeats, {worse} proven "
+        f"worse, {total - simulated - repeats - worse} open of {total} placements; best "
+        f"{best * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms, gap {gap * 100:.2f}%"
+    )

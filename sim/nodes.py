@@ -1,0 +1,172 @@
+"""The simulator's input: flows and computes forming a DAG, and its validation.
+
+A :class:`Flow` moves bytes between two chips; a :class:`Compute` is a delay
+(on a chip, or on none: a join). Both are released at ``max(start_s, finish of
+every id in after)``. :func:`validate_graph` checks a node list before a run
+and raises :class:`~sim.errors.GraphError` (ids, numbers, ``after``, cycles)
+or :class:`~sim.errors.RoutingError` (flow endpoints), so a run never hangs.
+
+>>> from sim.topology import make_slice
+>>> s = make_slice([2], link_bandwidth_bytes_per_s=1e9, hop_latency_s=0.0)
+>>> g = validate_graph(s, [Flow("a", (0,), (1,), 1e3), Compute("c", None, 0.0, after=("a",))])
+>>> g.index, g.endpoints
+({'a': 0, 'c': 1}, [((0,), (1,)), None])
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sim.coords import Coord, as_coord
+from sim.errors import GraphError
+from sim.topology import Slice
+
+__all__ = ["CheckedGraph", "Compute", "Flow", "validate_graph"]
+
+
+@dataclass(frozen=True)
+class Flow:
+    """``size_bytes`` from chip ``src`` to chip ``dst`` (coordinates on the slice).
+
+    Released at ``max(start_s, finish of every id in after)``.
+    """
+
+    id: str
+    src: tuple[int, ...]
+    dst: tuple[int, ...]
+    size_bytes: float
+    start_s: float = 0.0
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Compute:
+    """A delay of ``duration_s`` on ``chip`` (``None``: no chip, e.g. a join).
+
+    Released like a flow; uses no links; may overlap other computes on the
+    same chip unless ordered by ``after``.
+    """
+
+    id: str
+    chip: tuple[int, ...] | None
+    duration_s: float
+    start_s: float = 0.0
+    after: tuple[str, ...] = ()
+
+
+def _check_number(value: object, *, what: str, node_id: str, example: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GraphError(f"{what} of node {node_id!r} must be a number, got {value!r}; {example}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise GraphError(
+            f"{what} of node {node_id!r} is {value!r}; it must be finite and >= 0; {example}"
+        )
+    return number
+
+
+@dataclass(frozen=True)
+class CheckedGraph:
+    """What :func:`validate_graph` found: ``index[id]`` is a node's position;
+    ``endpoints[i]`` a flow's (source, destination) as tuples of plain ints
+    (``None`` for a compute)."""
+
+    index: dict[str, int]
+    endpoints: list[tuple[Coord, Coord] | None]
+
+
+def _check_node(
+    slice_: Slice, i: int, node: object, index: dict[str, int]
+) -> tuple[Coord, Coord] | None:
+    if not isinstance(node, Flow | Compute):
+        raise GraphError(f"node #{i} is {node!r}; expected a sim.engine.Flow or Compute")
+    if not isinstance(node.id, str) or not node.id:
+        raise GraphError(f"node #{i} has id {node.id!r}; ids are non-empty strings, e.g. 'f0'")
+    if node.id in index:
+        raise GraphError(
+            f"duplicate node id {node.id!r} (nodes #{index[node.id]} and #{i}); ids must be "
+            "unique, e.g. 'ag0/s1/cw/3'"
+        )
+    _check_number(node.start_s, what="start_s", node_id=node.id, example="e.g. 0.0")
+    if isinstance(node, Flow):
+        _check_number(node.size_bytes, what="size_bytes", node_id=node.id, example="e.g. 1e6")
+        shape, name = slice_.shape, slice_.name
+        return (
+            as_coord(node.src, shape=shape, slice_name=name, role=f"flow {node.id!r}: source"),
+            as_coord(node.dst, shape=shape, slice_name=name, role=f"flow {node.id!r}: destination"),
+        )
+    _check_number(node.duration_s, what="duration_s", node_id=node.id, example="e.g. 1e-4")
+    if node.chip is not None:
+        as_coord(
+            node.chip,
+            shape=slice_.shape,
+            slice_name=slice_.name,
+            role=f"compute {node.id!r}: chip",
+            error=GraphError,
+        )
+    return None
+
+
+def validate_graph(slice_: Slice, nodes: Sequence[Flow | Compute]) -> CheckedGraph:
+    """Check ``nodes`` for a run on ``slice_`` (every rule in the module doc)."""
+    index: dict[str, int] = {}
+    endpoints: list[tuple[Coord, Coord] | None] = []
+    for i, node in enumerate(nodes):
+        endpoints.append(_check_node(slice_, i, node, index))
+        index[node.id] = i
+    for node in nodes:
+        if isinstance(node.after, str) or not isinstance(node.after, tuple | list):
+            raise GraphError(
+                f"'after' of node {node.id!r} must be a tuple of ids, got {node.after!r}; "
+                "e.g. ('f1',)"
+            )
+        for dep in node.after:
+            if dep not in index:
+                raise GraphError(
+                    f"node {node.id!r} waits for unknown id {dep!r}; 'after' may only name "
+                    f"nodes given to simulate(), e.g. {next(iter(index))!r}"
+                )
+            if dep == node.id:
+                raise GraphError(f"node {node.id!r} lists itself in 'after'")
+    _check_acyclic(nodes, index)
+    return CheckedGraph(index, endpoints)
+
+
+def _check_acyclic(nodes: Sequence[Flow | Compute], index: dict[str, int]) -> None:
+    indegree = [len(set(node.after)) for node in nodes]
+    children: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        for dep in sorted(set(node.after)):
+            children[index[dep]].append(i)
+    queue = deque(i for i, d in enumerate(indegree) if d == 0)
+    seen = 0
+    while queue:
+        i = queue.popleft()
+        seen += 1
+        for c in children[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                queue.append(c)
+    if seen == len(nodes):
+        return
+    # Walk back along unfinished predecessors until a node repeats: a cycle.
+    stuck = {i for i, d in enumerate(indegree) if d > 0}
+    start = min(stuck)
+    path = [start]
+    pos = {start: 0}
+    cur = start
+    while True:
+        cur = next(index[d] for d in sorted(set(nodes[cur].after)) if index[d] in stuck)
+        if cur in pos:
+            cycle = [nodes[i].id for i in path[pos[cur] :]][::-1]
+            break
+        pos[cur] = len(path)
+        path.append(cur)
+    shown = " -> ".join(repr(c) for c in [*cycle, cycle[0]])
+    raise GraphError(
+        f"dependency cycle: {shown} (each waits for the next to finish); remove one of "
+        "these ids from an 'after' list"
+    )

@@ -1,0 +1,75 @@
+"""Fan-out: a process pool and Ray give the serial run's results and the same plan file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from aoizora.errors import AoizoraError
+from aoizora.fanout import default_workers, fan_out
+from aoizora.planner import PlanOutcome, outcome_summary, run_plan
+from aoizora.workloads.wan import parse_resolution, wan_workload
+from sim.topology import load_slice
+
+CLIP = parse_resolution("256x256", frames=5)
+MODEL = "wan-tiny"
+
+
+def test_a_process_pool_returns_what_a_serial_run_returns() -> None:
+    offset = 7  # a closure: travels by value (cloudpickle), as workloads do
+
+    def work(x: int) -> tuple[int, int]:
+        return (x + offset, os.getpid())
+
+    with fan_out(workers=1) as serial, fan_out(workers=2) as pool:
+        assert serial.label == "serial" and pool.label == "2 processes"
+        one = serial.map(work, list(range(6)))
+        many = pool.map(work, list(range(6)))
+    assert [r for r, _ in one] == [r for r, _ in many] == [x + 7 for x in range(6)]
+    assert {p for _, p in many} != {os.getpid()}  # ran elsewhere
+    assert default_workers() >= 1
+
+
+def test_bad_fan_out_arguments_are_errors() -> None:
+    with pytest.raises(AoizoraError, match="positive integer"), fan_out(workers=0):
+        pass
+
+
+def _plan(cache: Path, shared_compiles: Path, **fan: object) -> PlanOutcome:
+    cache.mkdir(parents=True, exist_ok=True)
+    shared_compiles.mkdir(parents=True, exist_ok=True)
+    link = cache / "compiled"
+    if not link.exists():
+        link.symlink_to(shared_compiles, target_is_directory=True)
+    return run_plan(
+        wan_workload(MODEL, CLIP), load_slice("v5e:2x2"), top_k=2, cache_dir=str(cache), **fan
+    )  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_the_planner_on_ray_writes_the_serial_plan(plan_cache_dir: Path, tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")  # make test installs the extra aoizora[ray]
+    shared = plan_cache_dir / "compiled"
+    serial = _plan(tmp_path / "serial", shared, workers=1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = _plan(tmp_path / "ray", shared, ray="local")
+    finally:
+        ray.shutdown()
+    assert on_ray.search is not None and on_ray.search.fan_out.startswith("ray")
+    assert serial.search is not None and serial.search.fan_out == "serial"
+    # Fresh Q2 caches on both sides: the exact replays ran in Ray workers.
+    assert on_ray.search.simulated == serial.search.simulated > 0
+    assert (
+        on_ray.plan(model=MODEL, clip=CLIP).to_json()
+        == serial.plan(model=MODEL, clip=CLIP).to_json()
+    )
+    pooled = _plan(tmp_path / "pool", shared, workers=2)
+    assert (
+        pooled.plan(model=MODEL, clip=CLIP).to_json()
+        == serial.plan(model=MODEL, clip=CLIP).to_json()
+    )
+    timings = outcome_summary(on_ray)["timings_s"]
+    assert sorted(timings) == ["compile", "rank", "stage1", "total", "winner_compile"]
