@@ -35,6 +35,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import cloudpickle
+
 from aoizora.errors import WorkloadError
 from aoizora.workloads.base import Workload
 
@@ -87,6 +89,9 @@ def _load_file(spec: str, target: str) -> tuple[ModuleType, Path]:
     except Exception as exc:
         del sys.modules[name]
         raise _failure(spec, f"running {path.name}", exc, path) from exc
+    # Worker processes (aoizora.fanout) cannot import the module by this made-up name:
+    # its functions travel by value, like a closure's.
+    cloudpickle.register_pickle_by_value(module)
     return module, path
 
 
