@@ -270,9 +270,10 @@ def parse_resolution(
         return check_wan_clip(Clip(width, height, n), cfg)
     m = re.fullmatch(r"(\d+)x(\d+)", key)
     if not m:
+        first, width, height = cfg.sizes[0]
         raise WorkloadError(
-            f"resolution {text!r} is not one of {sorted(named)} or WIDTHxHEIGHT; "
-            f"e.g. '480p' or '832x480'"
+            f"resolution {text!r} is not one of {sorted(named)} or WIDTHxHEIGHT for "
+            f"{cfg.name}; e.g. '{first}' or '{width}x{height}'"
         )
     return check_wan_clip(Clip(int(m.group(1)), int(m.group(2)), n), cfg)
 
