@@ -309,6 +309,12 @@ def test_gate_passes_on_the_shipped_set(capsys: pytest.CaptureFixture[str]) -> N
     lib = validate(rows, predictors=default_predictors())
     assert [g["mape_percent"] for g in report["groups"]] == [g.mape_percent for g in lib.groups]
     assert not gate(lib, Thresholds(min_spearman=0.9, min_top1=1.0, max_mape_percent=35.0))
+    # Ironwood is in the gate: both tpu-recipes topologies, ranked right, and (with the
+    # overhead fitted to them, topologies/tpu7x.toml) within 10% on average.
+    ironwood = {g["slice"]: g for g in report["groups"] if g["slice"].startswith("tpu7x:")}
+    assert sorted(ironwood) == ["tpu7x:2x2x1", "tpu7x:2x2x2"]
+    for g in ironwood.values():
+        assert g["n"] == 5 and g["spearman"] == 1.0 and g["top1"] and g["mape_percent"] < 10
 
 
 def _perturbed(tmp_path: Path, change: dict[str, float]) -> Path:
