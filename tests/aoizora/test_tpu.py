@@ -144,7 +144,7 @@ def test_check_slice() -> None:
 
 @needs_libtpu
 def test_check_slice_on_tpu7x_counts_chips_not_devices() -> None:
-    # tpu7x:2x2x1 is 4 chips and 8 devices (docs/facts.md, Ironwood): described.
+    # tpu7x:2x2x1 is 4 chips and 8 devices (docs/facts.md, Ironwood (TPU7x)): described.
     check_slice(load_slice("tpu7x:2x2x1"))
     assert len(topology_devices(load_slice("tpu7x:2x2x1"))) == 8
     with pytest.raises(CompileError) as info:
