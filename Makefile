@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint bootstrap clean
+.PHONY: demo test lint bootstrap core clean
 
 bootstrap: $(STAMP)
 
@@ -15,12 +15,23 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
 	touch $(TEST_STAMP)
 
-$(STAMP): pyproject.toml
+# setup.py builds the compiled event core (sim/_flowcore.c): a changed C source
+# re-runs the install, which recompiles it. Without a C compiler the install
+# still succeeds (the pure-Python core runs); CORE_STATUS prints one line
+# saying which core runs, and `make core` retries the build.
+CORE_STATUS = $(BIN)/python -c 'from sim.engine import core_status; print(core_status())'
+
+$(STAMP): pyproject.toml setup.py sim/_flowcore.c sim/_flowshare.c sim/_flowcore.h
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required, found " + sys.version.split()[0] + "; set PYTHON=python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(CORE_STATUS)
 	touch $(STAMP)
+
+core: $(STAMP)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@$(CORE_STATUS)
 
 demo: $(STAMP)
 	$(BIN)/python -m aoizora.demo

@@ -16,7 +16,7 @@ a key, written atomically:
 * ``q2/`` -- simulated step times. A replay depends on the compiled program, the
   slice (shape, wrap-around, chip and link numbers), the placement's network
   footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator
-  code (:data:`SOURCES` ``["q2"]``).
+  code (:data:`SOURCES` ``["q2"]``, its C event core included).
 
 The one key scheme: :func:`cache_key` hashes the kind's format tag, the versions,
 the fingerprint of the kind's source files and the kind's own parts.
@@ -93,6 +93,11 @@ def versions() -> str:
     return ",".join(parts)
 
 
+# Python, and the C of sim's compiled event core (sim/_flowcore.c): a change to
+# either may change a simulated step time.
+_SOURCE_SUFFIXES = (".py", ".c", ".h")
+
+
 @cache
 def code_fingerprint(sources: tuple[str, ...]) -> str:
     """Hash of the given source files/folders (``""`` for no sources)."""
@@ -101,7 +106,11 @@ def code_fingerprint(sources: tuple[str, ...]) -> str:
     digest = hashlib.sha256()
     for name in sources:
         path = _ROOT / name
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        files = (
+            sorted(f for f in path.rglob("*") if f.suffix in _SOURCE_SUFFIXES)
+            if path.is_dir()
+            else [path]
+        )
         for f in files:
             digest.update(str(f.relative_to(_ROOT)).encode())
             digest.update(f.read_bytes())

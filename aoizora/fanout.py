@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from aoizora.errors import AoizoraError
+from sim.engine import note_core_fallback
 
 __all__ = ["FanOut", "default_workers", "fan_out"]
 
@@ -67,6 +68,9 @@ class FanOut:
             self._ray = _start_ray(ray_address)
             self._remote = self._ray.remote(_run_pickled)
         elif workers > 1:
+            # Workers replay placements: say here, once, if they will run sim's
+            # pure-Python core (rather than once in every worker).
+            note_core_fallback()
             context = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
 

@@ -10,28 +10,52 @@ Cases, and how their flows arrive:
   4 MB]; src != dst uniform): flows arrive **one at a time, spread over time**
   (Poisson arrivals, 2 us apart on average: about 127 drain at once, so
   nearly every arrival and departure is its own instant and its own max-min
-  update); ``--burst`` adds the same flows all released at t=0;
+  update) -- the "staggered" case;
 - **a planner-style replay** as ``aoizora/replay.py`` builds for a compiled
   step: 50 x (a compute on every chip, then all-reduces over the rows, then
   over the columns of a 4x4 mesh, ``bidir_ring``): flows arrive in **small
-  dependent bursts** (one ring step of 4 groups at a time) between computes.
+  dependent bursts** (one ring step of 4 groups at a time) between computes;
+- ``--burst``: random flows (``--burst-count``, default 2,000) all released at
+  t=0: one **burst of thousands**, then departures one at a time while
+  thousands still drain (every departure re-shares a crowded network);
+- ``--cli``: the staggered flows as a JSON flow file through ``python -m sim
+  flows`` (a fresh process: interpreter start, imports, parsing, the engine,
+  the output), beside ``python -m sim --help`` (start and imports alone).
 
 A "flow event" is one arrival of a flow on the network (its bytes start to
 drain) or one departure (its last byte lands): two per flow. Each is a point
 where max-min rates change (changes at one instant are batched into one
-update). Rates are printed per wall second and per CPU second of the process:
-the machine is shared, so quote both with ``uptime``. Link numbers are v5e's
-(4.5e10 B/s one-way, 1 us per hop).
+update). Each case runs ``--repeat`` times and reports its fastest run in CPU
+seconds (with that run's wall seconds): the machine is shared, so quote both
+with ``uptime``. Link numbers are v5e's (4.5e10 B/s one-way, 1 us per hop).
 
-Run: ``.venv/bin/python benchmarks/sim_bench.py``
+``--baseline REV`` (default ``fd019da``, the engine before the compiled core)
+runs the same cases in a child process on ``sim/`` as of git revision REV and
+prints the CPU-time ratio per case, and whether the two results are identical
+(SHA-256 of ``SimResult.to_json_dict()``: every record, time and event);
+``--baseline none`` skips it. ``--python-core`` also times the pure-Python
+reference core (:mod:`sim.pycore`, what runs when the compiled core is not
+built) in this process and prints the compiled core's CPU-time ratio to it.
+
+Run: ``.venv/bin/python benchmarks/sim_bench.py [--burst] [--cli] [--python-core]``
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import random
+import resource
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from sim.collectives import collective_flows
 from sim.engine import Compute, Flow, simulate
@@ -41,6 +65,8 @@ __all__ = ["main", "random_flows", "row_col_storm", "step_replay"]
 
 LINK_BANDWIDTH_BYTES_PER_S = 4.5e10  # v5e one-way per link (topologies/v5e.toml)
 HOP_LATENCY_S = 1e-6  # v5e per hop (topologies/v5e.toml)
+ROOT = Path(__file__).resolve().parent.parent
+Case = Callable[[], tuple[Slice, list[Flow | Compute]]]
 
 
 def _v5e_mesh(side: int) -> Slice:
@@ -119,40 +145,200 @@ def step_replay(
     return s, nodes
 
 
-def _run(label: str, s: Slice, nodes: Sequence[Flow | Compute]) -> None:
-    flows = sum(isinstance(n, Flow) for n in nodes)
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    result = simulate(s, nodes)
-    cpu = time.process_time() - c0
-    wall = time.perf_counter() - t0
-    events = 2 * sum(1 for f in result.flows if f.hops > 0 and f.size_bytes > 0)
-    print(
-        f"{label:<44} flows={flows:>6} flow_events={events:>6} wall_s={wall:7.3f} "
-        f"flow_events_per_s={events / wall:>9.0f} cpu_s={cpu:7.3f} "
-        f"flow_events_per_cpu_s={events / cpu:>9.0f} "
-        f"simulated_makespan_us={result.makespan_s * 1e6:.1f}"
+def _cases(random_count: int, mean_gap_us: float, burst_count: int | None) -> dict[str, Case]:
+    """Label -> case builder, in the order they run (the worker rebuilds them by label)."""
+    cases: dict[str, Case] = {
+        "all-gather storm 4x4 (rows+cols, bidir, 16MB)": lambda: row_col_storm(4),
+        "all-gather storm 16x16 (rows+cols, bidir, 16MB)": lambda: row_col_storm(16),
+        f"{random_count} random flows 8x8 staggered ({mean_gap_us:g}us mean gap)": lambda: (
+            random_flows(random_count, mean_gap_s=mean_gap_us * 1e-6)
+        ),
+        "step replay 4x4 (50 x compute+row AR+col AR)": lambda: step_replay(50),
+    }
+    if burst_count:
+        cases[f"{burst_count} random flows 8x8 burst (all at t=0)"] = lambda: random_flows(
+            burst_count, mean_gap_s=0.0
+        )
+    return cases
+
+
+def measure(build: Case, repeat: int, *, core: str | None = None) -> dict[str, Any]:
+    """Fastest of ``repeat`` runs (CPU seconds) of one case, and a digest of its result."""
+    s, nodes = build()
+    best: tuple[float, float] | None = None
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = simulate(s, nodes) if core is None else simulate(s, nodes, core=core)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+        if best is None or cpu < best[0]:
+            best = (cpu, wall)
+    assert best is not None
+    text = json.dumps(result.to_json_dict())
+    return {
+        "flows": sum(isinstance(n, Flow) for n in nodes),
+        "events": 2 * sum(1 for f in result.flows if f.hops > 0 and f.size_bytes > 0),
+        "cpu_s": best[0],
+        "wall_s": best[1],
+        "makespan_us": result.makespan_s * 1e6,
+        "digest": hashlib.sha256(text.encode()).hexdigest()[:16],
+    }
+
+
+def _baseline_tree(rev: str, into: Path) -> Path:
+    """``sim/`` and ``topologies/`` as of git revision ``rev``, extracted under ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, "sim", "topologies"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    tar_path = into / "baseline.tar"
+    tar_path.write_bytes(archive)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def _child(tree: Path | None, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """This script (or ``-m sim``) in a child process, on the ``sim/`` of ``tree`` if given.
+
+    The child runs in ``tree`` (``-m`` puts the working directory first on
+    ``sys.path``) with ``tree`` on ``PYTHONPATH`` (a script's own directory
+    comes first instead).
+    """
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+        env["AOIZORA_TOPOLOGIES_DIR"] = str(tree / "topologies")
+    return subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        cwd=tree or ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     )
+
+
+def _line(label: str, got: dict[str, Any], old: dict[str, Any] | None) -> str:
+    ev = got["events"]
+    text = (
+        f"{label:<50} flows={got['flows']:>6} flow_events={ev:>6} "
+        f"cpu_s={got['cpu_s']:7.3f} flow_events_per_cpu_s={ev / got['cpu_s']:>8.0f} "
+        f"wall_s={got['wall_s']:7.3f} flow_events_per_s={ev / got['wall_s']:>8.0f} "
+        f"simulated_makespan_us={got['makespan_us']:.1f}"
+    )
+    if old is not None:
+        same = "identical" if old["digest"] == got["digest"] else "DIFFERENT"
+        text += (
+            f"\n{'':<50} baseline cpu_s={old['cpu_s']:7.3f} "
+            f"flow_events_per_cpu_s={old['events'] / old['cpu_s']:>8.0f} "
+            f"speed-up x{old['cpu_s'] / got['cpu_s']:.1f} (CPU), results {same}"
+        )
+    return text
+
+
+def _cli_cpu(tree: Path | None, args: list[str]) -> tuple[float, float]:
+    """CPU and wall seconds of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    _child(tree, args)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall
+
+
+def _cli_case(count: int, mean_gap_us: float, tree: Path | None, work: Path) -> str:
+    s, nodes = random_flows(count, mean_gap_s=mean_gap_us * 1e-6)
+    doc = {
+        "topology": {
+            "shape": list(s.shape),
+            "wraparound": False,
+            "link_bandwidth": LINK_BANDWIDTH_BYTES_PER_S,
+            "hop_latency": HOP_LATENCY_S,
+        },
+        "flows": [
+            {
+                "id": n.id,
+                "src": list(n.src),
+                "dst": list(n.dst),
+                "bytes": n.size_bytes,
+                "start": n.start_s,
+            }
+            for n in nodes
+            if isinstance(n, Flow)
+        ],
+    }
+    path = work / "flows.json"
+    path.write_text(json.dumps(doc))
+    lines = []
+    for name, where in [("now", None), ("baseline", tree)] if tree else [("now", None)]:
+        help_cpu, _ = min(_cli_cpu(where, ["-m", "sim", "--help"]) for _ in range(3))
+        cpu, wall = min(
+            _cli_cpu(where, ["-m", "sim", "flows", str(path), "--out", str(work / "out.json")])
+            for _ in range(3)
+        )
+        lines.append(
+            f"python -m sim flows ({count} staggered flows, {name:<8}) cpu_s={cpu:7.3f} "
+            f"wall_s={wall:7.3f}; of which start+imports (python -m sim --help) "
+            f"cpu_s={help_cpu:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def _worker(args: argparse.Namespace) -> None:
+    cases = _cases(args.random_count, args.mean_gap_us, args.burst_count if args.burst else None)
+    import sim
+
+    got = measure(cases[args.worker], args.repeat)
+    print(json.dumps({**got, "sim": str(Path(sim.__file__).parent)}))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--random-count", type=int, default=10_000)
     parser.add_argument("--mean-gap-us", type=float, default=2.0)
-    parser.add_argument("--burst", action="store_true", help="also run all random flows at t=0")
-    args = parser.parse_args(argv)
-    _run("all-gather storm 4x4 (rows+cols, bidir, 16MB)", *row_col_storm(4))
-    _run("all-gather storm 16x16 (rows+cols, bidir, 16MB)", *row_col_storm(16))
-    _run(
-        f"{args.random_count} random flows 8x8 ({args.mean_gap_us:g}us mean gap)",
-        *random_flows(args.random_count, mean_gap_s=args.mean_gap_us * 1e-6),
+    parser.add_argument("--burst", action="store_true", help="also run random flows at t=0")
+    parser.add_argument("--burst-count", type=int, default=2_000)
+    parser.add_argument("--cli", action="store_true", help="also time `python -m sim flows`")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (fastest counts)")
+    parser.add_argument("--baseline", default="fd019da", help="git revision, or 'none'")
+    parser.add_argument(
+        "--python-core",
+        action="store_true",
+        help="also time the pure-Python reference core (sim.pycore) on each case",
     )
-    _run("step replay 4x4 (50 x compute+row AR+col AR)", *step_replay(50))
-    if args.burst:
-        _run(
-            f"{args.random_count} random flows 8x8 (all at t=0)",
-            *random_flows(args.random_count, mean_gap_s=0.0),
-        )
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args)
+        return
+    cases = _cases(args.random_count, args.mean_gap_us, args.burst_count if args.burst else None)
+    with tempfile.TemporaryDirectory(prefix="sim_bench_") as tmp:
+        tree = None if args.baseline == "none" else _baseline_tree(args.baseline, Path(tmp))
+        for label, build in cases.items():
+            got = measure(build, args.repeat)
+            old = None
+            if tree is not None:
+                flags = ["--repeat", str(args.repeat), "--random-count", str(args.random_count)]
+                flags += ["--mean-gap-us", str(args.mean_gap_us)]
+                flags += ["--burst", "--burst-count", str(args.burst_count)] if args.burst else []
+                out = _child(tree, [__file__, "--worker", label, *flags]).stdout
+                old = json.loads(out.strip().splitlines()[-1])
+                if not old["sim"].startswith(str(tree)):
+                    raise SystemExit(f"baseline child imported sim from {old['sim']}, not {tree}")
+            print(_line(label, got, old), flush=True)
+            if args.python_core:
+                py = measure(build, args.repeat, core="python")
+                same = "identical" if py["digest"] == got["digest"] else "DIFFERENT"
+                print(
+                    f"{'':<50} python core cpu_s={py['cpu_s']:7.3f} "
+                    f"flow_events_per_cpu_s={py['events'] / py['cpu_s']:>8.0f} "
+                    f"compiled x{py['cpu_s'] / got['cpu_s']:.1f} faster (CPU), results {same}",
+                    flush=True,
+                )
+        if args.cli:
+            print(_cli_case(args.random_count, args.mean_gap_us, tree, Path(tmp)), flush=True)
 
 
 if __name__ == "__main__":

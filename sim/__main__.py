@@ -9,7 +9,6 @@ Bad input exits with status 2 and one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import NoReturn
 
 from sim.demo import demo_report
 from sim.errors import SimError
-from sim.flowfile import read_flow_file, replay
+from sim.flowfile import format_output, read_flow_file, replay
 
 __all__ = ["main"]
 
@@ -60,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except RecursionError:
         return _fail(f"{args.file!r} is nested too deeply to be a flow file")
-    text = json.dumps(output, indent=2) + "\n"
+    text = format_output(output)
     if args.out is None:
         sys.stdout.write(text)
         return 0

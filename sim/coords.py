@@ -22,9 +22,8 @@ sim.errors.RoutingError: source coordinate (0.0, 0) is not a chip of slice v5e:2
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Iterable, Sequence
-
-import numpy as np
 
 from sim.errors import RoutingError, SimError
 
@@ -37,8 +36,13 @@ def is_index(value: object) -> bool:
     """True for a Python or numpy integer that is not a bool."""
     if type(value) is int:
         return True
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        return False
     # numpy's bool_ is not numbers.Integral today; exclude it explicitly anyway.
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+    # Only a process that imported numpy can hold one, so numpy is not imported
+    # here (`python -m sim flows` starts faster without it).
+    numpy = sys.modules.get("numpy")
+    return numpy is None or not isinstance(value, numpy.bool_)
 
 
 def on_shape(coord: Sequence[object], shape: Sequence[int]) -> bool:

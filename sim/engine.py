@@ -1,4 +1,4 @@
-"""The fluid max-min flow engine, driven by a SimPy event clock.
+"""The fluid max-min flow engine: a compiled event core, and a pure-Python twin.
 
 Model (fixed; see docs/simulator.md):
 
@@ -18,12 +18,17 @@ Model (fixed; see docs/simulator.md):
   ``after`` (a compiled schedule is already a total order per chip). A compute
   with ``chip=None`` and ``duration_s=0`` is a join/barrier node.
 
-Time advances from instant to instant in a SimPy process; the instants come
-from an agenda of releases, drain starts and compute finishes plus the next
-predicted flow finish. The run is deterministic: the same nodes give the same
-floats, events and records. Bad input raises :class:`~sim.errors.GraphError`
-or :class:`~sim.errors.RoutingError` (:func:`sim.nodes.validate_graph`)
-before anything runs, so a run never hangs.
+Two event cores run this model and agree bit for bit: the compiled core
+(``sim/_flowcore.c``, built with the package; the default) handles every
+release, drain, finish and max-min update in C on a heap agenda, and the
+pure-Python reference (:mod:`sim.pycore`) steps a SimPy clock from instant to
+instant over the same agenda with :class:`sim.sharing.LinkSharing`. The
+instants come from the agenda of releases, drain starts and compute finishes
+plus the next predicted flow finish. The run is deterministic: the same nodes
+give the same floats, events and records, whichever core runs them. Bad
+input raises :class:`~sim.errors.GraphError` or
+:class:`~sim.errors.RoutingError` (:func:`sim.nodes.validate_graph`) before
+anything runs, so a run never hangs.
 
 Example: two equal flows share one link, then a compute waits for both.
 
@@ -37,282 +42,143 @@ Example: two equal flows share one link, then a compute waits for both.
 
 from __future__ import annotations
 
-import heapq
+import logging
 import math
-from collections.abc import Generator, Sequence
+import os
+from collections.abc import Sequence
+from types import ModuleType
 
-import simpy
-
-from sim.cables import channels
+from sim.errors import SimError
 from sim.maxmin import max_min_rates
-from sim.nodes import CheckedGraph, Compute, Flow, validate_graph
-from sim.records import RateSnapshot, SimResult, build_result
-from sim.routing import route_link_ids
-from sim.sharing import LinkSharing
+from sim.nodes import Compute, Flow, validate_graph
+from sim.problem import Problem, build_problem
+from sim.pycore import CoreOutput, run_python
+from sim.records import Event, RateSnapshot, SimResult, build_result
+from sim.sharing import _BATCH_PAIRS
 from sim.topology import Slice
 
-__all__ = ["Compute", "Flow", "max_min_rates", "simulate"]
+__all__ = [
+    "CORES",
+    "Compute",
+    "Flow",
+    "compiled_core",
+    "core_status",
+    "max_min_rates",
+    "note_core_fallback",
+    "simulate",
+]
 
-# Flows predicted to finish within this relative distance of "now" finish now.
-_FINISH_REL_TOL = 1e-12
-# Agenda actions.
-_RELEASE, _DRAIN, _DONE = 0, 1, 2
-
-
-def _routes(
-    slice_: Slice, graph: CheckedGraph, order: Sequence[int] | None
-) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """Per node: its route as slice link ids and as sharing channels (``()`` for computes)."""
-    chan = channels(slice_).channel_of
-    cache: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]
-    cache = {}
-    link_routes: list[tuple[int, ...]] = []
-    channel_routes: list[tuple[int, ...]] = []
-    for key in graph.endpoints:
-        if key is not None:
-            # Keys are canonical int tuples (validate_graph): (0.0, 0) never
-            # reaches the cache, where it would equal (0, 0).
-            got = cache.get(key)
-            if got is None:
-                ids = tuple(route_link_ids(slice_, key[0], key[1], order=order).tolist())
-                got = cache[key] = (ids, tuple(chan[k] for k in ids))
-            link_routes.append(got[0])
-            channel_routes.append(got[1])
-        else:
-            link_routes.append(())
-            channel_routes.append(())
-    return link_routes, channel_routes
+CORES = ("compiled", "python")
+# The interface version of sim/_flowcore.c this module calls (its VERSION).
+_CORE_VERSION = 2
+_REBUILD = (
+    "to build it, install a C compiler and the Python headers (e.g. `apt-get install gcc "
+    "python3-dev`) and run `make core` in the repository (or `pip install -e .`)"
+)
+# The fallback's one line goes to the "sim" logger: without logging set up,
+# Python prints it alone on stderr. Once per process, and not again in the
+# processes it starts afterwards (a planner's worker pool inherits _NOTED_ENV).
+_log = logging.getLogger("sim")
+_NOTED_ENV = "SIM_CORE_FALLBACK_NOTED"
+_warned = False
+# benchmarks/sim_bench.py --python-core: x1.6 to x17 CPU time (staggered: x8-9; burst: x17).
+_SLOWER = "up to 17x"
 
 
-class _Run:
-    """One simulation: the DAG's life cycle, an agenda, and the draining flows."""
-
-    def __init__(
-        self,
-        slice_: Slice,
-        nodes: Sequence[Flow | Compute],
-        graph: CheckedGraph,
-        order: Sequence[int] | None,
-        record_rates: bool,
-    ) -> None:
-        self.slice = slice_
-        self.nodes = nodes
-        n = len(nodes)
-        index = graph.index
-        self.link_routes, routes = _routes(slice_, graph, order)
-        self.net = LinkSharing(channels(slice_).capacity_bytes_per_s, num_flows=n)
-        for i, r in enumerate(routes):
-            if r:
-                self.net.set_route(i, r)
-        self.size_bytes = [float(nd.size_bytes) if isinstance(nd, Flow) else 0.0 for nd in nodes]
-        self.waiting = [len(set(nd.after)) for nd in nodes]
-        self.ready_s = [float(nd.start_s) for nd in nodes]
-        self.children: list[list[int]] = [[] for _ in nodes]
-        for i, nd in enumerate(nodes):
-            for dep in sorted(set(nd.after), key=index.__getitem__):
-                self.children[index[dep]].append(i)
-        self.release_s = [math.nan] * n
-        self.drain_s = [math.nan] * n
-        self.finish_s = [math.nan] * n
-        self.events: list[tuple[float, str, str]] = []
-        self.record_rates = record_rates
-        self.rate_log: list[RateSnapshot] = []
-        self.latency_s = slice_.hop_latency_s
-        self.now = 0.0
-        self.agenda: list[tuple[float, int, int, int]] = []  # (time, seq, action, node)
-        self.seq = 0
-        self.work: list[int] = []  # nodes released at `now`, in order
-        self.arrivals: list[int] = []  # flows starting to drain at `now`
-        # Draining flows, in drain order: remaining bytes as of updated_s.
-        self.active: dict[int, None] = {}
-        self.remaining = [0.0] * n
-        self.updated_s = [0.0] * n
-        self.predicted_s = [math.inf] * n
-        self.drain_seq = [0] * n
-        self.finishes: list[tuple[float, int, int]] = []  # (finish, drain seq, node)
-        self.env = simpy.Environment()
-
-    # -- the DAG -----------------------------------------------------------
-
-    def _at(self, time_s: float, action: int, i: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.agenda, (time_s, self.seq, action, i))
-
-    def _release(self, i: int) -> None:
-        now = self.now
-        self.release_s[i] = now
-        node = self.nodes[i]
-        self.events.append((now, "release", node.id))
-        if isinstance(node, Compute):
-            if node.duration_s > 0:
-                self._at(now + node.duration_s, _DONE, i)
-            else:
-                self._finish(i)
-            return
-        hops = len(self.link_routes[i])
-        if hops == 0:
-            self.drain_s[i] = now
-            self._finish(i)
-        elif self.latency_s > 0:
-            self._at(now + hops * self.latency_s, _DRAIN, i)
-        else:
-            self._drain(i)
-
-    def _drain(self, i: int) -> None:
-        now = self.now
-        self.drain_s[i] = now
-        self.events.append((now, "drain", self.nodes[i].id))
-        if self.size_bytes[i] == 0:
-            self._finish(i)
-        else:
-            self.arrivals.append(i)
-
-    def _finish(self, i: int) -> None:
-        now = self.now
-        self.finish_s[i] = now
-        self.events.append((now, "finish", self.nodes[i].id))
-        ready = self.ready_s
-        for c in self.children[i]:
-            self.waiting[c] -= 1
-            if now > ready[c]:
-                ready[c] = now
-            if self.waiting[c] == 0:
-                if ready[c] > now:
-                    self._at(ready[c], _RELEASE, c)
-                else:
-                    self.work.append(c)
-
-    def _run_work(self) -> None:
-        work = self.work
-        k = 0
-        while k < len(work):  # releases may release more (zero-time chains)
-            self._release(work[k])
-            k += 1
-        work.clear()
-
-    # -- the network -------------------------------------------------------
-
-    def _departures(self) -> list[int]:
-        """Pop the flows whose predicted finish is now, in drain order."""
-        heap = self.finishes
-        predicted = self.predicted_s
-        active = self.active
-        limit = self.now * (1.0 + _FINISH_REL_TOL)
-        done: list[int] = []
-        while heap:
-            t, _, i = heap[0]
-            if i not in active or predicted[i] != t:
-                heapq.heappop(heap)  # stale: the flow's rate changed or it left
-                continue
-            if t > limit:
-                break
-            heapq.heappop(heap)
-            del active[i]
-            done.append(i)
-        done.sort(key=self.drain_seq.__getitem__)
-        return done
-
-    def _reshare(self, leaving: list[int]) -> None:
-        """One max-min update for this instant's arrivals and departures."""
-        now = self.now
-        arriving = self.arrivals
-        self.arrivals = []
-        for i in arriving:
-            self.drain_seq[i] = self.seq = self.seq + 1
-            self.active[i] = None
-            self.remaining[i] = self.size_bytes[i]
-            self.updated_s[i] = now
-        rate = self.net.rate
-        remaining, updated, predicted = self.remaining, self.updated_s, self.predicted_s
-        heap, seq = self.finishes, self.drain_seq
-        for f, old in self.net.update(now, arrivals=arriving, departures=leaving):
-            if old > 0.0:
-                remaining[f] -= old * (now - updated[f])
-                updated[f] = now
-            r = rate[f]
-            left = remaining[f]
-            t = now + (left if left > 0.0 else 0.0) / r if r > 0.0 else math.inf
-            predicted[f] = t
-            heapq.heappush(heap, (t, seq[f], f))
-        if self.record_rates:
-            ids = self.nodes
-            self.rate_log.append(
-                RateSnapshot(now, tuple((ids[i].id, rate[i]) for i in self.active))
-            )
-
-    def _instant(self) -> None:
-        """Everything that happens at ``now``: agenda items, finishes, one reshare."""
-        now = self.now
-        agenda = self.agenda
-        while agenda and agenda[0][0] <= now:
-            _, _, action, i = heapq.heappop(agenda)
-            if action == _RELEASE:
-                self._release(i)
-            elif action == _DRAIN:
-                self._drain(i)
-            else:
-                self._finish(i)
-            self._run_work()
-        leaving: list[int] = []
-        while True:
-            done = self._departures()
-            if not done:
-                break
-            leaving.extend(done)
-            for i in done:
-                self._finish(i)
-            self._run_work()
-        if leaving or self.arrivals:
-            self._reshare(leaving)
-
-    def _next_s(self) -> float:
-        if self.arrivals:  # released and draining at once (no latency): now
-            return self.now
-        t = self.agenda[0][0] if self.agenda else math.inf
-        heap, active, predicted = self.finishes, self.active, self.predicted_s
-        while heap and (heap[0][2] not in active or predicted[heap[0][2]] != heap[0][0]):
-            heapq.heappop(heap)
-        if heap and heap[0][0] < t:
-            t = heap[0][0]
-        return t
-
-    def _clock(self) -> Generator[simpy.Event, None, None]:
-        """The SimPy process: sleep until the next instant, handle it, repeat."""
-        env = self.env
-        while True:
-            t = self._next_s()
-            if t == math.inf:
-                return
-            if t > self.now:
-                # SimPy keeps the clock; the instant itself is taken from the
-                # agenda so that float sums never shift an event.
-                yield env.timeout(t - self.now)
-                self.now = t
-            self._instant()
-
-    def run(self) -> SimResult:
-        for i in range(len(self.nodes)):
-            if self.waiting[i] == 0:
-                if self.ready_s[i] > 0:
-                    self._at(self.ready_s[i], _RELEASE, i)
-                else:
-                    self.work.append(i)
-        self._run_work()
-        self.env.process(self._clock())
-        self.env.run()
-        unfinished = [self.nodes[i].id for i, f in enumerate(self.finish_s) if math.isnan(f)]
-        if unfinished:  # cannot happen for a validated DAG; never return silently
-            raise RuntimeError(f"simulation ended with unfinished nodes {unfinished[:5]}")
-        self.net.close(self.now)
-        return build_result(
-            self.slice,
-            self.nodes,
-            link_routes=self.link_routes,
-            times=(self.release_s, self.drain_s, self.finish_s),
-            channel_busy_s=self.net.busy_s,
-            events=self.events,
-            rate_log=self.rate_log,
+def compiled_core() -> tuple[ModuleType | None, str]:
+    """The compiled core module, or ``None`` and why it cannot be used."""
+    try:
+        import sim._flowcore as _flowcore
+    except ImportError as exc:
+        return None, f"sim._flowcore is not built ({exc}); {_REBUILD}"
+    version = getattr(_flowcore, "VERSION", None)
+    if version != _CORE_VERSION:
+        return None, (
+            f"sim._flowcore is stale (interface version {version}, this sim needs "
+            f"{_CORE_VERSION}); {_REBUILD}"
         )
+    return _flowcore, ""
+
+
+def core_status() -> str:
+    """One line: which event core :func:`simulate` runs by default, and why.
+
+    >>> core_status().startswith("sim: ")
+    True
+    """
+    module, why = compiled_core()
+    if module is None:
+        return (
+            f"sim: the compiled event core is unavailable, so the pure-Python core runs "
+            f"instead (same results, {_SLOWER} slower on large runs): {why}"
+        )
+    return f"sim: the compiled event core is built ({module.__file__})"
+
+
+def note_core_fallback() -> None:
+    """Log :func:`core_status` once if the pure-Python core will run by default.
+
+    Call it before starting worker processes that simulate: they inherit
+    ``SIM_CORE_FALLBACK_NOTED`` and stay quiet, so a run prints the line once.
+    """
+    global _warned
+    if _warned or os.environ.get(_NOTED_ENV):
+        _warned = True
+        return
+    module, _ = compiled_core()
+    if module is None:
+        _warned = True
+        os.environ[_NOTED_ENV] = "1"
+        _log.warning(core_status())
+
+
+def _run_compiled(
+    module: ModuleType, p: Problem, *, record_rates: bool, batch_pairs: int
+) -> CoreOutput:
+    release, drain, finish, events, busy, log = module.run(
+        p.capacity_bytes_per_s,
+        p.route_ptr,
+        p.route_chan,
+        p.size_bytes,
+        p.duration_s,
+        p.is_flow,
+        p.ready_s,
+        p.waiting,
+        p.child_ptr,
+        p.child_idx,
+        p.ids,
+        p.hop_latency_s,
+        batch_pairs,
+        record_rates,
+        Event,
+    )
+    rate_log = None if log is None else [RateSnapshot(t, rates) for t, rates in log]
+    return CoreOutput(release, drain, finish, events, busy, rate_log)
+
+
+def run_core(
+    problem: Problem,
+    *,
+    core: str | None = None,
+    record_rates: bool = False,
+    batch_pairs: int = _BATCH_PAIRS,
+) -> CoreOutput:
+    """Replay ``problem`` on the chosen event core (see :func:`simulate`)."""
+    if core is not None and core not in CORES:
+        raise SimError(
+            f"core={core!r} is not an event core; choose one of {CORES} "
+            "(or None: compiled when built, else python)"
+        )
+    if core != "python":
+        module, why = compiled_core()
+        if module is not None:
+            return _run_compiled(
+                module, problem, record_rates=record_rates, batch_pairs=batch_pairs
+            )
+        if core == "compiled":
+            raise SimError(why)
+        note_core_fallback()
+    return run_python(problem, record_rates=record_rates, batch_pairs=batch_pairs)
 
 
 def simulate(
@@ -321,12 +187,17 @@ def simulate(
     *,
     routing_order: Sequence[int] | None = None,
     record_rates: bool = False,
+    core: str | None = None,
 ) -> SimResult:
     """Replay ``nodes`` (flows and computes, a DAG through ``after``) on ``slice_``.
 
     ``routing_order`` is the dimension order of :func:`sim.routing.route`
     (default x, y, z). ``record_rates=True`` also logs every max-min
-    allocation (for tests and debugging; it costs time).
+    allocation (for tests and debugging; it costs time). ``core`` picks the
+    event core: ``"compiled"`` (``sim/_flowcore.c``; an error if it is not
+    built), ``"python"`` (the pure-Python reference, :mod:`sim.pycore`) or
+    ``None`` (compiled when built, else python with a warning); both give
+    identical results.
 
     >>> from sim.topology import load_slice
     >>> s = load_slice("v5e:2x4")
@@ -335,4 +206,17 @@ def simulate(
     (4, 104.0)
     """
     graph = validate_graph(slice_, nodes)
-    return _Run(slice_, nodes, graph, routing_order, record_rates).run()
+    problem = build_problem(slice_, nodes, graph, routing_order)
+    out = run_core(problem, core=core, record_rates=record_rates)
+    unfinished = [problem.ids[i] for i, f in enumerate(out.finish_s) if math.isnan(f)]
+    if unfinished:  # cannot happen for a validated DAG; never return silently
+        raise RuntimeError(f"simulation ended with unfinished nodes {unfinished[:5]}")
+    return build_result(
+        slice_,
+        nodes,
+        link_routes=problem.link_routes,
+        times=(out.release_s, out.drain_s, out.finish_s),
+        channel_busy_s=out.busy_s,
+        events=out.events,
+        rate_log=out.rate_log or (),
+    )

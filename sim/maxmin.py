@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["max_min_rates", "progressive_filling", "saturation_level"]
 
@@ -136,12 +138,15 @@ def max_min_rates(
     smallest among the links of all flows crossing it), which includes the
     global one, and removes their rates from their links.
 
+    >>> import numpy as np
     >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), 2, np.array([1.0, 10.0]))
     array([0.5, 0.5])
     >>> max_min_rates(np.array([0, 1, 2, 2]), np.array([0, 0, 1, 0]), 3,
     ...               np.array([3.0, 0.5]))
     array([1.25, 1.25, 0.5 ])
     """
+    import numpy as np  # here, not at import: sim's command line starts without it
+
     rate = np.zeros(num_flows)
     if num_flows == 0:
         return rate

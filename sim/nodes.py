@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sim.coords import Coord, as_coord
 from sim.errors import GraphError
@@ -58,6 +58,8 @@ class Compute:
 
 
 def _check_number(value: object, *, what: str, node_id: str, example: str) -> float:
+    if type(value) is float and 0.0 <= value < math.inf:
+        return value  # the common case, decided without the general checks
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise GraphError(f"{what} of node {node_id!r} must be a number, got {value!r}; {example}")
     number = float(value)
@@ -72,10 +74,13 @@ def _check_number(value: object, *, what: str, node_id: str, example: str) -> fl
 class CheckedGraph:
     """What :func:`validate_graph` found: ``index[id]`` is a node's position;
     ``endpoints[i]`` a flow's (source, destination) as tuples of plain ints
-    (``None`` for a compute)."""
+    (``None`` for a compute); ``waiting[i]`` how many distinct nodes node ``i``
+    waits for; ``children[i]`` the nodes that wait for it, by position."""
 
     index: dict[str, int]
     endpoints: list[tuple[Coord, Coord] | None]
+    waiting: list[int] = field(default_factory=list)
+    children: list[list[int]] = field(default_factory=list)
 
 
 def _check_node(
@@ -117,13 +122,31 @@ def validate_graph(slice_: Slice, nodes: Sequence[Flow | Compute]) -> CheckedGra
     for i, node in enumerate(nodes):
         endpoints.append(_check_node(slice_, i, node, index))
         index[node.id] = i
-    for node in nodes:
-        if isinstance(node.after, str) or not isinstance(node.after, tuple | list):
+    waiting, children = _dependencies(nodes, index)
+    _check_acyclic(nodes, index, waiting, children)
+    return CheckedGraph(index, endpoints, waiting, children)
+
+
+def _dependencies(
+    nodes: Sequence[Flow | Compute], index: dict[str, int]
+) -> tuple[list[int], list[list[int]]]:
+    """Check every ``after``; per node the number of distinct dependencies, and its children.
+
+    Children are listed in node order, each parent's ``after`` read in the
+    position order of its entries (the order the engine releases them in).
+    """
+    waiting: list[int] = []
+    children: list[list[int]] = [[] for _ in nodes]
+    for i, node in enumerate(nodes):
+        after = node.after
+        if isinstance(after, str) or not isinstance(after, tuple | list):
             raise GraphError(
-                f"'after' of node {node.id!r} must be a tuple of ids, got {node.after!r}; "
-                "e.g. ('f1',)"
+                f"'after' of node {node.id!r} must be a tuple of ids, got {after!r}; e.g. ('f1',)"
             )
-        for dep in node.after:
+        if not after:
+            waiting.append(0)
+            continue
+        for dep in after:
             if dep not in index:
                 raise GraphError(
                     f"node {node.id!r} waits for unknown id {dep!r}; 'after' may only name "
@@ -131,16 +154,20 @@ def validate_graph(slice_: Slice, nodes: Sequence[Flow | Compute]) -> CheckedGra
                 )
             if dep == node.id:
                 raise GraphError(f"node {node.id!r} lists itself in 'after'")
-    _check_acyclic(nodes, index)
-    return CheckedGraph(index, endpoints)
+        deps = sorted({index[dep] for dep in after})
+        waiting.append(len(deps))
+        for d in deps:
+            children[d].append(i)
+    return waiting, children
 
 
-def _check_acyclic(nodes: Sequence[Flow | Compute], index: dict[str, int]) -> None:
-    indegree = [len(set(node.after)) for node in nodes]
-    children: list[list[int]] = [[] for _ in nodes]
-    for i, node in enumerate(nodes):
-        for dep in sorted(set(node.after)):
-            children[index[dep]].append(i)
+def _check_acyclic(
+    nodes: Sequence[Flow | Compute],
+    index: dict[str, int],
+    waiting: list[int],
+    children: list[list[int]],
+) -> None:
+    indegree = list(waiting)
     queue = deque(i for i, d in enumerate(indegree) if d == 0)
     seen = 0
     while queue:

@@ -205,7 +205,7 @@ def build_result(
     link_routes: Sequence[tuple[int, ...]],
     times: tuple[Sequence[float], Sequence[float], Sequence[float]],
     channel_busy_s: Sequence[float],
-    events: Sequence[tuple[float, str, str]],
+    events: Sequence[Event],
     rate_log: Sequence[RateSnapshot],
 ) -> SimResult:
     """Assemble a :class:`SimResult` from one run's arrays (``times``: release, drain, finish).
@@ -253,7 +253,7 @@ def build_result(
         flows=tuple(flows),
         computes=tuple(computes),
         links=_link_records(slice_, link_bytes, channel_busy_s, makespan_s),
-        events=tuple(map(Event._make, events)),
+        events=tuple(events),
         rate_log=tuple(rate_log),
     )
 

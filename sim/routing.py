@@ -29,15 +29,18 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sim.coords import Coord, as_coord
 from sim.errors import RoutingError
 from sim.topology import Link, Slice
 
-__all__ = ["default_order", "hop_count", "route", "route_link_ids"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["check_order", "default_order", "hop_count", "link_ids", "route", "route_link_ids"]
 
 
 def default_order(slice_: Slice) -> tuple[int, ...]:
@@ -45,7 +48,7 @@ def default_order(slice_: Slice) -> tuple[int, ...]:
     return tuple(range(slice_.num_dims))
 
 
-def _check_order(slice_: Slice, order: Sequence[int] | None) -> tuple[int, ...]:
+def check_order(slice_: Slice, order: Sequence[int] | None) -> tuple[int, ...]:
     if order is None:
         return default_order(slice_)
     out = tuple(order)
@@ -93,7 +96,7 @@ def route(
     an ``order`` that is not a permutation of the dimensions. ``src == dst``
     gives the empty route.
     """
-    ordering = _check_order(slice_, order)
+    ordering = check_order(slice_, order)
     a = _check_coord(slice_, src, "source")
     b = _check_coord(slice_, dst, "destination")
     key = ("route", a, b, ordering)
@@ -116,6 +119,63 @@ def route(
     return result
 
 
+def _link_table(slice_: Slice) -> tuple[list[int], tuple[int, ...]]:
+    """Link id by ``(chip number * dims + dim) * 2 + (0 if +1 else 1)``, and the chip strides.
+
+    The link a route takes from a chip along ``dim`` in one direction (``-1``
+    where there is none): what :func:`route` builds as a :class:`Link` and
+    :meth:`Slice.link_id` looks up, as integers.
+    """
+    cached = slice_._cache.get("link_table")
+    if cached is not None:
+        return cached
+    dims = slice_.num_dims
+    strides = tuple(math.prod(slice_.shape[:d]) for d in range(dims))
+    table = [-1] * (slice_.num_chips * dims * 2)
+    for k, link in enumerate(slice_.links):
+        d = link.dim
+        ahead = (link.dst[d] - link.src[d]) % slice_.shape[d]
+        # +1 steps to the next chip without crossing the wrap, or across it
+        # from the last chip to the first; on a length-2 ring the plain cable
+        # 0->1 and the wrap cable 1->0 are the +1 ones.
+        forward = ahead == 1 and (link.wrap == (link.src[d] == slice_.shape[d] - 1))
+        table[(slice_.physical_id(link.src) * dims + d) * 2 + (0 if forward else 1)] = k
+    result = (table, strides)
+    slice_._cache["link_table"] = result
+    return result
+
+
+def link_ids(slice_: Slice, src: Coord, dst: Coord, ordering: tuple[int, ...]) -> tuple[int, ...]:
+    """:func:`route_link_ids` as a tuple, for callers that checked their inputs.
+
+    ``src`` and ``dst`` must be canonical coordinates of the slice (tuples of
+    ints, :func:`sim.coords.as_coord`) and ``ordering`` a permutation of the
+    dimensions; the engine checks them once per run, not once per flow.
+    """
+    key = ("link_ids", src, dst, ordering)
+    cached = slice_._cache.get(key)
+    if cached is not None:
+        return cached
+    table, strides = _link_table(slice_)
+    dims = slice_.num_dims
+    shape = slice_.shape
+    cur = list(src)
+    chip = sum(c * s for c, s in zip(src, strides, strict=True))
+    ids: list[int] = []
+    for dim in ordering:
+        n = shape[dim]
+        direction, count = _steps(n, cur[dim], dst[dim], slice_.wraparound[dim])
+        side = 0 if direction == 1 else 1
+        for _ in range(count):
+            ids.append(table[(chip * dims + dim) * 2 + side])
+            pos = (cur[dim] + direction) % n
+            chip += (pos - cur[dim]) * strides[dim]
+            cur[dim] = pos
+    result = tuple(ids)
+    slice_._cache[key] = result
+    return result
+
+
 def route_link_ids(
     slice_: Slice,
     src: Sequence[int],
@@ -124,17 +184,16 @@ def route_link_ids(
     order: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Indices into ``slice_.links`` of :func:`route` (cached; for the engine)."""
-    ordering = _check_order(slice_, order)
+    ordering = check_order(slice_, order)
     a = _check_coord(slice_, src, "source")
     b = _check_coord(slice_, dst, "destination")
     key = ("ids", a, b, ordering)
     cached = slice_._cache.get(key)
     if cached is not None:
         return cached
-    ids = np.fromiter(
-        (slice_.link_id(link) for link in route(slice_, a, b, order=ordering)),
-        dtype=np.int64,
-    )
+    import numpy as np  # here, not at import: `python -m sim flows` never needs it
+
+    ids = np.array(link_ids(slice_, a, b, ordering), dtype=np.int64)
     ids.setflags(write=False)
     slice_._cache[key] = ids
     return ids

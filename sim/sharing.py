@@ -61,8 +61,6 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
 from sim.maxmin import max_min_rates
 
 __all__ = ["LinkSharing"]
@@ -186,6 +184,8 @@ class LinkSharing:
 
     def _solve_all(self, new: list[int]) -> list[tuple[int, float]]:
         """Re-solve every draining flow with numpy; rebuild levels and bottlenecks."""
+        import numpy as np  # here, not at import: sim's command line starts without it
+
         flows = list(self.draining)
         links = self.links
         lengths = [len(links[f]) for f in flows]

@@ -89,8 +89,8 @@ def _load_file(spec: str, target: str) -> tuple[ModuleType, Path]:
     except Exception as exc:
         del sys.modules[name]
         raise _failure(spec, f"running {path.name}", exc, path) from exc
-    # Worker processes (aoizora.fanout) cannot import the module by this made-up name:
-    # its functions travel by value, like a closure's.
+    # Fan-out workers (a spawned process pool, Ray) cannot import this module
+    # by its made-up name: cloudpickle sends its functions and classes by value.
     cloudpickle.register_pickle_by_value(module)
     return module, path
 

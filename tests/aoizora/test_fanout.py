@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,38 @@ def test_a_process_pool_returns_what_a_serial_run_returns() -> None:
     assert [r for r, _ in one] == [r for r, _ in many] == [x + 7 for x in range(6)]
     assert {p for _, p in many} != {os.getpid()}  # ran elsewhere
     assert default_workers() >= 1
+
+
+_POOL_WITHOUT_THE_COMPILED_CORE = """
+from aoizora.fanout import fan_out
+from sim.engine import Flow, simulate
+from sim.topology import make_slice
+
+def work(n: int) -> float:
+    s = make_slice([3], link_bandwidth_bytes_per_s=1e9, hop_latency_s=1e-6)
+    return simulate(s, [Flow("f", (0,), (2,), 1e6 * n)]).makespan_s
+
+if __name__ == "__main__":  # spawned workers import this file too
+    with fan_out(workers=2) as pool:
+        print(pool.map(work, [1, 2, 3, 4]), work(1))
+"""
+
+
+def test_a_pool_without_the_compiled_core_says_so_once(tmp_path: Path) -> None:
+    # No C compiler at install: the planner and every pool worker run sim's
+    # pure-Python core, and the user reads one line about it, not one per process.
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['sim._flowcore'] = None\n")
+    script = tmp_path / "pool.py"
+    script.write_text(_POOL_WITHOUT_THE_COMPILED_CORE)
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "SIM_CORE_FALLBACK_NOTED"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(root)])
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.strip() == "[0.001002, 0.002002, 0.003002, 0.004002] 0.001002"
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("sim: the compiled event core is unavailable") and "make core" in line
 
 
 def test_bad_fan_out_arguments_are_errors() -> None:

@@ -214,3 +214,41 @@ def test_the_tree_counts_its_leaves_without_visiting_them() -> None:
     big = PlacementSpace((2, 64, 2), load_slice("v5e:16x16"))
     assert big.count() == 175716  # raw descriptions; listed in docs/placements.md
     assert math.isfinite(NodeBounds(mesh_program((2, 64, 2)), big).bound(big.roots()[0]))
+
+
+def test_the_planner_runs_the_compiled_core_and_the_python_core_agrees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # aoizora calls sim.engine.simulate without choosing a core: it must get
+    # the compiled one, and the pure-Python core (what runs without a C
+    # compiler) must give the same floats, so plans do not depend on the build.
+    import sim.engine
+
+    calls = {"compiled": 0, "python": 0}
+    for name, wrapped in (("compiled", "_run_compiled"), ("python", "run_python")):
+        real = getattr(sim.engine, wrapped)
+
+        def counted(*args: object, _real: object = real, _name: str = name, **kw: object) -> object:
+            calls[_name] += 1
+            return _real(*args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(sim.engine, wrapped, counted)
+
+    def run() -> list[tuple[float, ...]]:
+        out = []
+        for name, wrap, shape in EXACT_CASES[:4]:
+            s = _slice(name, wrap)
+            graph = mesh_program(shape, scale=8, same_axis=False)
+            exact = ExactQ2(graph, s)
+            for p in list(raw_placements(shape, s, directions=True))[:3]:
+                full = replay(graph, s, p.order)
+                out.append((full.step_time_s, *full.region_times_s, exact.step_time(p.order)))
+        return out
+
+    compiled = run()
+    assert calls["compiled"] > 0 and calls["python"] == 0
+    monkeypatch.setattr(sim.engine, "compiled_core", lambda: (None, "blocked by the test"))
+    monkeypatch.setattr(sim.engine, "_warned", True)
+    python = run()
+    assert calls["python"] == calls["compiled"]  # nothing served from a cache
+    assert repr(python) == repr(compiled)  # equal text: equal doubles

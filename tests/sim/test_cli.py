@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sim.flowfile import replay
+from sim.flowfile import FlowFileError, _checked_flow, _plain_flow, format_output, replay
+from sim.topology import make_slice
 
 SPEC_EXAMPLE: dict[str, Any] = {
     "topology": {
@@ -160,3 +163,75 @@ def test_demo_shows_placement_changes_time() -> None:
     lines = proc.stdout.splitlines()
     times = [float(line.split("time=")[1].split()[0]) for line in lines if "time=" in line]
     assert len(times) == 2 and times[0] > times[1] > 0
+
+
+_JSON_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 5),
+    st.integers(2**53 - 1, 2**53 + 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=2),
+    st.lists(st.integers(-1, 4), max_size=3),
+    st.lists(st.text(max_size=2), max_size=2),
+    st.lists(st.floats(0, 3), max_size=2),
+)
+
+
+@st.composite
+def flow_items(draw: st.DrawFn) -> Any:
+    """Flow objects, mostly valid, some with a wrong, missing or extra field."""
+    item: dict[str, Any] = {
+        "id": draw(st.sampled_from(["f", "g7", ""])),
+        "src": draw(st.lists(st.integers(0, 3), min_size=2, max_size=2)),
+        "dst": draw(st.lists(st.integers(0, 3), min_size=2, max_size=2)),
+        "bytes": draw(st.one_of(st.floats(0, 1e9), st.integers(0, 10**6))),
+    }
+    if draw(st.booleans()):
+        item["start"] = draw(st.one_of(st.floats(0, 1.0), st.integers(0, 3)))
+    if draw(st.booleans()):
+        item["after"] = draw(st.lists(st.sampled_from(["a", "b"]), max_size=2))
+    for _ in range(draw(st.integers(0, 2))):
+        key = draw(st.sampled_from(["id", "src", "dst", "bytes", "start", "after", "zz"]))
+        if draw(st.booleans()):
+            item[key] = draw(_JSON_VALUES)
+        else:
+            item.pop(key, None)
+    return draw(st.sampled_from([item, item, item, [item], "flow"]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(flow_items())
+def test_plain_flows_are_what_the_field_checks_accept(item: Any) -> None:
+    # The fast path of parse_flow_document takes only what the field-by-field
+    # checks accept, and builds the same Flow; everything else (errors
+    # included) goes the checked way.
+    s = make_slice([4, 4], link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0)
+    quick = _plain_flow(item, s.shape)
+    try:
+        checked = _checked_flow(item, 0, s)
+    except FlowFileError:
+        assert quick is None
+        return
+    assert quick is None or quick == checked
+    if quick is not None:
+        assert [type(c) for c in (*quick.src, *quick.dst)] == [int] * 4
+        assert type(quick.size_bytes) is float and type(quick.start_s) is float
+
+
+# Times in replay's key order ("start" then "finish"); any floats, NaN and
+# infinities included, and any ids (quotes, control and non-ASCII characters).
+_TIMES = st.tuples(st.floats(), st.floats()).map(lambda t: {"start": t[0], "finish": t[1]})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _TIMES, max_size=5), st.floats())
+def test_output_text_is_json_dumps_indent_2(flows: dict[str, Any], makespan: float) -> None:
+    output = {"flows": flows, "makespan": makespan}
+    assert format_output(output) == json.dumps(output, indent=2) + "\n"
+
+
+def test_output_text_of_a_replay_is_json_dumps_indent_2() -> None:
+    output = replay(SPEC_EXAMPLE)
+    assert output["flows"]
+    assert format_output(output) == json.dumps(output, indent=2) + "\n"

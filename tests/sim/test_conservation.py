@@ -45,7 +45,7 @@ def integrated_bytes(result: SimResult) -> dict[str, float]:
 @given(random_dags())
 def test_rate_log_integrates_to_every_flows_bytes(case: tuple[Slice, list[Flow | Compute]]) -> None:
     s, nodes = case
-    result = simulate(s, nodes, record_rates=True)
+    result = simulate(s, nodes, record_rates=True, core="compiled")
     moved = integrated_bytes(result)
     flows = [n for n in nodes if isinstance(n, Flow)]
     for f in flows:

@@ -57,19 +57,21 @@ def test_max_min_matches_textbook_progressive_filling(
     check_max_min(routes, capacity, got.tolist())
 
 
-def test_k_equal_flows_on_one_link_closed_form() -> None:
+@pytest.mark.parametrize("core", ["compiled", "python"])
+def test_k_equal_flows_on_one_link_closed_form(core: str) -> None:
     # k flows of size S over h hops share every link: h*latency + k*S/bandwidth.
     s = line(4)
     for k in (1, 2, 3, 7):
         flows = [Flow(f"f{i}", (0,), (3,), 2e6) for i in range(k)]
-        result = simulate(s, flows)
+        result = simulate(s, flows, core=core)
         for rec in result.flows:
             assert rec.finish_s == pytest.approx(3 * LAT + k * 2e6 / BW, rel=1e-12)
             assert rec.drain_s == pytest.approx(3 * LAT, rel=1e-12)
         assert result.makespan_s == pytest.approx(3 * LAT + k * 2e6 / BW, rel=1e-12)
 
 
-def test_exact_event_log() -> None:
+@pytest.mark.parametrize("core", ["compiled", "python"])
+def test_exact_event_log(core: str) -> None:
     # a: 0->2 (2 hops), b: 1->2 (1 hop) share link 1->2. b drains alone from
     # 1 us to 2 us (1e3 bytes), both at 0.5e9 until a ends at 2.002 ms, then b
     # alone: 2e6 - 1e3 - 1e6 = 999e3 bytes more, ending at 3.001 ms.
@@ -79,7 +81,7 @@ def test_exact_event_log() -> None:
         Compute("c", (2,), 1e-3, after=("a",)),
         Flow("d", (2,), (2,), 5e6, after=("b",)),
     ]
-    result = simulate(line(3), nodes)
+    result = simulate(line(3), nodes, core=core)
     want = [
         (0.0, "release", "a"),
         (0.0, "release", "b"),
@@ -153,7 +155,7 @@ def random_flows(draw: st.DrawFn) -> tuple[Slice, list[Flow]]:
 @given(random_flows())
 def test_sharing_properties_and_independent_replay(case: tuple[Slice, list[Flow]]) -> None:
     s, flows = case
-    result = simulate(s, flows, record_rates=True)
+    result = simulate(s, flows, record_rates=True, core="compiled")
     # Oracle routes and capacities (its own routing; parallel cables pooled).
     paths, capacity = oracle_problem(s, flows)
     # Every allocation ever in force is max-min fair and within capacity.

@@ -58,7 +58,7 @@ def random_dags(draw: st.DrawFn) -> tuple[Slice, list[Flow | Compute]]:
 
 
 def _assert_matches_reference(s: Slice, nodes: list[Flow | Compute]) -> None:
-    result = simulate(s, nodes)
+    result = simulate(s, nodes, core="compiled")  # the fast path (test_compiled: == python)
     want = reference_replay(s, nodes)
     got = {r.id: (r.release_s, r.finish_s) for r in result.flows}
     got.update({r.id: (r.release_s, r.finish_s) for r in result.computes})

@@ -1,0 +1,71 @@
+/* The compiled flow-event core of sim.engine: shared types and prototypes.
+ *
+ * Two parts, one per file:
+ * - _flowshare.c: LinkSharing (sim/sharing.py) and max_min_rates
+ *   (sim/maxmin.py) ported statement by statement, so every rate, level and
+ *   bottleneck is the same double as the Python reference computes;
+ * - _flowcore.c: the engine's event loop (sim/pycore.py) over a heap agenda,
+ *   and the Python module sim._flowcore.
+ *
+ * Plain C99 and IEEE doubles: build without -ffast-math and without FP
+ * contraction, or the results stop matching the Python reference bit for bit.
+ */
+#ifndef SIM_FLOWCORE_H
+#define SIM_FLOWCORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A growable array of ints; a failed allocation sets *nomem and drops the push. */
+typedef struct {
+    int *v;
+    ptrdiff_t n, cap;
+} ivec;
+
+int ivec_push(ivec *a, int x, int *nomem);
+void ivec_free(ivec *a);
+
+/* One entry of the filling heap: ordered by (key, kind, lk), like the Python tuples. */
+typedef struct {
+    double key;
+    int kind;
+    int lk;
+} fill_item;
+
+/* Max-min fair sharing kept between events (sim.sharing.LinkSharing). */
+typedef struct {
+    int m, n;
+    double *capacity;
+    int **users;        /* users[l]: draining flows on l, in arrival order */
+    int *users_n, *users_cap;
+    double *level, *busy_s, *since;
+    const int *route_ptr, *route_chan; /* flow f crosses route_chan[route_ptr[f]..] */
+    double *rate;
+    int *bottleneck;
+    int64_t epoch;
+    int64_t *dirty, *done, *queued, *fixed, *loose;
+    double *key, *new_rate;
+    fill_item *heap;
+    ptrdiff_t heap_n, heap_cap;
+    ivec stale, dirty_links, frozen;
+    double at;
+    int *d_prev, *d_next; /* the draining flows, a list in arrival order */
+    int d_head, d_tail, d_count;
+    long batch_pairs;
+    double *held;
+    ptrdiff_t held_cap;
+    ivec changed;         /* flows whose rate changed in the last update ... */
+    double *changed_old;  /* ... and their old rates */
+    ptrdiff_t changed_old_cap;
+    int nomem;
+} share_t;
+
+int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
+               const int *route_chan, long batch_pairs);
+void share_free(share_t *s);
+/* Apply arrivals and departures at `now`; fills s->changed / s->changed_old. 0 or -1. */
+int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
+                 const int *departures, ptrdiff_t num_departures);
+void share_close(share_t *s, double now);
+
+#endif

@@ -1,0 +1,640 @@
+/* Max-min fair link sharing, kept between events: sim/sharing.py in C.
+ *
+ * Every function below is a statement-by-statement port of the method of
+ * sim.sharing.LinkSharing (or sim.maxmin.max_min_rates) with the same name,
+ * with the same operations in the same order on IEEE doubles, so that the
+ * compiled engine and the pure-Python reference agree bit for bit
+ * (tests/sim/test_compiled.py). The algorithm and its proof are in the
+ * docstring of sim/sharing.py.
+ */
+#include "_flowcore.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REL_TOL 1e-12
+#define SATURATE 0
+#define CHECK 1
+
+int ivec_push(ivec *a, int x, int *nomem) {
+    if (a->n == a->cap) {
+        ptrdiff_t cap = a->cap ? 2 * a->cap : 16;
+        int *v = realloc(a->v, (size_t)cap * sizeof(int));
+        if (v == NULL) {
+            *nomem = 1;
+            return -1;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+void ivec_free(ivec *a) {
+    free(a->v);
+    a->v = NULL;
+    a->n = a->cap = 0;
+}
+
+/* -- the filling heap: a binary min-heap of (key, kind, lk) ------------------ */
+
+static int item_less(const fill_item *a, const fill_item *b) {
+    if (a->key != b->key) return a->key < b->key;
+    if (a->kind != b->kind) return a->kind < b->kind;
+    return a->lk < b->lk;
+}
+
+static void heap_push(share_t *s, double key, int kind, int lk) {
+    if (s->heap_n == s->heap_cap) {
+        ptrdiff_t cap = s->heap_cap ? 2 * s->heap_cap : 64;
+        fill_item *h = realloc(s->heap, (size_t)cap * sizeof(fill_item));
+        if (h == NULL) {
+            s->nomem = 1;
+            return;
+        }
+        s->heap = h;
+        s->heap_cap = cap;
+    }
+    fill_item item = {key, kind, lk};
+    ptrdiff_t i = s->heap_n++;
+    while (i > 0) {
+        ptrdiff_t parent = (i - 1) / 2;
+        if (!item_less(&item, &s->heap[parent])) break;
+        s->heap[i] = s->heap[parent];
+        i = parent;
+    }
+    s->heap[i] = item;
+}
+
+static fill_item heap_pop(share_t *s) {
+    fill_item top = s->heap[0];
+    fill_item last = s->heap[--s->heap_n];
+    ptrdiff_t n = s->heap_n, i = 0;
+    while (1) {
+        ptrdiff_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && item_less(&s->heap[child + 1], &s->heap[child])) child++;
+        if (!item_less(&s->heap[child], &last)) break;
+        s->heap[i] = s->heap[child];
+        i = child;
+    }
+    if (n > 0) s->heap[i] = last;
+    return top;
+}
+
+/* -- set-up ------------------------------------------------------------------ */
+
+int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
+               const int *route_chan, long batch_pairs) {
+    memset(s, 0, sizeof(*s));
+    s->m = m;
+    s->n = n;
+    s->route_ptr = route_ptr;
+    s->route_chan = route_chan;
+    s->batch_pairs = batch_pairs;
+    s->d_head = s->d_tail = -1;
+    size_t M = (size_t)(m > 0 ? m : 1), N = (size_t)(n > 0 ? n : 1);
+    s->capacity = malloc(M * sizeof(double));
+    s->users = calloc(M, sizeof(int *));
+    s->users_n = calloc(M, sizeof(int));
+    s->users_cap = calloc(M, sizeof(int));
+    s->level = malloc(M * sizeof(double));
+    s->busy_s = calloc(M, sizeof(double));
+    s->since = calloc(M, sizeof(double));
+    s->dirty = calloc(M, sizeof(int64_t));
+    s->done = calloc(M, sizeof(int64_t));
+    s->queued = calloc(M, sizeof(int64_t));
+    s->key = malloc(M * sizeof(double));
+    s->rate = calloc(N, sizeof(double));
+    s->bottleneck = malloc(N * sizeof(int));
+    s->fixed = calloc(N, sizeof(int64_t));
+    s->loose = calloc(N, sizeof(int64_t));
+    s->new_rate = calloc(N, sizeof(double));
+    s->d_prev = malloc(N * sizeof(int));
+    s->d_next = malloc(N * sizeof(int));
+    if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
+        !s->since || !s->dirty || !s->done || !s->queued || !s->key || !s->rate ||
+        !s->bottleneck || !s->fixed || !s->loose || !s->new_rate || !s->d_prev || !s->d_next)
+        return -1;
+    for (int l = 0; l < m; l++) {
+        s->capacity[l] = capacity[l];
+        s->level[l] = INFINITY;
+        s->key[l] = INFINITY;
+    }
+    for (int f = 0; f < n; f++) s->bottleneck[f] = -1;
+    return 0;
+}
+
+void share_free(share_t *s) {
+    if (s->users)
+        for (int l = 0; l < s->m; l++) free(s->users[l]);
+    free(s->capacity);
+    free(s->users);
+    free(s->users_n);
+    free(s->users_cap);
+    free(s->level);
+    free(s->busy_s);
+    free(s->since);
+    free(s->dirty);
+    free(s->done);
+    free(s->queued);
+    free(s->key);
+    free(s->rate);
+    free(s->bottleneck);
+    free(s->fixed);
+    free(s->loose);
+    free(s->new_rate);
+    free(s->d_prev);
+    free(s->d_next);
+    free(s->heap);
+    free(s->held);
+    free(s->changed_old);
+    ivec_free(&s->stale);
+    ivec_free(&s->dirty_links);
+    ivec_free(&s->frozen);
+    ivec_free(&s->changed);
+    memset(s, 0, sizeof(*s));
+}
+
+void share_close(share_t *s, double now) {
+    for (int l = 0; l < s->m; l++) {
+        if (s->users_n[l]) {
+            s->busy_s[l] += now - s->since[l];
+            s->since[l] = now;
+        }
+    }
+}
+
+/* -- bookkeeping: users, the draining list, the changed list ---------------- */
+
+static void users_append(share_t *s, int lk, int f) {
+    if (s->users_n[lk] == s->users_cap[lk]) {
+        int cap = s->users_cap[lk] ? 2 * s->users_cap[lk] : 4;
+        int *v = realloc(s->users[lk], (size_t)cap * sizeof(int));
+        if (v == NULL) {
+            s->nomem = 1;
+            return;
+        }
+        s->users[lk] = v;
+        s->users_cap[lk] = cap;
+    }
+    s->users[lk][s->users_n[lk]++] = f;
+}
+
+static void users_remove(share_t *s, int lk, int f) {
+    /* list.remove: the first occurrence, order kept. */
+    int *u = s->users[lk];
+    int k = s->users_n[lk];
+    for (int i = 0; i < k; i++) {
+        if (u[i] == f) {
+            memmove(u + i, u + i + 1, (size_t)(k - i - 1) * sizeof(int));
+            s->users_n[lk] = k - 1;
+            return;
+        }
+    }
+}
+
+static void draining_add(share_t *s, int f) {
+    s->d_prev[f] = s->d_tail;
+    s->d_next[f] = -1;
+    if (s->d_tail >= 0)
+        s->d_next[s->d_tail] = f;
+    else
+        s->d_head = f;
+    s->d_tail = f;
+    s->d_count++;
+}
+
+static void draining_remove(share_t *s, int f) {
+    int p = s->d_prev[f], q = s->d_next[f];
+    if (p >= 0)
+        s->d_next[p] = q;
+    else
+        s->d_head = q;
+    if (q >= 0)
+        s->d_prev[q] = p;
+    else
+        s->d_tail = p;
+    s->d_count--;
+}
+
+static void changed_push(share_t *s, int f, double old) {
+    if (s->changed.n == s->changed_old_cap) {
+        ptrdiff_t cap = s->changed_old_cap ? 2 * s->changed_old_cap : 64;
+        double *v = realloc(s->changed_old, (size_t)cap * sizeof(double));
+        if (v == NULL) {
+            s->nomem = 1;
+            return;
+        }
+        s->changed_old = v;
+        s->changed_old_cap = cap;
+    }
+    s->changed_old[s->changed.n] = old;
+    ivec_push(&s->changed, f, &s->nomem);
+}
+
+/* -- marking links dirty ----------------------------------------------------- */
+
+static void first_dirty(share_t *s, int lk) {
+    s->dirty[lk] = s->epoch;
+    ivec_push(&s->dirty_links, lk, &s->nomem);
+    double old = s->level[lk];
+    s->key[lk] = old;
+    if (old < INFINITY) {
+        heap_push(s, old, SATURATE, lk);
+        heap_push(s, old * (1.0 + REL_TOL), CHECK, lk);
+    }
+}
+
+static void raised(share_t *s, int lk) {
+    if (s->done[lk] != s->epoch && s->dirty[lk] != s->epoch) first_dirty(s, lk);
+}
+
+static void lowered(share_t *s, int lk) {
+    int64_t epoch = s->epoch;
+    if (s->done[lk] == epoch) return;
+    if (s->dirty[lk] != epoch) first_dirty(s, lk);
+    if (s->queued[lk] != epoch) {
+        s->queued[lk] = epoch;
+        ivec_push(&s->stale, lk, &s->nomem);
+    }
+}
+
+/* -- the filling -------------------------------------------------------------- */
+
+/* Ascending; only the values matter (equal doubles are interchangeable), so
+ * any correct sort gives the Python reference's order. Quicksort (median of
+ * three) down to runs of 16, then one insertion pass: no comparison callback. */
+static void sort_doubles(double *v, ptrdiff_t n) {
+    while (n > 16) {
+        double a = v[0], b = v[n / 2], c = v[n - 1];
+        double pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        ptrdiff_t i = 0, j = n - 1;
+        while (1) { /* Hoare partition */
+            while (v[i] < pivot) i++;
+            while (v[j] > pivot) j--;
+            if (i >= j) break;
+            double tmp = v[i];
+            v[i] = v[j];
+            v[j] = tmp;
+            i++;
+            j--;
+        }
+        /* [0, j] <= pivot <= [j + 1, n): sort the smaller side first. */
+        ptrdiff_t left = j + 1;
+        if (left < n - left) {
+            sort_doubles(v, left);
+            v += left;
+            n -= left;
+        } else {
+            sort_doubles(v + left, n - left);
+            n = left;
+        }
+    }
+    for (ptrdiff_t a = 1; a < n; a++) {
+        double x = v[a];
+        ptrdiff_t b = a;
+        while (b > 0 && v[b - 1] > x) {
+            v[b] = v[b - 1];
+            b--;
+        }
+        v[b] = x;
+    }
+}
+
+static double level_of(share_t *s, int lk) {
+    int64_t epoch = s->epoch;
+    double cap = s->capacity[lk];
+    int unfrozen = 0;
+    ptrdiff_t nheld = 0;
+    const int *u = s->users[lk];
+    int k = s->users_n[lk];
+    if (s->held_cap < k) {
+        double *h = realloc(s->held, (size_t)k * sizeof(double));
+        if (h == NULL) {
+            s->nomem = 1;
+            return INFINITY;
+        }
+        s->held = h;
+        s->held_cap = k;
+    }
+    for (int i = 0; i < k; i++) {
+        int f = u[i];
+        if (s->fixed[f] == epoch)
+            cap -= s->new_rate[f];
+        else if (s->loose[f] == epoch || s->bottleneck[f] == lk)
+            unfrozen += 1;
+        else
+            s->held[nheld++] = s->rate[f];
+    }
+    double at = s->at;
+    if (nheld) {
+        if (nheld > 1) sort_doubles(s->held, nheld);
+        unfrozen += (int)nheld;
+        for (ptrdiff_t i = 0; i < nheld; i++) {
+            double r = s->held[i];
+            double x = cap / (double)unfrozen;
+            if (x <= r && r >= at) return x > at ? x : at;
+            cap -= r;
+            unfrozen -= 1;
+        }
+    }
+    if (unfrozen == 0) return INFINITY;
+    double x = cap / (double)unfrozen;
+    return x > at ? x : at;
+}
+
+static void resolve(share_t *s) {
+    int64_t epoch = s->epoch;
+    for (ptrdiff_t i = 0; i < s->stale.n; i++) {
+        int lk = s->stale.v[i];
+        s->queued[lk] = 0;
+        if (s->done[lk] != epoch) {
+            double x = level_of(s, lk);
+            s->key[lk] = x;
+            if (x < INFINITY) heap_push(s, x, SATURATE, lk);
+        }
+    }
+    s->stale.n = 0;
+}
+
+static void saturate(share_t *s, int lk, double x) {
+    int64_t epoch = s->epoch;
+    s->done[lk] = epoch;
+    s->level[lk] = x;
+    double above = x * (1.0 + REL_TOL);
+    double below = x * (1.0 - REL_TOL);
+    const int *u = s->users[lk];
+    int k = s->users_n[lk];
+    for (int i = 0; i < k; i++) {
+        int f = u[i];
+        if (s->fixed[f] == epoch) continue;
+        int was = s->bottleneck[f];
+        double old = s->rate[f];
+        int unfrozen = s->loose[f] == epoch;
+        if (!unfrozen && was != lk && old < below) continue;
+        s->fixed[f] = epoch;
+        s->new_rate[f] = x;
+        s->bottleneck[f] = lk;
+        ivec_push(&s->frozen, f, &s->nomem);
+        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+            int m = s->route_chan[p];
+            if (m == lk) continue;
+            if (unfrozen || was == m || old > above)
+                raised(s, m);
+            else if (old < below)
+                lowered(s, m);
+        }
+    }
+}
+
+static void release(share_t *s, int lk) {
+    int64_t epoch = s->epoch;
+    const int *u = s->users[lk];
+    int k = s->users_n[lk];
+    for (int i = 0; i < k; i++) {
+        int f = u[i];
+        if (s->fixed[f] != epoch && s->loose[f] != epoch && s->bottleneck[f] == lk) {
+            s->loose[f] = epoch;
+            for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+                int m = s->route_chan[p];
+                if (m != lk) lowered(s, m);
+            }
+        }
+    }
+}
+
+static void fill(share_t *s) {
+    int64_t epoch = s->epoch;
+    while (!s->nomem) {
+        if (s->stale.n) resolve(s);
+        if (!s->heap_n) break;
+        fill_item it = heap_pop(s);
+        int lk = it.lk;
+        if (s->done[lk] == epoch) continue;
+        if (it.kind == CHECK) {
+            double old = s->level[lk];
+            if (old > s->at) s->at = old;
+            release(s, lk);
+        } else if (it.key == s->key[lk]) {
+            double x = level_of(s, lk);
+            if (x > it.key * (1.0 + REL_TOL)) {
+                s->key[lk] = x;
+                if (x < INFINITY) heap_push(s, x, SATURATE, lk);
+            } else {
+                s->at = x;
+                saturate(s, lk, x);
+            }
+        }
+    }
+}
+
+static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
+    int64_t epoch = s->epoch;
+    for (ptrdiff_t i = 0; i < s->dirty_links.n; i++) {
+        int lk = s->dirty_links.v[i];
+        if (s->done[lk] != epoch) s->level[lk] = INFINITY;
+    }
+    s->dirty_links.n = 0;
+    for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
+    for (ptrdiff_t i = 0; i < s->frozen.n; i++) {
+        int f = s->frozen.v[i];
+        double r = s->new_rate[f];
+        double old = s->rate[f];
+        if (old == 0.0) {
+            s->rate[f] = r;
+        } else if (s->loose[f] == epoch || fabs(r - old) > REL_TOL * r) {
+            s->rate[f] = r;
+            changed_push(s, f, old);
+        }
+    }
+    s->frozen.n = 0;
+}
+
+/* -- the whole solve (sim.maxmin.max_min_rates and LinkSharing._solve_all) --- */
+
+#define SHARE_REL_TOL 1e-9
+
+/* Progressive filling freezing every local bottleneck per round; pf/pl are
+ * consumed (compacted in place). rate[F] out. Scratch: 5 arrays of m, 2 of F. */
+static void max_min_rates(int F, ptrdiff_t P, int *pf, int *pl, int m, const double *capacity,
+                          double *rate, double *scratch_m, double *scratch_f, char *flags_m,
+                          char *flags_f) {
+    double *cap = scratch_m, *count = scratch_m + m, *share = scratch_m + 2 * m;
+    double *link_min = scratch_m + 3 * m, *gone = scratch_m + 4 * m;
+    double *flow_min = scratch_f;
+    char *local = flags_m, *frozen = flags_f;
+    for (int f = 0; f < F; f++) rate[f] = 0.0;
+    if (F == 0) return;
+    for (int l = 0; l < m; l++) {
+        cap[l] = capacity[l];
+        count[l] = 0.0;
+    }
+    for (ptrdiff_t k = 0; k < P; k++) count[pl[k]] += 1.0;
+    for (int round = 0; round < F && P > 0; round++) {
+        for (int l = 0; l < m; l++) {
+            double v = count[l] > 0 ? cap[l] / count[l] : INFINITY;
+            share[l] = v < 0.0 ? 0.0 : v;
+            link_min[l] = INFINITY;
+        }
+        for (int f = 0; f < F; f++) flow_min[f] = INFINITY;
+        for (ptrdiff_t k = 0; k < P; k++)
+            if (share[pl[k]] < flow_min[pf[k]]) flow_min[pf[k]] = share[pl[k]];
+        for (ptrdiff_t k = 0; k < P; k++)
+            if (flow_min[pf[k]] < link_min[pl[k]]) link_min[pl[k]] = flow_min[pf[k]];
+        for (int l = 0; l < m; l++)
+            local[l] = count[l] > 0 && share[l] <= link_min[l] * (1.0 + SHARE_REL_TOL);
+        memset(frozen, 0, (size_t)F);
+        for (ptrdiff_t k = 0; k < P; k++)
+            if (local[pl[k]]) frozen[pf[k]] = 1;
+        for (int f = 0; f < F; f++)
+            if (frozen[f]) rate[f] = flow_min[f];
+        for (int l = 0; l < m; l++) gone[l] = 0.0;
+        for (ptrdiff_t k = 0; k < P; k++)
+            if (frozen[pf[k]]) gone[pl[k]] += rate[pf[k]];
+        for (int l = 0; l < m; l++) cap[l] -= gone[l];
+        for (ptrdiff_t k = 0; k < P; k++)
+            if (frozen[pf[k]]) count[pl[k]] -= 1.0;
+        ptrdiff_t kept = 0;
+        for (ptrdiff_t k = 0; k < P; k++) {
+            if (!frozen[pf[k]]) {
+                pf[kept] = pf[k];
+                pl[kept] = pl[k];
+                kept++;
+            }
+        }
+        P = kept;
+    }
+}
+
+/* Levels and bottlenecks from solved rates; then the changed list. */
+static void adopt_solution(share_t *s, int F, ptrdiff_t P, const int *flows, const int *pf,
+                           const int *pl, const double *solved, const int *arrivals,
+                           ptrdiff_t num_arrivals, double *load, char *full, int *first) {
+    int m = s->m;
+    for (int l = 0; l < m; l++) {
+        load[l] = 0.0;
+        s->level[l] = -INFINITY;
+    }
+    for (ptrdiff_t k = 0; k < P; k++) {
+        double r = solved[pf[k]];
+        load[pl[k]] += r;
+        if (r > s->level[pl[k]]) s->level[pl[k]] = r;
+    }
+    for (int l = 0; l < m; l++) {
+        full[l] = load[l] >= s->capacity[l] * (1.0 - SHARE_REL_TOL);
+        if (!full[l]) s->level[l] = INFINITY;
+    }
+    for (int f = 0; f < F; f++) first[f] = -1;
+    for (ptrdiff_t k = 0; k < P; k++) {
+        int lk = pl[k];
+        if (first[pf[k]] < 0 && full[lk] && solved[pf[k]] >= s->level[lk] * (1.0 - SHARE_REL_TOL))
+            first[pf[k]] = lk;
+    }
+    for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
+    for (int j = 0; j < F; j++) {
+        int f = flows[j];
+        double r = solved[j];
+        s->bottleneck[f] = first[j];
+        double old = s->rate[f];
+        if (old == 0.0) {
+            s->rate[f] = r;
+        } else if (fabs(r - old) > REL_TOL * r) {
+            s->rate[f] = r;
+            changed_push(s, f, old);
+        }
+    }
+}
+
+static int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
+    int F = s->d_count, m = s->m;
+    ptrdiff_t P = 0;
+    for (int f = s->d_head; f >= 0; f = s->d_next[f]) P += s->route_ptr[f + 1] - s->route_ptr[f];
+    size_t Fs = (size_t)(F > 0 ? F : 1), Ps = (size_t)(P > 0 ? P : 1), Ms = (size_t)m + 1;
+    int *flows = malloc(Fs * sizeof(int)), *first = malloc(Fs * sizeof(int));
+    int *pf = malloc(2 * Ps * sizeof(int)), *pl = malloc(2 * Ps * sizeof(int));
+    double *solved = malloc(Fs * sizeof(double)), *scratch_f = malloc(Fs * sizeof(double));
+    double *scratch_m = malloc(6 * Ms * sizeof(double));
+    char *flags = malloc(2 * Ms + Fs);
+    int rc = -1;
+    if (flows && first && pf && pl && solved && scratch_f && scratch_m && flags) {
+        ptrdiff_t k = 0;
+        int j = 0;
+        for (int f = s->d_head; f >= 0; f = s->d_next[f], j++) {
+            flows[j] = f;
+            for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++, k++) {
+                pf[k] = pf[Ps + k] = j;
+                pl[k] = pl[Ps + k] = s->route_chan[p];
+            }
+        }
+        /* max_min_rates consumes the second copy; the first keeps every pair. */
+        max_min_rates(F, P, pf + Ps, pl + Ps, m, s->capacity, solved, scratch_m, scratch_f,
+                      flags, flags + 2 * Ms);
+        adopt_solution(s, F, P, flows, pf, pl, solved, arrivals, num_arrivals,
+                       scratch_m + 5 * Ms, flags + Ms, first);
+        rc = 0;
+    }
+    free(flows);
+    free(first);
+    free(pf);
+    free(pl);
+    free(solved);
+    free(scratch_f);
+    free(scratch_m);
+    free(flags);
+    return rc;
+}
+
+/* -- one update ---------------------------------------------------------------- */
+
+int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
+                 const int *departures, ptrdiff_t num_departures) {
+    int64_t epoch = ++s->epoch;
+    s->at = 0.0;
+    s->changed.n = 0;
+    long pairs = 0;
+    for (ptrdiff_t i = 0; i < num_departures; i++) {
+        int f = departures[i];
+        pairs += s->route_ptr[f + 1] - s->route_ptr[f];
+    }
+    for (ptrdiff_t i = 0; i < num_arrivals; i++) {
+        int f = arrivals[i];
+        pairs += s->route_ptr[f + 1] - s->route_ptr[f];
+    }
+    int whole = pairs > s->batch_pairs;
+    for (ptrdiff_t i = 0; i < num_departures; i++) {
+        int f = departures[i];
+        draining_remove(s, f);
+        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+            int lk = s->route_chan[p];
+            users_remove(s, lk, f);
+            if (!s->users_n[lk]) s->busy_s[lk] += now - s->since[lk];
+            if (!whole) raised(s, lk);
+        }
+        s->rate[f] = 0.0;
+        s->bottleneck[f] = -1;
+    }
+    for (ptrdiff_t i = 0; i < num_arrivals; i++) {
+        int f = arrivals[i];
+        draining_add(s, f);
+        s->loose[f] = epoch;
+        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+            int lk = s->route_chan[p];
+            if (!s->users_n[lk]) s->since[lk] = now;
+            users_append(s, lk, f);
+        }
+    }
+    if (whole) {
+        if (solve_all(s, arrivals, num_arrivals) < 0) s->nomem = 1;
+        return s->nomem ? -1 : 0;
+    }
+    for (ptrdiff_t i = 0; i < num_arrivals; i++) {
+        int f = arrivals[i];
+        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) lowered(s, s->route_chan[p]);
+    }
+    fill(s);
+    commit(s, arrivals, num_arrivals);
+    return s->nomem ? -1 : 0;
+}
