@@ -1,7 +1,7 @@
 """Lower and compile candidates for a TPU slice ahead of time, on a CPU-only machine.
 
 A :class:`jax.sharding.Mesh` of libtpu's AOT devices (:mod:`aoizora.tpu`) gives
-TPU-compiled HLO, its ``cost_analysis`` and per-chip ``memory_analysis`` without a TPU.
+TPU-compiled HLO, its ``cost_analysis`` and per-device ``memory_analysis`` without a TPU.
 
 * :func:`make_mesh` -- a mesh for a candidate and a device order (libtpu physical ids in
   mesh-flat order; default: ``mesh_utils.create_device_mesh``).
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -39,6 +41,7 @@ __all__ = [
     "lower",
     "cached_compile",
     "compile_candidate",
+    "compiled_hlo",
 ]
 
 
@@ -95,7 +98,46 @@ def _jitted(workload: Workload, candidate: Candidate, mesh: Mesh, backend: Backe
     fn = workload.build(ctx)
     in_sh = tuple(_shardings(mesh, candidate, ax) for ax in workload.arg_logical_axes)
     out_sh = _shardings(mesh, candidate, workload.out_logical_axes)
-    return jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh)
+    # keep_unused: an argument the step does not read still lives in HBM (Wan 2.2 A14B's
+    # idle expert); jit would otherwise drop it from the program and from its memory.
+    return jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, keep_unused=True)
+
+
+# jaxlib 0.10.2 cannot print tpu7x's compiled module: compiled.as_text() raises
+# "async-update instruction should have 1 operands but sees 2" (collectives offloaded to
+# SparseCores). The compiler's own dump of the same compile holds the text (docs/hlo.md,
+# SparseCore offload), so these generations compile with a dump and read it back.
+_DUMP_HLO_GENERATIONS = frozenset({"tpu7x"})
+_DUMP_SUFFIX = ".after_optimizations.txt"
+
+
+def _compile_with_dump(lowered: Any) -> tuple[Any, str]:
+    """Compile ``lowered`` with an XLA dump and return (compiled, compiled HLO text)."""
+    with tempfile.TemporaryDirectory(prefix="aoizora-hlo-") as tmp:
+        options = {"xla_dump_to": tmp, "xla_dump_hlo_as_text": True}
+        compiled = lowered.compile(compiler_options=options)
+        texts = sorted(Path(tmp).glob(f"*{_DUMP_SUFFIX}"))
+        if len(texts) != 1:
+            raise CompileError(
+                f"the XLA dump holds {len(texts)} '*{_DUMP_SUFFIX}' files, expected 1 "
+                f"(one module per compile); found {[p.name for p in texts]}"
+            )
+        return compiled, texts[0].read_text(encoding="utf-8")
+
+
+def compiled_hlo(lowered: Any, slice_: Slice) -> tuple[Any, str]:
+    """Compile ``lowered`` for ``slice_``: the executable and its compiled HLO text.
+
+    The text is ``compiled.as_text()``; for tpu7x (and whenever printing fails) it is
+    the compiler's dump of the same compile, ``*.after_optimizations.txt``.
+    """
+    if slice_.chip.generation in _DUMP_HLO_GENERATIONS:
+        return _compile_with_dump(lowered)
+    compiled = lowered.compile()
+    try:
+        return compiled, compiled.as_text()
+    except Exception:  # jaxlib could not print the module: read the dump instead
+        return _compile_with_dump(lowered)
 
 
 def lower(
@@ -123,7 +165,8 @@ def lower(
 
 @dataclass(frozen=True)
 class MemoryUsage:
-    """Per-chip bytes from ``compiled.memory_analysis()``.
+    """Per-device bytes from ``compiled.memory_analysis()`` (a device is a chip, or one of
+    a tpu7x chip's two TensorCore chiplets).
 
     ``total_bytes`` = argument + output + temp + generated code - aliased (donated)
     bytes: what the chip must hold at the peak of the step.
@@ -238,7 +281,7 @@ def _feasibility(memory: MemoryUsage | None, hbm: int | None) -> tuple[bool | No
     gib = 2.0**30
     need = memory.total_bytes
     detail = (
-        f"{need / gib:.2f} GiB per chip (arguments {memory.argument_bytes / gib:.2f} + "
+        f"{need / gib:.2f} GiB per device (arguments {memory.argument_bytes / gib:.2f} + "
         f"outputs {memory.output_bytes / gib:.2f} + temp {memory.temp_bytes / gib:.2f} + "
         f"code {memory.generated_code_bytes / gib:.3f} - aliased {memory.alias_bytes / gib:.2f})"
     )
@@ -296,7 +339,7 @@ def cached_compile(
     lower is left to :func:`compile_candidate` (None here).
     """
     backend = slice_backend(slice_)
-    chip_hbm = slice_.chip.hbm_bytes
+    chip_hbm = slice_.chip.per_device().hbm_bytes  # as compile_candidate: one device's
     hbm = None if math.isnan(chip_hbm) else int(chip_hbm)
     t0 = time.perf_counter()
     try:
@@ -325,13 +368,14 @@ def compile_candidate(
     ``cache`` (the ``compiled/`` cache of :func:`aoizora.cache.plan_caches`) keeps
     results (HLO text, costs, memory) under :func:`aoizora.cache.compile_key`, so a
     warm run costs one lowering plus a file read. Compiles that fail for memory are
-    cached too; other failures are not. ``hbm_bytes`` overrides the chip's HBM
-    (``slice_.chip.hbm_bytes``). Failures come back as ``ok=False`` with the message.
+    cached too; other failures are not. ``hbm_bytes`` overrides one device's HBM
+    (``slice_.chip.per_device().hbm_bytes``: a tpu7x chip's 192 GiB is two devices of
+    96 GiB, and ``memory_analysis`` is per device). Failures come back as ``ok=False``.
     """
     backend = slice_backend(slice_)
     note = fallback_note(slice_)
     notes: tuple[str, ...] = (note,) if note else ()
-    chip_hbm = slice_.chip.hbm_bytes
+    chip_hbm = slice_.chip.per_device().hbm_bytes
     hbm = hbm_bytes if hbm_bytes is not None else (None if math.isnan(chip_hbm) else int(chip_hbm))
     t0 = time.perf_counter()
     lower_s = 0.0
@@ -351,9 +395,8 @@ def compile_candidate(
             if hit is not None:
                 return hit
         t1 = time.perf_counter()
-        compiled = lowered.compile()
+        compiled, hlo_text = compiled_hlo(lowered, slice_)
         compile_s = time.perf_counter() - t1
-        hlo_text = compiled.as_text()
         flops, bytes_accessed = _cost(compiled)
         memory = _memory(compiled)
     except Exception as exc:

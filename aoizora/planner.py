@@ -60,6 +60,7 @@ from aoizora.stage1.q1 import (
     rank_stage1,
 )
 from aoizora.tpu import check_slice
+from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
 from sim.topology import Slice
@@ -248,7 +249,8 @@ def _stage1(
         try:
             est = estimate(
                 lower(workload, cand, slice_), mesh_axis_sizes=cand.mesh_sizes,
-                chip=slice_.chip, candidate_id=cand.id, slice_=slice_,
+                # a program runs on one device (tpu7x: half a chip)
+                chip=slice_.chip.per_device(), candidate_id=cand.id, slice_=slice_,
             )  # fmt: skip
         except AoizoraError as exc:
             failed.append((cand.id, str(exc)))
@@ -268,12 +270,13 @@ def _stage1(
 
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
     check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
-    space = enumerate_candidates(workload, slice_.num_chips)
+    # The mesh spans devices: one per chip, two per tpu7x chip.
+    space = enumerate_candidates(workload, slice_.num_devices)
     if not space.legal:
         reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
         raise PlanError(
-            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_chips} chips); "
-            f"first rejections: {reasons}"
+            f"no legal sharding of {workload.name} on {slice_.name} ({slice_.num_devices} "
+            f"devices); first rejections: {reasons}"
         )
     legal, rejected = len(space.legal), len(space.rejected)
     say(f"{workload.name} on {slice_.name}: {legal} legal candidates, {rejected} rejected")
@@ -297,7 +300,7 @@ def _run_stage1(
             f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
             f"error: {failed[0][1]}"
         )
-    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.hbm_bytes)
+    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.per_device().hbm_bytes)
     say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
     if not ranking.kept:
         raise PlanError(
@@ -316,14 +319,15 @@ def _stage1_picks(
 ) -> list[str]:
     """What Stage 1 hands to Stage 2: the top-K, and with ``per_attention_kind`` the
     best-Q1 candidate of every attention kind the top-K lacks (opt-in: a safety net
-    from before Q1 modelled the schedule of each attention scheme, docs/stage1.md)."""
+    from before Q1 modelled the schedule of each attention scheme, docs/stage1.md).
+    The Ulysses x ring splits (usp_u2, usp_u4, ...) count as one kind."""
     kept_ids = list(ranking.kept_ids)
     if not per_attention_kind:
         return kept_ids
-    have = {by_id[cid].attention for cid in kept_ids}
+    have = {attention_family(by_id[cid].attention) for cid in kept_ids}
     best: dict[str, str] = {}  # attention kind -> its best-Q1 dropped candidate
     for e in ranking.dropped_weak:
-        best.setdefault(by_id[e.candidate_id].attention, e.candidate_id)
+        best.setdefault(attention_family(by_id[e.candidate_id].attention), e.candidate_id)
     kept_ids += [best[a] for a in sorted(best) if a not in have]
     if len(kept_ids) > len(ranking.kept_ids):
         say(f"stage 1 also keeps the best of each attention kind: {kept_ids[len(ranking.kept) :]}")

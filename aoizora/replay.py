@@ -283,7 +283,7 @@ class _RegionSim:
         self.region_times = region_times
         self.stand_ins = stand_ins or {}
         self.node_times = node_times
-        self.chip = slice_.chip
+        self.chip = slice_.chip.per_device()  # one device runs the program (tpu7x: half a chip)
         self.rep = order.coord_of(0)
         self.spans: dict[int, tuple[float, float]] = {}  # collective -> (release, end), last run
 

@@ -3,6 +3,8 @@
 libtpu describes real TPU slices without a TPU
 (``jax.experimental.topologies.get_topology_desc``): devices with libtpu's physical
 ids (``x + X*y`` on v5e) and chip coordinates (docs/facts.md, libtpu AOT topologies).
+A tpu7x chip is two devices (``slice_.chip.devices_per_chip``): ``tpu7x:2x2x1`` has 8,
+numbered ``2 * chip id + core``.
 Everything here takes a :class:`sim.topology.Slice` value; slice names are parsed
 only by :mod:`sim.topology`.
 
@@ -234,7 +236,7 @@ def _not_described(name: str, pod_shape: tuple[int, ...], exc: BaseException) ->
 
 @functools.cache
 def _devices(
-    name: str, num_chips: int, pod_shape: tuple[int, ...]
+    name: str, num_devices: int, pod_shape: tuple[int, ...]
 ) -> tuple[tuple[Any, ...], Backend, str]:
     import jax
 
@@ -242,27 +244,28 @@ def _devices(
         message = _cpu_fallback_message(name, ModuleNotFoundError("no module 'libtpu'"))
         warnings.warn(message, RuntimeWarning, stacklevel=3)
         cpus = jax.devices("cpu")
-        if len(cpus) < num_chips:
+        if len(cpus) < num_devices:
             raise CompileError(
                 f"{message} But only {len(cpus)} CPU devices exist; set "
-                f"XLA_FLAGS=--xla_force_host_platform_device_count={num_chips} before "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={num_devices} before "
                 f"importing jax"
             )
-        return tuple(cpus[:num_chips]), "cpu", message
+        return tuple(cpus[:num_devices]), "cpu", message
     try:
         devs = _describe(name)
     except Exception as exc:
         raise _not_described(name, pod_shape, exc) from exc
-    if len(devs) != num_chips:
+    if len(devs) != num_devices:
         raise CompileError(
-            f"libtpu gave {len(devs)} devices for {name}, expected {num_chips} chips "
-            f"(chips with several cores, like v4, are not supported yet)"
+            f"libtpu gave {len(devs)} devices for {name}, expected {num_devices} (the chips "
+            f"times devices_per_chip of topologies/{name.split(':')[0]}.toml); set "
+            f"devices_per_chip in that file to libtpu's devices per chip"
         )
     return devs, "tpu", ""
 
 
 def _slice_devices(slice_: Slice) -> tuple[tuple[Any, ...], Backend, str]:
-    return _devices(libtpu_topology_name(slice_), slice_.num_chips, slice_.chip.pod_shape)
+    return _devices(libtpu_topology_name(slice_), slice_.num_devices, slice_.chip.pod_shape)
 
 
 def check_slice(slice_: Slice) -> None:

@@ -1,5 +1,10 @@
 """Collectives as flows: one call turns one collective into a DAG of flows.
 
+Group members are devices, named by the coordinates of the chip that hosts them;
+two devices of one chip (tpu7x) share its coordinates, and a flow between them is
+0-hop: it uses no link and finishes when released (the on-chip die-to-die path is
+not modelled).
+
 ``buffer_bytes`` is always *per device*:
 
 - ``all-gather``: the gathered (output) bytes; each device contributes ``B/n``.
@@ -146,11 +151,17 @@ def _check_groups(groups: object, slice_: Slice | None) -> list[list[Coord]]:
                 f"group #{gi} is {group!r}; a group is a non-empty list of chip coordinates, "
                 "e.g. [(0, 0), (1, 0)]"
             )
+        # A chip may appear once per device it hosts (a tpu7x chip's two TensorCores are
+        # members of their own; a flow between them is 0-hop, using no link). Without a
+        # slice the number of devices per chip is unknown, so repeats are not checked.
         members = [_coord(c, where=f"group #{gi}", slice_=slice_) for c in group]
-        if len(set(members)) != len(members):
-            dup = next(c for c in members if members.count(c) > 1)
+        per_chip = len(members) if slice_ is None else slice_.chip.devices_per_chip
+        dup = next((c for c in members if members.count(c) > per_chip), None)
+        if dup is not None:
             raise CollectiveError(
-                f"group #{gi} lists chip {dup!r} twice; each chip appears once per group"
+                f"group #{gi} lists chip {dup!r} {members.count(dup)} times; a chip of "
+                f"{slice_.name if slice_ else ''} hosts {per_chip} device(s), so it appears at "
+                f"most {per_chip} time(s) per group"
             )
         out.append(members)
     return out

@@ -17,6 +17,8 @@ The rule (evidence and measurements: docs/simulator.md, "Line or ring"):
   member; 2 or 3 axes): ``bidir_ring`` round a Hamiltonian cycle when one
   exists (some side even); otherwise round a boustrophedon path, folded.
 - **Anything else**: the given order, ``bidir_ring`` (no better rule known).
+- **Several devices of one chip** (tpu7x): the chips' layout, each chip's
+  devices consecutive (the hop between them is 0-hop).
 
 Every choice is ``bidir_ring`` in some order: the measured rows favour the
 folded ring over the ``bidir_line`` algorithm only slightly, and over the
@@ -33,6 +35,12 @@ GroupLayout(algorithm='bidir_ring', order=(1, 2, 0, 3))
 GroupLayout(algorithm='bidir_ring', order=(0, 2, 3, 1))
 >>> group_layout([(x, 5) for x in range(16)], load_slice("v5e:16x16")).algorithm
 'bidir_ring'
+
+A chip that hosts several devices (tpu7x) appears once per device; its devices
+stay together:
+
+>>> group_layout([(0, 0, 0), (1, 0, 0), (0, 0, 0), (1, 0, 0)], load_slice("tpu7x:2x2x1"))
+GroupLayout(algorithm='bidir_ring', order=(0, 2, 1, 3))
 """
 
 from __future__ import annotations
@@ -150,6 +158,13 @@ def group_layout(members: Sequence[Coord], slice_: Slice) -> GroupLayout:
     n = len(members)
     if n <= 1:
         return GroupLayout("bidir_ring", tuple(range(n)))
+    chips = list(dict.fromkeys(members))
+    if len(chips) < n:
+        # Devices of one chip (a tpu7x chip's two cores) sit next to each other in the
+        # ring, their hop 0-hop; the chips run in the order their own layout calls for.
+        outer = group_layout(chips, slice_)
+        at = {c: [i for i, m in enumerate(members) if m == c] for c in chips}
+        return GroupLayout(outer.algorithm, tuple(i for k in outer.order for i in at[chips[k]]))
     axes = _varying_axes(members)
     if len(axes) == 1:
         return _one_axis(members, axes[0], slice_)

@@ -70,11 +70,16 @@ class Chip:
     directions) carries twice that. ``wrap_rule`` is ``"full_axis"`` (an axis
     wraps when its length equals ``wrap_length``, v5e/v6e) or
     ``"cube_multiple"`` (every axis wraps when every length is a multiple of
-    ``wrap_length``, v4/v5p).
+    ``wrap_length``, v4/v5p/tpu7x).
+
+    Compute, HBM and HBM bandwidth are per chip. ``devices_per_chip`` is how many
+    devices libtpu and JAX expose per chip (two TensorCore chiplets on tpu7x);
+    :meth:`per_device` gives one device's share. The network is chips: the
+    devices of one chip share its links.
 
     >>> c = load_chip("v5e")
-    >>> c.ports, c.num_dims, c.link_bandwidth_bytes_per_s
-    (4, 2, 45000000000.0)
+    >>> c.ports, c.num_dims, c.link_bandwidth_bytes_per_s, c.devices_per_chip
+    (4, 2, 45000000000.0, 1)
     """
 
     generation: str
@@ -88,10 +93,33 @@ class Chip:
     pod_shape: tuple[int, ...]
     wrap_rule: str
     wrap_length: int
+    devices_per_chip: int = 1
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     # Fixed start-up cost of one collective (sim.collectives), fitted to
     # measurements where there are any (topologies/<generation>.toml).
     collective_overhead_s: float = 0.0
+
+    def per_device(self) -> Chip:
+        """One device's numbers: compute, HBM and HBM bandwidth split between the devices.
+
+        Compiled programs and their memory are per device; links stay the chip's.
+
+        >>> d = load_chip("tpu7x").per_device()
+        >>> d.bf16_flops_per_s, d.hbm_bytes / 2**30, d.devices_per_chip
+        (1153500000000000.0, 96.0, 1)
+        >>> load_chip("v5e").per_device() == load_chip("v5e")
+        True
+        """
+        n = self.devices_per_chip
+        if n == 1:
+            return self
+        return dataclasses.replace(
+            self,
+            bf16_flops_per_s=self.bf16_flops_per_s / n,
+            hbm_bytes=self.hbm_bytes / n,
+            hbm_bandwidth_bytes_per_s=self.hbm_bandwidth_bytes_per_s / n,
+            devices_per_chip=1,
+        )
 
     def default_wraparound(self, shape: Sequence[int]) -> tuple[bool, ...]:
         """The wrap-around a real slice of this ``shape`` has, per dimension.
@@ -147,6 +175,15 @@ class Slice:
     def num_chips(self) -> int:
         """Number of chips, the product of ``shape``."""
         return len(self.coords)
+
+    @property
+    def num_devices(self) -> int:
+        """Number of devices libtpu exposes: chips times ``chip.devices_per_chip``.
+
+        >>> load_slice("tpu7x:2x2x1").num_devices, load_slice("v5e:2x4").num_devices
+        (8, 8)
+        """
+        return self.num_chips * self.chip.devices_per_chip
 
     @property
     def num_dims(self) -> int:
@@ -213,6 +250,24 @@ class Slice:
             )
         return self.coords[physical_id]
 
+    def device_coord(self, device_id: int) -> Coord:
+        """Coordinate of the chip hosting libtpu device ``device_id``.
+
+        libtpu numbers the devices of a chip consecutively: ``device id =
+        devices_per_chip * chip id + core`` (docs/facts.md, libtpu AOT topologies).
+        With one device per chip this is :meth:`coord_of`.
+
+        >>> s = load_slice("tpu7x:2x2x1")
+        >>> [s.device_coord(i) for i in (0, 1, 2, 7)]
+        [(0, 0, 0), (0, 0, 0), (1, 0, 0), (1, 1, 0)]
+        """
+        if not isinstance(device_id, int) or not 0 <= device_id < self.num_devices:
+            raise TopologyError(
+                f"device id {device_id!r} is not on slice {self.name}; valid ids are "
+                f"0..{self.num_devices - 1} ({self.chip.devices_per_chip} per chip)"
+            )
+        return self.coords[device_id // self.chip.devices_per_chip]
+
     def link_id(self, link: Link) -> int:
         """Position of ``link`` in :attr:`links` (the engine indexes links by it)."""
         try:
@@ -249,7 +304,7 @@ def generations() -> tuple[str, ...]:
     """Chip generations with a data file, sorted.
 
     >>> generations()
-    ('v4', 'v5e', 'v5p', 'v6e')
+    ('tpu7x', 'v4', 'v5e', 'v5p', 'v6e')
     """
     return tuple(sorted(p.stem for p in topologies_dir().glob("*.toml")))
 
@@ -291,6 +346,8 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
     ports = int(num("ports"))
     num_dims = int(num("num_dims"))
     pod_shape = tuple(int(n) for n in num("pod_shape"))
+    # Optional: generations without the key have one device per chip.
+    devices = int(num("devices_per_chip")) if "devices_per_chip" in data else 1
     rule = data.get("wrap_rule")
     if not isinstance(rule, dict) or rule.get("kind") not in _WRAP_KINDS:
         raise TopologyError(
@@ -298,7 +355,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
         )
     sources.append(("wrap_rule", str(rule.get("source", ""))))
     if (
-        min(bf16, hbm, hbm_bw, link_bw) <= 0
+        min(bf16, hbm, hbm_bw, link_bw, devices) <= 0
         or min(latency, overhead) < 0
         or len(pod_shape) != num_dims
     ):
@@ -315,6 +372,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
         pod_shape=pod_shape,
         wrap_rule=str(rule["kind"]),
         wrap_length=int(rule["length"]),
+        devices_per_chip=devices,
         sources=tuple(sources),
         collective_overhead_s=overhead,
     )
@@ -325,10 +383,10 @@ def load_chip(generation: str) -> Chip:
 
     >>> load_chip("v6e").link_bandwidth_bytes_per_s
     90000000000.0
-    >>> load_chip("v9")
+    >>> load_chip("v9")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    sim.errors.TopologyError: unknown chip generation 'v9'; valid generations: v4, v5e, v5p, v6e
+    sim.errors.TopologyError: unknown chip generation 'v9'; valid generations: tpu7x, v4, ...
     """
     known = generations()
     if generation not in known:

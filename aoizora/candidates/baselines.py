@@ -74,8 +74,9 @@ BASELINE_NAMES: tuple[str, ...] = (DEFAULT_DEPLOYMENT, *WAN_BASELINE_NAMES)
 class Baseline:
     """A named deployment to compare with: its candidate and its default device order.
 
-    ``device_order`` lists libtpu physical chip ids (``x + X*y`` on v5e) in mesh-flat
-    (row-major) order; ``note`` says which sharding it is and how the order was obtained.
+    ``device_order`` lists libtpu device ids (``x + X*y`` on v5e; ``2 x chip id + core``
+    on tpu7x) in mesh-flat (row-major) order; ``note`` says which sharding it is and how
+    the order was obtained.
     """
 
     name: str
@@ -84,9 +85,9 @@ class Baseline:
     note: str
 
 
-def natural_mesh(workload: Workload, rules: Rules, num_chips: int) -> Candidate | None:
-    """``rules`` on its natural mesh of ``num_chips`` (module docstring), or None if no mesh
-    of ``num_chips`` makes it legal. Uses the workload's first attention kind."""
+def natural_mesh(workload: Workload, rules: Rules, num_devices: int) -> Candidate | None:
+    """``rules`` on its natural mesh of ``num_devices`` (module docstring), or None if no mesh
+    of ``num_devices`` makes it legal. Uses the workload's first attention kind."""
     names = workload.mesh_axis_names
     first_named = mesh_axes_of([rules])
     preference = (*first_named, *(n for n in names if n not in first_named))
@@ -96,40 +97,40 @@ def natural_mesh(workload: Workload, rules: Rules, num_chips: int) -> Candidate 
         return sum(1 for s in shape if s > 1), tuple(-sizes[n] for n in preference)
 
     attention = workload.attention_kinds[0]
-    for shape in sorted(mesh_shapes(num_chips, len(names)), key=key):
+    for shape in sorted(mesh_shapes(num_devices, len(names)), key=key):
         cand = make_candidate(workload, shape, rules.name, attention)
         if not check_candidate(workload, cand):
             return cand
     return None
 
 
-def default_deployment(workload: Workload, num_chips: int) -> tuple[Candidate, str] | None:
+def default_deployment(workload: Workload, num_devices: int) -> tuple[Candidate, str] | None:
     """The default deployment's sharding and a note saying which it is (None if no rule set
-    of the workload is legal on ``num_chips``)."""
+    of the workload is legal on ``num_devices``)."""
     skipped: list[str] = []
     for rules in workload.rule_sets:
-        cand = natural_mesh(workload, rules, num_chips)
+        cand = natural_mesh(workload, rules, num_devices)
         if cand is not None:
             mesh = ".".join(
                 f"{n}{s}" for n, s in zip(cand.mesh_axis_names, cand.mesh_shape, strict=True)
             )
             note = f"rule set {rules.name!r} on its natural mesh {mesh}"
             if skipped:
-                note += f" (the first rule set {skipped[0]!r} has no legal mesh of {num_chips})"
+                note += f" (the first rule set {skipped[0]!r} has no legal mesh of {num_devices})"
             return cand, note
         skipped.append(rules.name)
     return None
 
 
-def _wan_baselines(workload: Workload, num_chips: int) -> list[tuple[str, Candidate, str]]:
+def _wan_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
     out: list[tuple[str, Candidate, str]] = []
     meshes = {
-        "existing deployment": {"context": num_chips},
-        "maxdiffusion recipe": {"data": 2, "context": num_chips // 2},
+        "existing deployment": {"context": num_devices},
+        "maxdiffusion recipe": {"data": 2, "context": num_devices // 2},
     }
     for name in WAN_BASELINE_NAMES:
         sizes = meshes[name]
-        if math.prod(sizes.values()) != num_chips:
+        if math.prod(sizes.values()) != num_devices:
             continue  # one chip: no recipe with data = 2
         cand = make_candidate(workload, sizes, "maxdiffusion", "gather_kv")
         reasons = check_candidate(workload, cand)
@@ -141,8 +142,8 @@ def _wan_baselines(workload: Workload, num_chips: int) -> list[tuple[str, Candid
     return out
 
 
-def _generic_baselines(workload: Workload, num_chips: int) -> list[tuple[str, Candidate, str]]:
-    found = default_deployment(workload, num_chips)
+def _generic_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
+    found = default_deployment(workload, num_devices)
     return [] if found is None else [(DEFAULT_DEPLOYMENT, found[0], found[1])]
 
 
@@ -161,7 +162,8 @@ def baseline_candidates(workload: Workload, slice_: Slice) -> tuple[Baseline, ..
     """
     named = _NAMED.get(str(workload.info.get("kind")), _generic_baselines)
     out: list[Baseline] = []
-    for name, cand, what in named(workload, slice_.num_chips):
+    # The mesh spans devices (two per tpu7x chip).
+    for name, cand, what in named(workload, slice_.num_devices):
         order, order_note = default_device_order(cand.mesh_shape, slice_)
         note = f"{what}; {order_note}"
         out.append(Baseline(name=name, candidate=cand, device_order=order, note=note))

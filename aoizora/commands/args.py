@@ -34,7 +34,7 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """What a planning command plans: ``--model`` (a Wan config, with ``--resolution`` and
     ``--frames``) or ``--workload FILE.py:FACTORY`` (a model of your own)."""
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", choices=sorted(WAN_CONFIGS), help="a Wan config")
+    which.add_argument("--model", choices=sorted(WAN_CONFIGS), help="a Wan 2.1 / 2.2 config")
     which.add_argument(
         "--workload",
         metavar="FILE.py:FACTORY",
@@ -44,10 +44,18 @@ def add_workload_arguments(p: argparse.ArgumentParser) -> None:
         ),
     )
     p.add_argument(
-        "--resolution", default=None, help="with --model: 480p, 720p or WIDTHxHEIGHT (default 480p)"
+        "--resolution",
+        default=None,
+        help=(
+            "with --model: 480p, 720p (the model's: 1280x704 for wan2.2-ti2v-5b) or "
+            "WIDTHxHEIGHT (default 480p)"
+        ),
     )
     p.add_argument(
-        "--frames", type=int, default=None, help="with --model: clip frames, 4k+1 (default 81)"
+        "--frames",
+        type=int,
+        default=None,
+        help="with --model: clip frames, 4k+1 (default: the model's, 81; 121 for wan2.2-ti2v-5b)",
     )
 
 
@@ -60,7 +68,7 @@ def workload_from_args(
     import jax
 
     from aoizora.workloads.factory import load_workload
-    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from aoizora.workloads.wan import model_clip, wan_workload
 
     if args.workload is not None:
         given = [f"--{n}" for n in ("resolution", "frames") if getattr(args, n) is not None]
@@ -79,8 +87,8 @@ def workload_from_args(
             )
         return workload
     resolution = "480p" if args.resolution is None else args.resolution
-    frames = 81 if args.frames is None else args.frames
-    return wan_workload(args.model, parse_resolution(resolution, frames=frames))
+    # The model fixes what 720p means and the default frame count (wan_config.model_clip).
+    return wan_workload(args.model, model_clip(args.model, resolution, frames=args.frames))
 
 
 def check_slices(slices: Sequence[Slice]) -> None:

@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
         "--order",
         default=None,
         metavar="ID,ID,...",
-        help="physical chip id of each logical id, e.g. 0,1,3,2 (default: identity)",
+        help="physical (libtpu device) id of each logical id, e.g. 0,1,3,2 (default: identity)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -113,10 +113,10 @@ def run(args: argparse.Namespace) -> int:
     graph = graph_from_text(text)
     slice_ = load_slice(args.slice)
     if args.order is None:
-        order = DeviceOrder.identity(mesh_shape=(slice_.num_chips,), slice_=slice_)
+        order = DeviceOrder.identity(mesh_shape=(slice_.num_devices,), slice_=slice_)
     else:
         ids = parse_order(args.order)
-        order = DeviceOrder.from_physical_ids(ids, mesh_shape=(slice_.num_chips,), slice_=slice_)
+        order = DeviceOrder.from_physical_ids(ids, mesh_shape=(slice_.num_devices,), slice_=slice_)
     result = replay(graph, slice_, order)
     if args.json:
         payload = graph.to_json_dict()

@@ -68,6 +68,13 @@ _BASELINE_COLUMNS = (
 )
 
 
+def _chips(row: Any) -> str:
+    """Chips, and the devices when a chip is several (tpu7x: ``4 (8 devices)``)."""
+    if row.num_devices == row.num_chips:
+        return str(row.num_chips)
+    return f"{row.num_chips} ({row.num_devices} devices)"
+
+
 def _baseline_names(rows: Any) -> list[str]:
     present = {name for r in rows for name, _ in r.baselines_s}
     names = [name for name, _ in _BASELINE_COLUMNS if name in present]
@@ -91,10 +98,10 @@ def _header(names: list[str]) -> tuple[str, ...]:
 def _cells(row: Any, names: list[str]) -> tuple[str, ...]:
     if row.error is not None:
         blank = ("",) * (len(names) + 2)
-        return (row.spec, str(row.num_chips), "failed", *blank, row.error[:80])
+        return (row.spec, _chips(row), "failed", *blank, row.error[:80])
     return (
         row.spec,
-        str(row.num_chips),
+        _chips(row),
         _fmt(row.step_s),
         *(_speedup(row.speedup_over(n)) for n in names),
         _fmt(row.peak_link_utilisation, 100, " %"),
@@ -123,6 +130,7 @@ def rows_to_csv(rows: Any) -> str:
         [
             "slice",
             "num_chips",
+            "num_devices",
             "wraparound",
             "step_s",
             "existing_deployment_s",
@@ -143,6 +151,7 @@ def rows_to_csv(rows: Any) -> str:
             [
                 r.spec,
                 r.num_chips,
+                r.num_devices,
                 "".join("1" if w else "0" for w in r.wraparound),
                 r.step_s,
                 base.get("existing deployment"),

@@ -337,9 +337,18 @@ class _RegionWalk:
             self.add_compute(instr, flops, bytes_)
             self.frontier[instr.name] = deps
 
-    def opaque(self, instr: Instruction, target: str, deps: frozenset[str]) -> int:
+    def opaque(
+        self,
+        instr: Instruction,
+        target: str,
+        deps: frozenset[str],
+        *,
+        comp: Computation | None = None,
+    ) -> int:
+        """Record a custom call; ``comp`` is the computation holding it (default: this one)."""
         self.flush()
         b = self.b
+        comp = self.comp if comp is None else comp
         m = re.search(r'op_name="([^"]*)"', instr.attrs.get("metadata", ""))
         oid = len(b.opaques)
         b.opaques.append(
@@ -348,10 +357,10 @@ class _RegionWalk:
                 name=instr.name,
                 target=target,
                 op_name=m.group(1) if m else "",
-                computation=self.comp.name,
+                computation=comp.name,
                 line=instr.line,
                 region=self.region,
-                operand_shapes=tuple(self.comp.by_name[o].shape for o in instr.operands),
+                operand_shapes=tuple(comp.by_name[o].shape for o in instr.operands),
                 result_shape=instr.shape,
                 count=self.count,
                 depends_on=tuple(sorted(deps)),
@@ -440,11 +449,11 @@ class _RegionWalk:
     def visit_async_start(self, instr: Instruction, deps: frozenset[str]) -> None:
         b = self.b
         callee = b.module.computations[instr.called()[0]]
-        wrapped = [i for i in callee.instructions if collective_base(i.opcode) is not None]
-        if wrapped:
-            inner = wrapped[0]
+        wrapped = _wrapped_collective(b.module, callee)
+        if wrapped is not None:
+            owner, inner = wrapped
             cid = b._new_collective(
-                callee,
+                owner,
                 inner,
                 region=self.region,
                 count=self.count,
@@ -458,7 +467,7 @@ class _RegionWalk:
             for inner in callee.instructions:
                 if inner.opcode == "custom-call":
                     target = inner.attrs.get("custom_call_target", "").strip('"')
-                    self.opaque(inner, target, deps)
+                    self.opaque(inner, target, deps, comp=callee)
                 else:
                     flops, bytes_ = b.costs.instruction(callee, inner)
                     self.add_compute(inner, flops, bytes_)
@@ -555,6 +564,29 @@ class _RegionWalk:
         )
         self.steps.append(SubRegion("while", instr.name, (rid,), trip))
         self.frontier[instr.name] = deps | {f"r{rid}"}
+
+
+def _wrapped_collective(
+    module: HloModule, callee: Computation
+) -> tuple[Computation, Instruction] | None:
+    """The collective an ``async-start`` runs, with the computation that holds it.
+
+    Usually the called computation holds it directly. tpu7x offloads collectives to
+    SparseCores: ``async-start()`` calls a computation whose custom call calls the
+    computation holding the collective (docs/facts.md, Ironwood (TPU7x); docs/hlo.md).
+    """
+    for inner in callee.instructions:
+        if collective_base(inner.opcode) is not None:
+            return callee, inner
+    for inner in callee.instructions:
+        if inner.opcode != "custom-call":
+            continue
+        for name in inner.called():
+            comp = module.computations[name]
+            for deep in comp.instructions:
+                if collective_base(deep.opcode) is not None:
+                    return comp, deep
+    return None
 
 
 def _scatters(comp: Computation, allreduce: Instruction) -> bool:

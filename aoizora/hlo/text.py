@@ -299,6 +299,10 @@ def _header_int(header: Mapping[str, str], key: str, default: int, lineno: int, 
     return int(value)
 
 
+# A computation ends with '}', on tpu7x sometimes with its execution thread:
+# '}, execution_thread="sparsecore"' (collectives offloaded to SparseCores; docs/hlo.md).
+_COMP_END_RE = re.compile(r'^\}(?:,\s*execution_thread="[^"]*")?\s*$')
+
 # An instruction starts with indentation, then ``%name =`` or ``ROOT %name =``.
 _INSTR_START_RE = re.compile(r"^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=")
 
@@ -320,7 +324,7 @@ class _Open:
 
     def feed(self, line: str, num: int) -> bool:
         """Take one body line; True when it closes the computation."""
-        if line.rstrip() == "}":
+        if _COMP_END_RE.match(line):
             self.flush()
             return True
         if not line.strip():

@@ -39,6 +39,7 @@ __all__ = [
     "axis_choices",
     "axis_options",
     "check_inputs",
+    "device_grid",
     "layout_complexity",
     "mergeable",
     "mesh_coords",
@@ -55,7 +56,9 @@ class SubAxis:
     """One factor of a physical dimension: ``digit = (coord[dim] // stride) % size``.
 
     An unsplit dimension is the single sub-axis with ``stride == 1`` and
-    ``size == dim_size``.
+    ``size == dim_size``. On chips with several devices (tpu7x) the devices of a
+    chip are one more dimension, the ``core`` (label ``c``), after x, y, z
+    (:func:`device_grid`).
     """
 
     dim: int
@@ -63,6 +66,7 @@ class SubAxis:
     stride: int
     dim_size: int
     reversed: bool = False
+    core: bool = False
 
     def label(self) -> str:
         """``x`` (whole), ``y/2`` (major part), ``y%2`` (minor), ``y/2%2`` (middle).
@@ -74,7 +78,7 @@ class SubAxis:
         >>> SubAxis(dim=0, size=4, stride=1, dim_size=4, reversed=True).label()
         '~x'
         """
-        name = dim_name(self.dim)
+        name = "c" if self.core else dim_name(self.dim)
         sign = "~" if self.reversed else ""
         if self.size == self.dim_size:
             return f"{sign}{name}"
@@ -166,13 +170,37 @@ def ordered_factorizations(n: int) -> list[tuple[int, ...]]:
     return out
 
 
-def sub_axes_of(dim: int, factors: tuple[int, ...], dim_size: int) -> list[SubAxis]:
+def sub_axes_of(
+    dim: int, factors: tuple[int, ...], dim_size: int, *, core: bool = False
+) -> list[SubAxis]:
     out = []
     stride = dim_size
     for f in factors:
         stride //= f
-        out.append(SubAxis(dim=dim, size=f, stride=stride, dim_size=dim_size))
+        out.append(SubAxis(dim=dim, size=f, stride=stride, dim_size=dim_size, core=core))
     return out
+
+
+def device_grid(slice_: Slice) -> tuple[tuple[int, ...], np.ndarray]:
+    """The slice's devices as a grid: its shape and the physical-id stride of each dimension.
+
+    One device per chip: the chip grid, ids x fastest. Several (tpu7x): one more
+    dimension, the core, last in the grid but fastest in libtpu's numbering
+    (``id = devices_per_chip * chip id + core``; docs/facts.md, libtpu AOT topologies).
+
+    >>> from sim.topology import load_slice
+    >>> shape, strides = device_grid(load_slice("tpu7x:2x2x1"))
+    >>> shape, strides.tolist()
+    ((2, 2, 1, 2), [2, 4, 8, 1])
+    >>> device_grid(load_slice("v5e:2x4"))[1].tolist()
+    [1, 2]
+    """
+    chips = slice_.shape
+    per_chip = slice_.chip.devices_per_chip
+    strides = [per_chip * math.prod(chips[:d]) for d in range(len(chips))]
+    if per_chip == 1:
+        return chips, np.asarray(strides, dtype=np.int64)
+    return (*chips, per_chip), np.asarray([*strides, 1], dtype=np.int64)
 
 
 def mergeable(major: SubAxis, minor: SubAxis) -> bool:

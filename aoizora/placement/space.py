@@ -48,6 +48,7 @@ from aoizora.placement.family import (
     SubAxis,
     axis_options,
     check_inputs,
+    device_grid,
     layout_complexity,
     mergeable,
     ordered_factorizations,
@@ -116,12 +117,13 @@ class PlacementSpace:
                 f"once, e.g. {list(range(len(self.shape)))}"
             )
         self.axis_order = tuple(a for a in order if self.shape[a] > 1)
-        self.num_dims = len(slice_.shape)
+        # The device grid: the chip grid, plus the core dimension on tpu7x (two devices a
+        # chip); coordinates below run over it, chip coordinates are its first columns.
+        self.grid, self.id_strides = device_grid(slice_)
+        self.num_dims = len(self.grid)
         self.num_devices = math.prod(self.shape)
-        self.id_strides = np.asarray(
-            [math.prod(slice_.shape[:d]) for d in range(self.num_dims)], dtype=np.int64
-        )
-        self._dims = tuple(d for d, n in enumerate(slice_.shape) if n > 1)
+        self._chip_dims = len(slice_.shape)
+        self._dims = tuple(d for d, n in enumerate(self.grid) if n > 1)
         self._count = functools.cache(self._count_uncached)
         self._roots = self._build_roots()
 
@@ -131,12 +133,12 @@ class PlacementSpace:
         roots: list[Node] = []
         flats: list[Node] = []
         for factorization in itertools.product(
-            *(ordered_factorizations(self.slice.shape[d]) for d in self._dims)
+            *(ordered_factorizations(self.grid[d]) for d in self._dims)
         ):
             free = tuple(
                 sub
                 for d, factors in zip(self._dims, factorization, strict=True)
-                for sub in sub_axes_of(d, factors, self.slice.shape[d])
+                for sub in sub_axes_of(d, factors, self.grid[d], core=d == self._chip_dims)
             )
             if self._count(free, 0):
                 roots.append(Node(free=free))
@@ -230,12 +232,16 @@ class PlacementSpace:
         )
 
     def coords(self, node: Node) -> np.ndarray:
-        """Chip coordinates (devices x dims) of every logical device, row-major.
+        """Chip coordinates (devices x chip dims) of every logical device, row-major.
 
         Axes the node has not placed contribute nothing, so the devices of any
         group over placed axes only sit at a translate of where every completion
-        puts them.
+        puts them. Two devices of one tpu7x chip get the same row.
         """
+        return self._device_coords(node)[:, : self._chip_dims]
+
+    def _device_coords(self, node: Node) -> np.ndarray:
+        """Device-grid coordinates (devices x grid dims, the core last on tpu7x)."""
         if node.flat is not None:
             out = np.zeros((self.num_devices, self.num_dims), dtype=np.int64)
             out[:, : node.flat.offsets.shape[1]] = node.flat.offsets
@@ -251,7 +257,7 @@ class PlacementSpace:
 
     def physical_ids(self, node: Node) -> tuple[int, ...]:
         """libtpu ids of a leaf's chips in mesh-flat order."""
-        return tuple((self.coords(node) @ self.id_strides).tolist())
+        return tuple((self._device_coords(node) @ self.id_strides).tolist())
 
     def layouts(self, node: Node) -> tuple[AxisLayout, ...]:
         """A leaf's description, one layout per mesh axis (one ``flat`` for a path)."""

@@ -47,12 +47,12 @@ def _dim_maps(n: int, wrapped: bool) -> list[tuple[int, ...]]:
 
 
 def slice_automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
-    """The slice's route-preserving symmetries as permutations of physical ids.
+    """The slice's route-preserving symmetries as permutations of physical (device) ids.
 
-    ``perm[i]`` is the image of chip ``i``. The identity comes first; the rest
-    are sorted. Reflections per dimension (non-wrapped, or wrapped of odd
-    length) and translations of wrapped dimensions; no transpositions (routing
-    is dimension-ordered).
+    ``perm[i]`` is the image of device ``i`` (a chip, or one of a tpu7x chip's two).
+    The identity comes first; the rest are sorted. Reflections per dimension
+    (non-wrapped, or wrapped of odd length) and translations of wrapped
+    dimensions; no transpositions (routing is dimension-ordered).
 
     >>> from sim.topology import load_slice
     >>> slice_automorphisms(load_slice("v5e:2x2"))
@@ -71,7 +71,22 @@ def _automorphisms(slice_: Slice) -> tuple[tuple[int, ...], ...]:
             for coord in slice_.coords
         )
         perms.add(perm)
-    identity = tuple(range(slice_.num_chips))
+    per_chip = slice_.chip.devices_per_chip
+    if per_chip > 1:
+        # Device ids are per_chip * chip + core: move the chips, and keep or reverse every
+        # chip's cores (a chip's devices are alike and talk without links).
+        lifted: set[tuple[int, ...]] = set()
+        for perm in perms:
+            for flip in (False, True):
+                lifted.add(
+                    tuple(
+                        per_chip * perm[d // per_chip]
+                        + (per_chip - 1 - d % per_chip if flip else d % per_chip)
+                        for d in range(slice_.num_devices)
+                    )
+                )
+        perms = lifted
+    identity = tuple(range(slice_.num_devices))
     return (identity, *sorted(perms - {identity}))
 
 
@@ -136,9 +151,9 @@ def canonical(order: DeviceOrder, slice_: Slice) -> DeviceOrder:
 
 
 def check_order_on(order: DeviceOrder, slice_: Slice) -> None:
-    if order.slice_name != slice_.name or order.num_devices != slice_.num_chips:
+    if order.slice_name != slice_.name or order.num_devices != slice_.num_devices:
         raise PlacementError(
             f"device order for {order.slice_name} ({order.num_devices} devices) does not belong "
-            f"to slice {slice_.name} ({slice_.num_chips} chips); build it with "
+            f"to slice {slice_.name} ({slice_.num_devices} devices); build it with "
             f"DeviceOrder.from_physical_ids(..., slice_=load_slice({slice_.name!r}))"
         )

@@ -6,7 +6,8 @@ video), the abstract inputs (name, shape, dtype and logical axes of every array 
 step takes), the slice, the logical mesh (the workload's own axis names and sizes),
 the logical axis rules, the attention kind, the chosen candidate and placement, the
 device order (chip coordinates *and* libtpu physical ids, in mesh-flat order, i.e.
-the order of ``mesh.devices.flat``), the predicted step latencies of the winner and
+the order of ``mesh.devices.flat``; a tpu7x chip appears once per device, its ids
+``2 x chip id + core``), the predicted step latencies of the winner and
 the baselines (labelled ``"simulated"``: they come from the simulator, not from a
 TPU) and the versions it was made with. Every workload's plan has the same fields.
 Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load.
@@ -14,7 +15,7 @@ Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load.
 On the TPU host::
 
     plan = aoizora.load_plan("plan.json")
-    mesh = plan.mesh(jax.devices())          # devices placed by chip coordinates
+    mesh = plan.mesh(jax.devices())          # placed by chip coordinates (and core)
     specs = plan.partition_specs()           # one PartitionSpec per input, in order
     spec = logical_to_pspec(("batch", "length", None), plan.rules, plan.mesh_axis_names)
 
@@ -76,7 +77,7 @@ from aoizora.plan.fields import (
     json_text,
     length_of,
 )
-from aoizora.workloads.attention import ATTENTION_KINDS
+from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import Rules, logical_to_pspec, rule_pairs_to_json
 from sim.errors import TopologyError
@@ -160,10 +161,10 @@ class Plan:
             )
         if not isinstance(self.provenance, Provenance):
             raise PlanError(f"provenance must be a Provenance, got {self.provenance!r}")
-        if self.attention not in ALLOWED_ATTENTION:
+        if self.attention not in ALLOWED_ATTENTION and usp_degree(self.attention) is None:
             raise PlanError(
                 f"attention {self.attention!r} is not a known attention kind; allowed: "
-                f"{list(ALLOWED_ATTENTION)}"
+                f"{list(ALLOWED_ATTENTION)} or usp_uU (Ulysses degree U >= 2, e.g. usp_u2)"
             )
         slice_ = self.slice
         self._check_mesh(slice_)
@@ -188,15 +189,15 @@ class Plan:
         if not isinstance(shape, tuple) or len(shape) != len(names):
             raise PlanError(
                 f"mesh.shape {shape!r} must give one size per axis name {list(names)}, "
-                f"e.g. {[1] * (len(names) - 1) + [slice_.num_chips]}"
+                f"e.g. {[1] * (len(names) - 1) + [slice_.num_devices]}"
             )
         for i, size in enumerate(shape):
             check_positive_int(size, f"mesh.shape[{i}]", "e.g. 2")
-        if math.prod(shape) != slice_.num_chips:
+        if math.prod(shape) != slice_.num_devices:
             raise PlanError(
                 f"mesh.shape {list(shape)} has {math.prod(shape)} devices but slice "
-                f"{self.slice_name} has {slice_.num_chips} chips; the sizes must multiply to "
-                f"{slice_.num_chips}, e.g. {list(slice_.shape)}"
+                f"{self.slice_name} has {slice_.num_devices}; the sizes must multiply to "
+                f"{slice_.num_devices}, e.g. {[slice_.num_devices]}"
             )
 
     def _check_rules(self) -> None:
@@ -229,18 +230,19 @@ class Plan:
                 )
 
     def _check_order(self, slice_: Slice) -> None:
-        n = slice_.num_chips
+        n = slice_.num_devices
         if not isinstance(self.coords, tuple) or len(self.coords) != n:
             raise PlanError(
                 f"device_order.coords has {length_of(self.coords)} entries; slice "
-                f"{self.slice_name} needs exactly {n} (one per chip, mesh-flat order)"
+                f"{self.slice_name} needs exactly {n} (one per device, mesh-flat order)"
             )
         if not isinstance(self.physical_ids, tuple) or len(self.physical_ids) != n:
             raise PlanError(
                 f"device_order.physical_ids has {length_of(self.physical_ids)} entries; slice "
                 f"{self.slice_name} needs exactly {n}"
             )
-        seen: dict[Coord, int] = {}
+        seen: dict[int, int] = {}
+        times: dict[Coord, int] = {}
         for i, (coord, pid) in enumerate(zip(self.coords, self.physical_ids, strict=True)):
             where = f"device_order.coords[{i}]"
             if not (
@@ -253,18 +255,25 @@ class Plan:
                     f"{self.slice_name} (shape {list(slice_.shape)}), e.g. "
                     f"{list(slice_.coords[-1])}"
                 )
-            if coord in seen:
+            # A chip of several devices (tpu7x) appears once per device: its ids are
+            # devices_per_chip * chip id + core (docs/facts.md, Ironwood (TPU7x)).
+            per_chip = slice_.chip.devices_per_chip
+            times[coord] = times.get(coord, 0) + 1
+            if times[coord] > per_chip:
                 raise PlanError(
-                    f"{where} {list(coord)} repeats device_order.coords[{seen[coord]}]; every "
-                    f"chip of {self.slice_name} must appear exactly once"
+                    f"{where} {list(coord)} repeats an earlier entry; every chip of "
+                    f"{self.slice_name} must appear exactly {per_chip} time(s)"
                 )
-            seen[coord] = i
-            expected = slice_.physical_id(coord)
-            if isinstance(pid, bool) or not isinstance(pid, int) or pid != expected:
+            chip_id = slice_.physical_id(coord)
+            bad = isinstance(pid, bool) or not isinstance(pid, int) or pid in seen
+            if bad or pid // per_chip != chip_id:
                 raise PlanError(
                     f"device_order.physical_ids[{i}] is {pid!r} but chip {list(coord)} of "
-                    f"{self.slice_name} has physical id {expected} (x fastest: id = x + X*y)"
+                    f"{self.slice_name} hosts the unused device ids "
+                    f"{[chip_id * per_chip + c for c in range(per_chip)]} (x fastest: chip id "
+                    f"= x + X*y; every device exactly once)"
                 )
+            seen[pid] = i
 
     # --- views --------------------------------------------------------------
 
@@ -343,25 +352,29 @@ class Plan:
         """
         slice_ = self.slice
         devices = list(devices)
-        if len(devices) != slice_.num_chips:
+        per_chip = slice_.chip.devices_per_chip
+        if len(devices) != slice_.num_devices:
+            extra = f"{slice_.num_devices} devices on " if per_chip > 1 else ""
             raise PlanError(
-                f"the plan is for {self.slice_name} ({slice_.num_chips} chips) but "
+                f"the plan is for {self.slice_name} ({extra}{slice_.num_chips} chips) but "
                 f"{len(devices)} devices were given; pass all devices of a {self.slice_name} "
                 "slice, e.g. jax.devices()"
             )
-        by_coord: dict[Coord, Any] = {}
+        by_key: dict[tuple[Coord, int], Any] = {}
         for device in devices:
             coord = _device_coord(device, slice_, self.slice_name)
-            if coord in by_coord:
+            core = int(getattr(device, "core_on_chip", 0)) if per_chip > 1 else 0
+            if (coord, core) in by_key or not 0 <= core < per_chip:
                 raise PlanError(
-                    f"devices {_device_name(by_coord[coord])} and {_device_name(device)} both "
-                    f"report chip coordinates {list(coord)}; the plan needs one device per chip "
-                    f"of {self.slice_name} (for multi-core chips pass one core per chip)"
+                    f"devices {_device_name(by_key.get((coord, core)))} and "
+                    f"{_device_name(device)} both report chip coordinates {list(coord)} core "
+                    f"{core}; the plan needs every device of {self.slice_name} once "
+                    f"({per_chip} per chip)"
                 )
-            by_coord[coord] = device
+            by_key[(coord, core)] = device
         grid = np.empty(len(self.coords), dtype=object)
-        for i, coord in enumerate(self.coords):
-            grid[i] = by_coord[coord]  # count and uniqueness above make this total
+        for i, (coord, pid) in enumerate(zip(self.coords, self.physical_ids, strict=True)):
+            grid[i] = by_key[(coord, pid % per_chip)]  # count and uniqueness make this total
         return jax.sharding.Mesh(grid.reshape(self.mesh_shape), self.mesh_axis_names)
 
     def partition_specs(self) -> tuple[PartitionSpec, ...]:

@@ -199,7 +199,7 @@ class TimelineBound:
 
     def __init__(self, graph: CollectiveGraph, slice_: Slice) -> None:
         self.graph = graph
-        delays = step_delays_s(graph, slice_.chip)
+        delays = step_delays_s(graph, slice_.chip.per_device())  # as the replay: per device
         self.regions: dict[int, tuple[_Step, ...]] = {}
         for region in graph.regions:
             steps: list[_Step] = []

@@ -16,6 +16,10 @@ collective gets depends on what the node fixes about its groups (see
   smallest step of those sub-axes long;
 - otherwise: the same with one hop.
 
+On a slice whose chips host several devices (tpu7x) the last two cases bound
+by 0: a group not yet placed may still land on the two cores of one chip,
+where its flows use no link.
+
 >>> from sim.topology import load_slice
 >>> from aoizora.hlo.graph import graph_from_text
 >>> from aoizora.placement.space import PlacementSpace
@@ -142,13 +146,16 @@ class NodeBounds:
             return self.leaf_bound(rows)
         placed = self.space.placed_axes(node)
         pending = self.space.pending_axis(node)
-        step = self._smallest_step(node)
+        shared_chips = self.slice.chip.devices_per_chip > 1
+        step = 1 if shared_chips else self._smallest_step(node)
         durations: dict[int, float] = {}
         for sh in self.shapes:
             if sh.group_size < 2:
                 durations[sh.collective.id] = 0.0
             elif sh.span <= placed:
                 durations[sh.collective.id] = max(self._plan(u, rows, sh) for u in sh.units)
+            elif shared_chips:
+                durations[sh.collective.id] = 0.0  # may yet be on-chip, 0-hop
             elif pending is not None and sh.span == {pending}:
                 durations[sh.collective.id] = self._ideal_bound(sh, step)
             else:

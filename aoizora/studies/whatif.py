@@ -41,6 +41,7 @@ class WhatIfRow:
 
     spec: str
     num_chips: int
+    num_devices: int  # libtpu's devices: chips x devices per chip (2 on tpu7x)
     wraparound: tuple[bool, ...]
     winner: str | None
     placement: str | None
@@ -64,6 +65,7 @@ class WhatIfRow:
         return {
             "slice": self.spec,
             "num_chips": self.num_chips,
+            "num_devices": self.num_devices,
             "wraparound": list(self.wraparound),
             "winner": self.winner,
             "placement": self.placement,
@@ -94,6 +96,7 @@ def whatif_row(spec: str, outcome: PlanOutcome) -> WhatIfRow:
     return WhatIfRow(
         spec=spec,
         num_chips=outcome.slice_.num_chips,
+        num_devices=outcome.slice_.num_devices,
         wraparound=outcome.slice_.wraparound,
         winner=outcome.winner.candidate.id,
         placement=outcome.winner_placement.placement_id,
@@ -148,6 +151,7 @@ def run_whatif(
                 WhatIfRow(
                     spec=spec,
                     num_chips=slice_.num_chips,
+                    num_devices=slice_.num_devices,
                     wraparound=slice_.wraparound,
                     winner=None,
                     placement=None,

@@ -1,4 +1,4 @@
-"""Sequence-parallel attention for the DiT workloads: three ways to split attention over chips.
+"""Sequence-parallel attention for the DiT workloads: four ways to split attention over chips.
 
 Every kind runs a per-chip attention kernel inside :func:`jax.shard_map`, so the
 compiled HLO shows an opaque kernel at a manual-sharding boundary -- exactly what
@@ -19,6 +19,15 @@ Kinds (q, k, v are ``(batch, heads, seq, head_dim)``):
 * ``"ring"`` -- ring attention: K/V chunks travel around the sequence axes by
   ``ppermute``; partial results are merged with their log-sum-exp (the online
   softmax of Milakov & Gimelshein 2018 / Liu et al. 2023, "Ring Attention").
+* ``"usp_uU"`` -- Ulysses x ring, the hybrid of the USP / Long-Context-Attention
+  line of work (Fang & Zhao 2024) that maxdiffusion runs as ``ulysses_ring``
+  (``attention_flax._ulysses_ring_attention``; its Ironwood Wan 2.2 configs use
+  ``ulysses_shards=2``): the n-way sequence split is U-way Ulysses times R = n/U-way
+  ring. The chunk index of the sequence splits as ``r * U + u`` (ring major, as
+  maxdiffusion splits its context axis): an ``all_to_all`` among the U chunks of
+  each ring position turns them into head shards, then K/V blocks of U chunks
+  travel around the R ring positions. Needs 1 < U < n and heads divisible by U
+  times the head degree. :func:`attention_kinds` lists every U for a head count.
 
 Padding: positions ``>= kv_valid_len`` of K/V are masked (the workload pads the
 token sequence to a multiple of its sharding degree), and the splash kernel's
@@ -42,14 +51,62 @@ __all__ = [
     "ATTENTION_KINDS",
     "AttentionKind",
     "Kernel",
+    "attention_family",
+    "attention_kinds",
     "sharded_attention",
     "local_attention",
     "spec_axes",
+    "usp_degree",
+    "usp_kind",
 ]
 
 AttentionKind = Literal["gather_kv", "ulysses", "ring"]
 Kernel = Literal["splash", "xla"]
+# The kinds without a parameter; Ulysses x ring kinds are usp_kind(U) (attention_kinds).
 ATTENTION_KINDS: tuple[str, ...] = ("gather_kv", "ulysses", "ring")
+_USP_PREFIX = "usp_u"
+
+
+def usp_kind(ulysses: int) -> str:
+    """The name of Ulysses x ring attention with a ``ulysses``-way all-to-all.
+
+    >>> usp_kind(2), usp_degree("usp_u2"), usp_degree("ring")
+    ('usp_u2', 2, None)
+    """
+    if ulysses < 2:
+        raise WorkloadError(f"usp needs a Ulysses degree >= 2, got {ulysses}; e.g. usp_kind(2)")
+    return f"{_USP_PREFIX}{ulysses}"
+
+
+def usp_degree(kind: str) -> int | None:
+    """The Ulysses degree U of a ``usp_uU`` kind, None for the other kinds."""
+    digits = kind[len(_USP_PREFIX) :] if kind.startswith(_USP_PREFIX) else ""
+    return int(digits) if digits.isdigit() and int(digits) >= 2 else None
+
+
+def attention_family(kind: str) -> str:
+    """``"usp"`` for every Ulysses x ring split, else the kind itself.
+
+    >>> attention_family("usp_u4"), attention_family("ring")
+    ('usp', 'ring')
+    """
+    return "usp" if usp_degree(kind) is not None else kind
+
+
+def attention_kinds(num_heads: int) -> tuple[str, ...]:
+    """Every attention kind for a model with ``num_heads`` heads.
+
+    The three plain kinds, then ``usp_uU`` for every U > 1 dividing the heads (a
+    Ulysses degree must divide them); which U fit a candidate's sequence degree is
+    the candidate check's question.
+
+    >>> attention_kinds(12)
+    ('gather_kv', 'ulysses', 'ring', 'usp_u2', 'usp_u3', 'usp_u4', 'usp_u6', 'usp_u12')
+    """
+    return ATTENTION_KINDS + tuple(
+        usp_kind(u) for u in range(2, num_heads + 1) if num_heads % u == 0
+    )
+
 
 # Splash tile sizes: maxdiffusion's base_wan_14b.yml uses 512 for every block on v5e.
 _MAX_BLOCK = 512
@@ -261,6 +318,66 @@ def _ring(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return call.per_chip(body, call.q_spec, call.q_spec, call.q_spec, s_spec)(q, k, v, positions)
 
 
+def _usp(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array, ulysses: int) -> jax.Array:
+    """Ulysses over the U minor chunks of every ring position, ring over the R positions."""
+    n, u_deg, seq_name = call.n_seq, ulysses, call.seq_name
+    r_deg = n // u_deg
+    # Chunk indices i = r * U + u, in the PartitionSpec's order (axis_index and the
+    # groups of all_to_all count that way); ppermute numbers a tuple of axes in mesh
+    # order instead (see _ring), so the ring's pairs are converted.
+    groups = [[r * u_deg + u for u in range(u_deg)] for r in range(r_deg)]
+    mesh_index = _mesh_order_index(call)
+    perm = [
+        (mesh_index[i], mesh_index[((i // u_deg + 1) % r_deg) * u_deg + i % u_deg])
+        for i in range(n)
+    ]
+
+    def body(ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
+        def to_heads(x: jax.Array) -> jax.Array:
+            return jax.lax.all_to_all(x, seq_name, 1, 2, tiled=True, axis_index_groups=groups)
+
+        ql, kl, vl = to_heads(ql), to_heads(kl), to_heads(vl)
+        # The U chunks of ring position r are contiguous: keys r*U*c .. (r+1)*U*c - 1.
+        r = jax.lax.axis_index(seq_name) // u_deg
+        block = kl.shape[2]
+        out: jax.Array | None = None
+        lse: jax.Array | None = None
+        for step in range(r_deg):
+            valid = None
+            if call.needs_mask:
+                start = ((r - step) % r_deg) * block
+                valid = start + jnp.arange(block) < call.kv_valid_len
+            o_s, l_s = local_attention(ql, kl, vl, valid, kernel=call.kernel, with_lse=True)
+            assert l_s is not None
+            out, lse = (o_s, l_s) if out is None or lse is None else _merge(out, lse, o_s, l_s)
+            if step + 1 < r_deg:
+                kl = jax.lax.ppermute(kl, seq_name, perm)
+                vl = jax.lax.ppermute(vl, seq_name, perm)
+        assert out is not None
+        out = out.astype(ql.dtype)
+        return jax.lax.all_to_all(out, seq_name, 2, 1, tiled=True, axis_index_groups=groups)
+
+    return call.per_chip(body, call.q_spec, call.q_spec, call.q_spec)(q, k, v)
+
+
+def _mesh_order_index(call: _Call) -> list[int]:
+    """For each PartitionSpec-order index of the sequence axes, its mesh-order index."""
+    axes = spec_axes(call.q_spec[2])
+    sizes = {a: int(call.mesh.shape[a]) for a in axes}
+    mesh_order = sorted(axes, key=list(call.mesh.axis_names).index)
+    out = []
+    for i in range(call.n_seq):
+        digits: dict[str, int] = {}
+        rest = i
+        for a in reversed(axes):
+            digits[a], rest = rest % sizes[a], rest // sizes[a]
+        index = 0
+        for a in mesh_order:
+            index = index * sizes[a] + digits[a]
+        out.append(index)
+    return out
+
+
 def sharded_attention(
     q: jax.Array,
     k: jax.Array,
@@ -283,8 +400,12 @@ def sharded_attention(
             f"attention q_spec {q_spec} must shard (batch, heads, seq, head_dim) and leave "
             f"head_dim whole, e.g. PartitionSpec('data', 'tensor', 'context', None)"
         )
-    if kind not in ATTENTION_KINDS:
-        raise WorkloadError(f"attention kind {kind!r} is unknown; use one of {ATTENTION_KINDS}")
+    ulysses = usp_degree(kind)
+    if kind not in ATTENTION_KINDS and ulysses is None:
+        raise WorkloadError(
+            f"attention kind {kind!r} is unknown; use one of {ATTENTION_KINDS} or "
+            f"usp_uU (Ulysses degree U >= 2), e.g. 'usp_u2'"
+        )
     b_e, h_e, s_e, _ = tuple(q_spec)
     seq_axes = spec_axes(s_e)
     call = _Call(
@@ -301,4 +422,11 @@ def sharded_attention(
         return call.per_chip(call.full, q_spec, kv_spec, kv_spec)(q, k, v)
     if kind == "ulysses":
         return _ulysses(call, q, k, v)
+    if ulysses is not None:
+        if call.n_seq % ulysses or not 1 < ulysses < call.n_seq:
+            raise WorkloadError(
+                f"{kind}: Ulysses degree {ulysses} must divide the sequence degree "
+                f"{call.n_seq} and be below it (a ring of at least 2); e.g. usp_u2 on 4"
+            )
+        return _usp(call, q, k, v, ulysses)
     return _ring(call, q, k, v)

@@ -52,6 +52,8 @@ __all__ = [
     "Workload",
     "user_workload",
     "check_logical_tree",
+    "expert_steps",
+    "experts_summary",
 ]
 
 Backend = Literal["tpu", "cpu"]
@@ -321,3 +323,28 @@ def user_workload(
         mesh_axis_names=tuple(mesh_axis_names),
         program_fingerprint=hashlib.sha256(str(jaxpr).encode()).hexdigest(),
     )
+
+
+def expert_steps(workload: Workload) -> tuple[tuple[str, int], ...]:
+    """(expert, denoising steps) of a model with experts (Wan 2.2 A14B); ``()`` otherwise.
+
+    Such a workload's step takes the active expert's weights as its first argument and
+    holds the others resident (unread), so every expert's step is the same compiled
+    program: the winner's (sharding, placement) serves each expert, each at the
+    winner's simulated step time, with every expert in HBM.
+    """
+    experts = workload.info.get("experts", ())
+    return tuple((str(e["name"]), int(e["steps"])) for e in experts)
+
+
+def experts_summary(workload: Workload, step_s: float) -> dict[str, Any]:
+    """The JSON fields a model with experts adds to a plan summary (``{}`` otherwise):
+    each expert's steps and step time, that one plan serves them all, the denoising time."""
+    experts = expert_steps(workload)
+    if not experts:
+        return {}
+    return {
+        "experts": [{"name": name, "steps": n, "step_s": step_s} for name, n in experts],
+        "experts_share_plan": True,
+        "denoise_s": sum(n for _, n in experts) * step_s,
+    }

@@ -1,6 +1,6 @@
-"""The Wan 2.1 DiT denoising step in JAX, with logical axis names on every dimension.
+"""The Wan 2.1 / 2.2 DiT denoising step in JAX, with logical axis names on every dimension.
 
-Architecture from Wan-Video/Wan2.1 ``wan/modules/model.py`` and ``wan/configs``
+Architecture from Wan-Video/Wan2.1 and Wan2.2 ``wan/modules/model.py`` and ``wan/configs``
 (also diffusers ``transformer_wan.py``), written anew here:
 
 * patch embedding: Conv3d with kernel = stride = patch (1, 2, 2), i.e. a linear map
@@ -13,6 +13,13 @@ Architecture from Wan-Video/Wan2.1 ``wan/modules/model.py`` and ``wan/configs``
   LayerNorm(affine) -> cross-attention to the text tokens -> residual; LayerNorm +
   shift/scale -> FFN (GELU tanh) -> gated residual;
 * head: LayerNorm + (2, dim) modulation -> Linear(dim -> 16*1*2*2) -> unpatchify.
+
+Wan 2.2 (docs/facts.md, Wan 2.2): TI2V-5B has 48 latent channels (its VAE
+compresses 4x16x16) and a timestep per token, so the time MLP runs on every token
+and the modulation is per token (``(B, S, 6, dim)``; Wan2.2 ``model.py`` and
+maxdiffusion's ``per_token_t`` path). A14B is two Wan-14B-shaped experts: its step
+takes the active expert's weights first and the idle expert's second, unread but
+resident in HBM (compiled with ``keep_unused``), so one program serves both.
 
 The step runs both classifier-free-guidance passes as one batch of 2; layers go
 through :func:`jax.lax.scan` over stacked weights; weights and activations are
@@ -38,7 +45,12 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from aoizora.errors import WorkloadError
-from aoizora.workloads.attention import ATTENTION_KINDS, Kernel, sharded_attention
+from aoizora.workloads.attention import (
+    Kernel,
+    attention_kinds,
+    sharded_attention,
+    usp_degree,
+)
 from aoizora.workloads.base import BuildContext, Probe, Workload
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import LogicalAxes, Rules, logical_to_pspec, sharding_degree
@@ -52,6 +64,7 @@ from aoizora.workloads.wan_config import (
     WanFlops,
     check_wan_clip,
     latent_shape,
+    model_clip,
     num_tokens,
     parse_resolution,
     token_grid,
@@ -69,6 +82,7 @@ __all__ = [
     "Clip",
     "check_wan_clip",
     "latent_shape",
+    "model_clip",
     "token_grid",
     "num_tokens",
     "parse_resolution",
@@ -96,6 +110,13 @@ _TEXT_KV: LogicalAxes = (
     "activation_text_length",
     "activation_kv",
 )
+# Per-token modulation of TI2V-5B: (B, S, 6, dim).
+_MOD_TOKENS: LogicalAxes = (
+    "activation_batch",
+    "activation_length",
+    "modulation",
+    "activation_embed",
+)
 _LATENT: LogicalAxes = (
     "activation_batch",
     "latent_channels",
@@ -105,28 +126,35 @@ _LATENT: LogicalAxes = (
 )
 
 
-def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, Any, Any, Any]:
+def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, ...]:
     """``(params, latents, timestep, text)`` as :class:`jax.ShapeDtypeStruct` pytrees.
 
-    latents ``(2, 16, F', H/8, W/8)`` bf16, timestep ``(2,)`` f32, text
-    ``(2, text_len, text_dim)`` bf16 (umT5 output, both CFG prompts).
+    latents ``(2, C, F', H', W')`` bf16 (C = 16, or 48 for TI2V-5B), timestep ``(2,)``
+    f32 (``(2, tokens)`` with a timestep per token), text ``(2, text_len, text_dim)``
+    bf16 (umT5 output, both CFG prompts). A model with experts (A14B) takes the
+    idle expert's weights second: ``(params, idle_params, latents, timestep, text)``.
     """
-    f, h, w = latent_shape(clip)
+    f, h, w = latent_shape(clip, cfg)
     if h % cfg.patch[1] or w % cfg.patch[2] or f % cfg.patch[0]:
-        raise WorkloadError(f"latent {latent_shape(clip)} is not divisible by patch {cfg.patch}")
+        raise WorkloadError(f"latent {(f, h, w)} is not divisible by patch {cfg.patch}")
     params = wan_param_shapes(cfg, jnp.bfloat16)
     latents = jax.ShapeDtypeStruct((CFG_BATCH, cfg.in_channels, f, h, w), jnp.bfloat16)
-    timestep = jax.ShapeDtypeStruct((CFG_BATCH,), jnp.float32)
+    t_shape = (CFG_BATCH, num_tokens(clip, cfg)) if cfg.per_token_timestep else (CFG_BATCH,)
+    timestep = jax.ShapeDtypeStruct(t_shape, jnp.float32)
     text = jax.ShapeDtypeStruct((CFG_BATCH, cfg.text_len, cfg.text_dim), jnp.bfloat16)
-    return params, latents, timestep, text
+    experts = (params, params) if cfg.experts is not None else (params,)
+    return (*experts, latents, timestep, text)
 
 
-def wan_logical_axes(cfg: WanConfig) -> tuple[tuple[Any, Any, Any, Any], LogicalAxes]:
-    """Logical axes of ``(params, latents, timestep, text)`` and of the result."""
+def wan_logical_axes(cfg: WanConfig) -> tuple[tuple[Any, ...], LogicalAxes]:
+    """Logical axes of :func:`wan_abstract_args` and of the result."""
+    # A per-token timestep stays whole on every device (2 x tokens floats).
+    t_axes = ("activation_batch", "timestep_tokens") if cfg.per_token_timestep else ()
+    experts = (wan_param_axes(cfg),) * (2 if cfg.experts is not None else 1)
     args = (
-        wan_param_axes(cfg),
+        *experts,
         _LATENT,
-        ("activation_batch",),
+        t_axes or ("activation_batch",),
         ("activation_batch", "activation_text_length", "activation_text_embed"),
     )
     return args, _LATENT
@@ -289,9 +317,13 @@ def _block(
     angles: jax.Array,
 ) -> jax.Array:  # fmt: skip
     """One transformer block: self-attention, cross-attention, feed-forward."""
-    e = p["modulation"].astype(jnp.float32)[None] + e0  # (B, 6, dim)
-    e = st.shard(e, ("activation_batch", "modulation", "activation_embed"))
-    shift1, scale1, gate1, shift2, scale2, gate2 = (e[:, i : i + 1] for i in range(6))
+    if st.cfg.per_token_timestep:  # (B, S, 6, dim): shift/scale/gate per token
+        e = st.shard(p["modulation"].astype(jnp.float32)[None, None] + e0, _MOD_TOKENS)
+        shift1, scale1, gate1, shift2, scale2, gate2 = (e[:, :, i] for i in range(6))
+    else:  # (B, 6, dim): one per sample, broadcast over the tokens
+        e = p["modulation"].astype(jnp.float32)[None] + e0
+        e = st.shard(e, ("activation_batch", "modulation", "activation_embed"))
+        shift1, scale1, gate1, shift2, scale2, gate2 = (e[:, i : i + 1] for i in range(6))
     dt = x.dtype
     x = _self_attention(st, x, p, (shift1, scale1, gate1), angles)
     x = _cross_attention(st, x, p, text)
@@ -318,12 +350,20 @@ def _embed(
         x = jnp.pad(x, ((0, 0), (0, st.s_pad - st.n_tok), (0, 0)))
     x = st.shard(x, _HIDDEN)
 
-    # Time embedding and the shared modulation (f32, as Wan's autocast(float32) block).
-    e = _sinusoid(timestep, cfg.freq_dim).astype(x.dtype)
-    e = _linear(e, params["time_w1"], params["time_b1"])
+    # Time embedding and the shared modulation (f32, as Wan's autocast(float32) block):
+    # one per sample, or one per token (TI2V-5B; padded tokens get t = 0).
+    if cfg.per_token_timestep:
+        t = jnp.pad(timestep, ((0, 0), (0, st.s_pad - st.n_tok)))
+        t = st.shard(t, ("activation_batch", "activation_length"))
+        e = _sinusoid(t.reshape(-1), cfg.freq_dim).reshape(bsz, st.s_pad, cfg.freq_dim)
+    else:
+        e = _sinusoid(timestep, cfg.freq_dim)
+    e = _linear(e.astype(x.dtype), params["time_w1"], params["time_b1"])
     e = _linear(jax.nn.silu(e), params["time_w2"], params["time_b2"])
     e0 = _linear(jax.nn.silu(e), params["time_proj_w"], params["time_proj_b"])
-    e0 = e0.astype(jnp.float32).reshape(bsz, 6, cfg.dim)
+    e0 = e0.astype(jnp.float32).reshape(*e0.shape[:-1], 6, cfg.dim)
+    if cfg.per_token_timestep:
+        e, e0 = st.shard(e, _HIDDEN), st.shard(e0, _MOD_TOKENS)
 
     txt = _linear(text, params["text_w1"], params["text_b1"])
     txt = _linear(jax.nn.gelu(txt, approximate=True), params["text_w2"], params["text_b2"])
@@ -338,8 +378,14 @@ def _head(
     bsz, _, f, h, w = latent_shape
     pf, ph, pw = cfg.patch
     gf, gh, gw = f // pf, h // ph, w // pw
-    eh = params["head_modulation"].astype(jnp.float32)[None] + e.astype(jnp.float32)[:, None]
-    y = (_layer_norm(x, cfg.eps) * (1 + eh[:, 1:2]) + eh[:, 0:1]).astype(x.dtype)
+    mod = params["head_modulation"].astype(jnp.float32)
+    if cfg.per_token_timestep:  # e: (B, S, dim) -> (B, S, 2, dim)
+        eh = mod[None, None] + e.astype(jnp.float32)[:, :, None]
+        shift, scale = eh[:, :, 0], eh[:, :, 1]
+    else:  # e: (B, dim) -> (B, 2, dim)
+        eh = mod[None] + e.astype(jnp.float32)[:, None]
+        shift, scale = eh[:, 0:1], eh[:, 1:2]
+    y = (_layer_norm(x, cfg.eps) * (1 + scale) + shift).astype(x.dtype)
     y = _linear(y, params["head_w"], params["head_b"])[:, : st.n_tok]
     co = cfg.out_channels
     y = y.reshape(bsz, gf, gh, gw, pf, ph, pw, co)
@@ -361,18 +407,19 @@ def wan_step(
     ``ctx.rules`` (padded keys are masked in self-attention; padded tokens are
     dropped before unpatchify). ``kernel`` picks splash (TPU) or XLA attention.
     """
-    if ctx.attention not in ATTENTION_KINDS:
+    if ctx.attention not in attention_kinds(cfg.num_heads):
         raise WorkloadError(
-            f"Wan step: attention {ctx.attention!r} unknown; use one of {ATTENTION_KINDS}"
+            f"Wan step: attention {ctx.attention!r} unknown; use one of "
+            f"{attention_kinds(cfg.num_heads)}"
         )
     shard = _Shard(ctx)
-    n_tok = num_tokens(clip)
+    n_tok = num_tokens(clip, cfg)
     seq_deg = sharding_degree(shard.spec(_HIDDEN)[1], ctx.mesh_sizes)
     st = _Step(
         cfg=cfg, ctx=ctx, shard=shard, kernel=kernel, n_tok=n_tok,
         s_pad=padded_tokens(n_tok, seq_deg), q_spec=shard.spec(_QKV),
     )  # fmt: skip
-    grid = token_grid(clip)
+    grid = token_grid(clip, cfg)
 
     def step(params: Any, latents: jax.Array, timestep: jax.Array, text: jax.Array) -> jax.Array:
         x, e, e0, txt = _embed(st, params, latents, timestep, text)
@@ -402,7 +449,7 @@ MAX_PAD_FRACTION = 0.01
 
 def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules, str],
                                                         tuple[str, ...]]:  # fmt: skip
-    tokens = num_tokens(clip)
+    tokens = num_tokens(clip, cfg)
 
     def check(sizes: Mapping[str, int], rules: Rules, attention: str) -> tuple[str, ...]:
         names = tuple(sizes)
@@ -415,16 +462,7 @@ def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules
         qkv = logical_to_pspec(_QKV, rules, names, sizes)
         seq_deg = sharding_degree(qkv[2], sizes)
         head_deg = sharding_degree(qkv[1], sizes)
-        if attention == "ulysses" and cfg.num_heads % (seq_deg * head_deg):
-            reasons.append(
-                f"ulysses attention needs heads ({cfg.num_heads}) divisible by sequence degree "
-                f"{seq_deg} x head degree {head_deg} = {seq_deg * head_deg}"
-            )
-        if attention in ("ulysses", "ring") and seq_deg == 1:
-            reasons.append(
-                f"{attention} attention needs a sharded sequence (activation_length degree 1 "
-                f"here); it would equal gather_kv"
-            )
+        reasons.extend(_attention_reasons(cfg, attention, seq_deg, head_deg))
         pad = padded_tokens(tokens, seq_deg) - tokens
         if pad > MAX_PAD_FRACTION * tokens:
             reasons.append(
@@ -436,6 +474,35 @@ def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules
     return check
 
 
+def _attention_reasons(cfg: WanConfig, attention: str, seq_deg: int, head_deg: int) -> list[str]:
+    """Why ``attention`` cannot split ``cfg``'s heads and a sequence of degree ``seq_deg``."""
+    reasons: list[str] = []
+    ulysses = usp_degree(attention)
+    if attention == "ulysses" and cfg.num_heads % (seq_deg * head_deg):
+        reasons.append(
+            f"ulysses attention needs heads ({cfg.num_heads}) divisible by sequence degree "
+            f"{seq_deg} x head degree {head_deg} = {seq_deg * head_deg}"
+        )
+    if attention in ("ulysses", "ring") and seq_deg == 1:
+        reasons.append(
+            f"{attention} attention needs a sharded sequence (activation_length degree 1 "
+            f"here); it would equal gather_kv"
+        )
+    if ulysses is not None:
+        if seq_deg % ulysses or not 1 < ulysses < seq_deg:
+            reasons.append(
+                f"{attention} (Ulysses {ulysses} x ring) needs the sequence degree {seq_deg} "
+                f"to be {ulysses} x a ring of at least 2; splits of {seq_deg}: "
+                f"{[f'usp_u{u}' for u in range(2, seq_deg) if seq_deg % u == 0] or 'none'}"
+            )
+        elif cfg.num_heads % (ulysses * head_deg):
+            reasons.append(
+                f"{attention} needs heads ({cfg.num_heads}) divisible by Ulysses degree "
+                f"{ulysses} x head degree {head_deg} = {ulysses * head_deg}"
+            )
+    return reasons
+
+
 def wan_workload(
     model: str,
     clip: Clip,
@@ -444,7 +511,7 @@ def wan_workload(
     scan_layers: bool = True,
     config: WanConfig | None = None,
 ) -> Workload:
-    """The Wan 2.1 denoising step for ``model`` (a key of ``WAN_CONFIGS``) and ``clip``.
+    """The Wan denoising step for ``model`` (a key of ``WAN_CONFIGS``) and ``clip``.
 
     ``kernel="auto"`` runs Pallas splash attention for TPU compiles and XLA
     attention for CPU compiles; ``"xla"`` forces XLA attention everywhere (used
@@ -475,15 +542,16 @@ def wan_workload(
             k = "splash" if ctx.backend == "tpu" else "xla"
         else:
             k = kernel
-        return wan_step(cfg, clip, ctx, kernel=k, scan_layers=scan_layers)
+        step = wan_step(cfg, clip, ctx, kernel=k, scan_layers=scan_layers)
+        if cfg.experts is None:
+            return step
 
-    b, s, d, t = CFG_BATCH, num_tokens(clip), cfg.dim, cfg.text_len
-    probes = (
-        Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
-        Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),
-        Probe("ffn", (b, s, cfg.ffn_dim), _FFN, paddable=("activation_length",)),
-        Probe("text_kv", (b, cfg.num_heads, t, cfg.head_dim), _TEXT_KV),
-    )
+        def expert_step(params: Any, idle: Any, *rest: jax.Array) -> jax.Array:
+            del idle  # the other expert: resident in HBM, not read by this step
+            return step(params, *rest)
+
+        return expert_step
+
     suffix = "" if (kernel == "auto" and scan_layers) else f"[{kernel},scan={scan_layers}]"
     return Workload(
         name=f"{cfg.name}@{clip.label}{suffix}",
@@ -491,10 +559,10 @@ def wan_workload(
         abstract_args=args,
         arg_logical_axes=arg_axes,
         out_logical_axes=out_axes,
-        abstract_out=args[1],  # the velocity has the latents' shape and dtype
+        abstract_out=args[-3],  # the velocity has the latents' shape and dtype
         rule_sets=WAN_RULE_SETS,
-        attention_kinds=ATTENTION_KINDS,
-        probes=probes,
+        attention_kinds=attention_kinds(cfg.num_heads),
+        probes=_probes(cfg, clip),
         check=_wan_check(cfg, clip),
         mesh_axis_names=MESH_AXIS_NAMES,  # fixed, so candidate ids stay data2.fsdp1.context4...
         model=cfg.name,
@@ -503,10 +571,34 @@ def wan_workload(
             "kind": "wan",
             "model": cfg.name,
             "clip": clip.label,
-            "tokens": num_tokens(clip),
+            "tokens": num_tokens(clip, cfg),
             "num_heads": cfg.num_heads,
             "num_layers": cfg.num_layers,
             "num_params": cfg.num_params,
             "analytic_flops": wan_flops(cfg, clip).total,
+            **_experts_info(cfg),
         },
     )
+
+
+def _probes(cfg: WanConfig, clip: Clip) -> tuple[Probe, ...]:
+    """The activations whose sharding Stage 1 checks (hidden, q/k/v, FFN, text K/V)."""
+    b, s, d, t = CFG_BATCH, num_tokens(clip, cfg), cfg.dim, cfg.text_len
+    return (
+        Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
+        Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),
+        Probe("ffn", (b, s, cfg.ffn_dim), _FFN, paddable=("activation_length",)),
+        Probe("text_kv", (b, cfg.num_heads, t, cfg.head_dim), _TEXT_KV),
+    )
+
+
+def _experts_info(cfg: WanConfig) -> dict[str, Any]:
+    """Report facts of a model with experts: which steps each takes (A14B)."""
+    if cfg.experts is None:
+        return {}
+    return {
+        "experts": [
+            {"name": name, "steps": steps} for name, steps in cfg.experts.steps_per_expert()
+        ],
+        "resident_experts": 2,
+    }

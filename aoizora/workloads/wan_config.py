@@ -1,10 +1,11 @@
-"""What a Wan 2.1 DiT is, without the JAX model: sizes, clips, weights, FLOPs, rule sets.
+"""What a Wan DiT is, without the JAX model: sizes, clips, weights, FLOPs, rule sets.
 
-* :class:`WanConfig` and :data:`WAN_CONFIGS` -- the model sizes (Wan-Video/Wan2.1
-  ``wan/configs``);
-* clip arithmetic -- :data:`RESOLUTIONS`, :func:`parse_resolution`,
+* :class:`WanConfig` and :data:`WAN_CONFIGS` -- the model sizes (Wan-Video/Wan2.1 and
+  Wan-Video/Wan2.2 ``wan/configs``; docs/facts.md, Wan 2.2);
+* :class:`ExpertSchedule` -- which denoising steps each expert of Wan 2.2 A14B takes;
+* clip arithmetic -- :data:`RESOLUTIONS`, :func:`parse_resolution`, :func:`model_clip`,
   :func:`check_wan_clip`, :func:`latent_shape`, :func:`token_grid`,
-  :func:`num_tokens` (VAE stride (4, 8, 8), patch (1, 2, 2));
+  :func:`num_tokens` (VAE stride (4, 8, 8) or Wan 2.2's (4, 16, 16), patch (1, 2, 2));
 * :data:`WAN_RULE_SETS` -- logical-axis rule sets over :data:`MESH_AXIS_NAMES`;
 * :func:`wan_param_shapes` / :func:`wan_param_axes` -- every weight's shape and
   logical axes;
@@ -35,6 +36,7 @@ from aoizora.workloads.rules import LogicalAxes, Rules
 __all__ = [
     "CFG_BATCH",
     "Clip",
+    "ExpertSchedule",
     "MESH_AXIS_NAMES",
     "RESOLUTIONS",
     "VAE_STRIDE",
@@ -44,6 +46,7 @@ __all__ = [
     "WanFlops",
     "check_wan_clip",
     "latent_shape",
+    "model_clip",
     "num_tokens",
     "parse_resolution",
     "token_grid",
@@ -57,8 +60,53 @@ CFG_BATCH = 2  # classifier-free guidance: conditional and unconditional pass in
 
 
 @dataclass(frozen=True)
+class ExpertSchedule:
+    """The two experts of Wan 2.2 A14B and which steps each denoises.
+
+    Wan-Video/Wan2.2 ``wan/text2video.py``: a step whose timestep ``t`` is at least
+    ``boundary * num_train_timesteps`` runs the high-noise expert, the others the
+    low-noise one; the timesteps are the UniPC schedule of ``wan/utils/
+    fm_solvers_unipc.py`` (``set_timesteps``): sigmas evenly spaced from 0.999 to 0
+    (``sample_steps + 1`` points, the last dropped), shifted ``shift*s / (1 +
+    (shift-1)*s)``, times ``num_train_timesteps``, truncated to integers.
+
+        >>> t2v = ExpertSchedule(sample_steps=40, sample_shift=12.0, boundary=0.875)
+        >>> t2v.steps_per_expert()  # maxdiffusion base_wan_27b.yml: "~step 26 of 40"
+        (('high_noise', 26), ('low_noise', 14))
+    """
+
+    sample_steps: int
+    sample_shift: float
+    boundary: float
+    num_train_timesteps: int = 1000
+    names: tuple[str, str] = ("high_noise", "low_noise")
+
+    def timesteps(self) -> tuple[int, ...]:
+        """The integer timesteps of the sampling loop, first (noisiest) first."""
+        n, shift = self.num_train_timesteps, self.sample_shift
+        sigma_max = 1.0 - 1.0 / n  # the training sigmas run from 1 - 1/n down to 0
+        out = []
+        for i in range(self.sample_steps):
+            s = sigma_max * (1.0 - i / self.sample_steps)
+            out.append(int(n * shift * s / (1.0 + (shift - 1.0) * s)))
+        return tuple(out)
+
+    def steps_per_expert(self) -> tuple[tuple[str, int], ...]:
+        """(expert, steps): the high-noise expert first."""
+        high = sum(1 for t in self.timesteps() if t >= self.boundary * self.num_train_timesteps)
+        return ((self.names[0], high), (self.names[1], self.sample_steps - high))
+
+
+@dataclass(frozen=True)
 class WanConfig:
-    """Shape of a Wan 2.1 DiT (no weights). ``dim == num_heads * head_dim``."""
+    """Shape of a Wan DiT (no weights). ``dim == num_heads * head_dim``.
+
+    Wan 2.2 adds: ``vae_stride`` (TI2V-5B's VAE compresses 4x16x16 into 48
+    channels), ``per_token_timestep`` (TI2V-5B embeds a timestep per token, so the
+    modulation is per token), ``sizes``/``default_frames`` (what ``"720p"`` means for
+    the model, e.g. 1280x704 for TI2V-5B) and ``experts`` (A14B: two experts of this
+    shape, both resident in HBM, switching at a boundary step).
+    """
 
     name: str
     dim: int
@@ -73,6 +121,11 @@ class WanConfig:
     patch: tuple[int, int, int] = (1, 2, 2)
     freq_dim: int = 256
     eps: float = 1e-6
+    vae_stride: tuple[int, int, int] = (4, 8, 8)
+    per_token_timestep: bool = False
+    sizes: tuple[tuple[str, int, int], ...] = (("480p", 832, 480), ("720p", 1280, 720))
+    default_frames: int = 81
+    experts: ExpertSchedule | None = None
 
     def __post_init__(self) -> None:
         if self.dim != self.num_heads * self.head_dim:
@@ -89,7 +142,7 @@ class WanConfig:
 
     @property
     def num_params(self) -> int:
-        """Parameter count (every weight and bias of :func:`wan_param_shapes`)."""
+        """Parameter count of one expert (every weight and bias of :func:`wan_param_shapes`)."""
         return sum(
             math.prod(s.shape) for s in jax.tree.leaves(wan_param_shapes(self, jnp.bfloat16))
         )
@@ -103,79 +156,139 @@ WAN_CONFIGS: dict[str, WanConfig] = {
     "wan-tiny": WanConfig(
         "wan-tiny", 1024, 2048, 8, 128, 2, text_len=128, text_dim=256, freq_dim=256
     ),
-}
+    # Wan-Video/Wan2.2 wan/configs/wan_ti2v_5B.py: Wan2.2_VAE (z_dim 48, stride 4x16x16),
+    # sizes 1280*704 / 704*1280 (configs/__init__.py SUPPORTED_SIZES), frame_num 121; its
+    # textimage2video.py feeds a timestep per token (first-frame tokens t=0 for I2V).
+    "wan2.2-ti2v-5b": WanConfig(
+        "wan2.2-ti2v-5b", 3072, 14336, 24, 128, 30, in_channels=48, out_channels=48,
+        vae_stride=(4, 16, 16), per_token_timestep=True,
+        sizes=(("720p", 1280, 704), ("704p", 1280, 704)), default_frames=121,
+    ),
+    # Wan-Video/Wan2.2 wan/configs/wan_t2v_A14B.py: two Wan-14B-shaped experts
+    # (high_noise_model, low_noise_model), 40 steps, shift 12, boundary 0.875; the same
+    # in maxdiffusion configs/base_wan_27b.yml (boundary_ratio: 0.875).
+    "wan2.2-a14b": WanConfig(
+        "wan2.2-a14b", 5120, 13824, 40, 128, 40,
+        experts=ExpertSchedule(sample_steps=40, sample_shift=12.0, boundary=0.875),
+    ),
+}  # fmt: skip
 
-# VAE stride of Wan 2.1's causal video VAE (frames, height, width).
+# VAE stride of Wan 2.1's causal video VAE (frames, height, width); Wan 2.2 A14B uses the
+# same VAE. A WanConfig carries its own (TI2V-5B: 4x16x16).
 VAE_STRIDE: tuple[int, int, int] = (4, 8, 8)
 
+# Named sizes of Wan 2.1 (a WanConfig carries its own in ``sizes``).
 RESOLUTIONS: dict[str, tuple[int, int]] = {"480p": (832, 480), "720p": (1280, 720)}
 
+_WAN21 = WanConfig("wan2.1", 1536, 8960, 12, 128, 30)  # the clip arithmetic of Wan 2.1
 
-def check_wan_clip(clip: Clip) -> Clip:
-    """``clip`` if Wan can take it: sizes multiples of 16, ``4k+1`` frames; else WorkloadError.
+
+def _cfg(config: WanConfig | None) -> WanConfig:
+    return _WAN21 if config is None else config
+
+
+def check_wan_clip(clip: Clip, config: WanConfig | None = None) -> Clip:
+    """``clip`` if the model can take it, else WorkloadError.
+
+    Width and height must be multiples of VAE stride x patch (16 for Wan 2.1, 32
+    for TI2V-5B) and frames ``4k+1`` (the VAE keeps frame 0, then compresses 4:1).
 
     >>> check_wan_clip(Clip(832, 480, 80))
     Traceback (most recent call last):
     ...
     aoizora.errors.WorkloadError: clip frames 80: must be 4k+1 (the VAE keeps frame 0 ...), e.g. 81
     """
-    if clip.width % 16 or clip.height % 16:
+    cfg = _cfg(config)
+    step_h, step_w = cfg.vae_stride[1] * cfg.patch[1], cfg.vae_stride[2] * cfg.patch[2]
+    if clip.width % step_w or clip.height % step_h:
+        _, width, height = cfg.sizes[0]
         raise WorkloadError(
             f"clip {clip.width}x{clip.height}: width and height must be positive multiples "
-            f"of 16 (VAE stride 8 x patch 2), e.g. 832x480"
+            f"of {step_w} (VAE stride {cfg.vae_stride[2]} x patch {cfg.patch[2]}) for "
+            f"{cfg.name}, e.g. {width}x{height}"
         )
-    if (clip.frames - 1) % VAE_STRIDE[0]:
+    if (clip.frames - 1) % cfg.vae_stride[0]:
         raise WorkloadError(
             f"clip frames {clip.frames}: must be 4k+1 (the VAE keeps frame 0 and compresses "
-            f"4:1 after it), e.g. 81"
+            f"4:1 after it), e.g. {cfg.default_frames}"
         )
     return clip
 
 
-def latent_shape(clip: Clip) -> tuple[int, int, int]:
-    """(frames, height, width) of Wan's VAE latent: frames (F-1)/4+1, pixels / 8.
+def latent_shape(clip: Clip, config: WanConfig | None = None) -> tuple[int, int, int]:
+    """(frames, height, width) of the VAE latent: frames (F-1)/4+1, pixels / VAE stride.
 
     >>> latent_shape(Clip(832, 480, 81))
     (21, 60, 104)
+    >>> latent_shape(Clip(1280, 704, 121), WAN_CONFIGS["wan2.2-ti2v-5b"])
+    (31, 44, 80)
     """
-    check_wan_clip(clip)
-    return (
-        (clip.frames - 1) // VAE_STRIDE[0] + 1,
-        clip.height // VAE_STRIDE[1],
-        clip.width // VAE_STRIDE[2],
-    )
+    cfg = _cfg(config)
+    check_wan_clip(clip, cfg)
+    sf, sh, sw = cfg.vae_stride
+    return ((clip.frames - 1) // sf + 1, clip.height // sh, clip.width // sw)
 
 
-def token_grid(clip: Clip) -> tuple[int, int, int]:
+def token_grid(clip: Clip, config: WanConfig | None = None) -> tuple[int, int, int]:
     """(frames, height, width) in tokens after the (1, 2, 2) patch."""
-    f, h, w = latent_shape(clip)
-    return (f, h // 2, w // 2)
+    cfg = _cfg(config)
+    f, h, w = latent_shape(clip, cfg)
+    pf, ph, pw = cfg.patch
+    return (f // pf, h // ph, w // pw)
 
 
-def num_tokens(clip: Clip) -> int:
-    """Tokens in Wan's sequence for ``clip`` (the product of :func:`token_grid`)."""
-    return math.prod(token_grid(clip))
+def num_tokens(clip: Clip, config: WanConfig | None = None) -> int:
+    """Tokens in the sequence for ``clip`` (the product of :func:`token_grid`).
+
+    >>> num_tokens(Clip(1280, 704, 121), WAN_CONFIGS["wan2.2-ti2v-5b"])  # 31 x 22 x 40
+    27280
+    """
+    return math.prod(token_grid(clip, config))
 
 
-def parse_resolution(text: str, *, frames: int = 81) -> Clip:
-    """``"480p"``, ``"720p"`` or ``"WxH"`` (pixels) -> :class:`Clip` with ``frames`` frames.
+def parse_resolution(
+    text: str, *, frames: int | None = None, config: WanConfig | None = None
+) -> Clip:
+    """A named size (``"480p"``, ``"720p"``) or ``"WxH"`` (pixels) -> :class:`Clip`.
+
+    Named sizes and the default frame count are the model's (``config``; Wan 2.1's
+    when None): ``"720p"`` is 1280x720 for Wan 2.1 and A14B but 1280x704 for TI2V-5B.
 
     >>> num_tokens(parse_resolution("720p"))
     75600
     >>> token_grid(parse_resolution("256x256", frames=5))
     (2, 16, 16)
+    >>> parse_resolution("720p", config=WAN_CONFIGS["wan2.2-ti2v-5b"])
+    Clip(width=1280, height=704, frames=121)
     """
+    cfg = _cfg(config)
+    n = cfg.default_frames if frames is None else frames
+    named = {key: (w, h) for key, w, h in cfg.sizes}
     key = text.strip().lower()
-    if key in RESOLUTIONS:
-        width, height = RESOLUTIONS[key]
-        return check_wan_clip(Clip(width, height, frames))
+    if key in named:
+        width, height = named[key]
+        return check_wan_clip(Clip(width, height, n), cfg)
     m = re.fullmatch(r"(\d+)x(\d+)", key)
     if not m:
+        first, width, height = cfg.sizes[0]
         raise WorkloadError(
-            f"resolution {text!r} is not one of {sorted(RESOLUTIONS)} or WIDTHxHEIGHT; "
-            f"e.g. '480p' or '832x480'"
+            f"resolution {text!r} is not one of {sorted(named)} or WIDTHxHEIGHT for "
+            f"{cfg.name}; e.g. '{first}' or '{width}x{height}'"
         )
-    return check_wan_clip(Clip(int(m.group(1)), int(m.group(2)), frames))
+    return check_wan_clip(Clip(int(m.group(1)), int(m.group(2)), n), cfg)
+
+
+def model_clip(model: str, resolution: str, *, frames: int | None = None) -> Clip:
+    """The clip of ``resolution`` for the Wan model named ``model`` (a WAN_CONFIGS key).
+
+    >>> model_clip("wan2.2-ti2v-5b", "720p")
+    Clip(width=1280, height=704, frames=121)
+    """
+    if model not in WAN_CONFIGS:
+        raise WorkloadError(
+            f"unknown Wan model {model!r}; choose one of {sorted(WAN_CONFIGS)}, e.g. 'wan2.1-1.3b'"
+        )
+    return parse_resolution(resolution, frames=frames, config=WAN_CONFIGS[model])
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,21 +429,25 @@ def wan_flops(cfg: WanConfig, clip: Clip, *, batch: int = CFG_BATCH, tokens: int
 
     Per token of S and layer (d = dim, f = ffn_dim, T = text_len): self q/k/v/o 4*2d^2,
     cross q/o 2*2d^2, FFN 2*2df; per text token cross k/v 2*2d^2; attention scores and
-    values 2*2*S*d (self) and 2*2*T*d (cross). Source: the module structure above.
+    values 2*2*S*d (self) and 2*2*T*d (cross); the time MLP (freq->d, d->d, d->6d) once
+    per sample, or per token with ``per_token_timestep``. Source: the step in
+    :mod:`aoizora.workloads.wan`.
 
         >>> f = wan_flops(WAN_CONFIGS["wan2.1-14b"], parse_resolution("720p"))
         >>> round(f.total / 2 / 1e15, 2), round(f.self_attention / f.total, 2)
         (6.52, 0.72)
     """
-    s = num_tokens(clip) if tokens is None else tokens
+    s = num_tokens(clip, cfg) if tokens is None else tokens
     d, f, t, n = cfg.dim, cfg.ffn_dim, cfg.text_len, cfg.num_layers
     p_in = cfg.in_channels * cfg.patch_size
     p_out = cfg.out_channels * cfg.patch_size
     per_layer_linear = s * (2 * 4 * d * d + 2 * 2 * d * d + 2 * 2 * d * f) + t * 2 * 2 * d * d
+    # Time embedding + projection: once per sample, or once per token (TI2V-5B).
+    time_rows = s if cfg.per_token_timestep else 1
     outer_linear = (
         s * 2 * p_in * d  # patch embedding
         + t * (2 * cfg.text_dim * d + 2 * d * d)  # text embedding
-        + (2 * cfg.freq_dim * d + 2 * d * d + 2 * d * 6 * d)  # time embedding + projection
+        + time_rows * (2 * cfg.freq_dim * d + 2 * d * d + 2 * d * 6 * d)
         + s * 2 * d * p_out  # head
     )
     linear = batch * (n * per_layer_linear + outer_linear)

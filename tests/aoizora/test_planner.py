@@ -35,7 +35,7 @@ from aoizora.report.directory import busiest_region, write_report_dir
 from aoizora.report.summary import outcome_summary, render_report
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
 from aoizora.tpu import topology_devices
-from aoizora.workloads.wan import parse_resolution, wan_workload
+from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_workload
 from sim.topology import load_slice
 
 pytestmark = pytest.mark.slow
@@ -217,6 +217,30 @@ def test_report_labels_latencies_as_simulated(cold: PlanOutcome) -> None:
     assert cold.winner.candidate.id in text
     for b in cold.baselines:
         assert b.name in text
+
+
+def test_a_model_with_experts_reports_each_experts_steps(cold: PlanOutcome) -> None:
+    # Wan 2.2 A14B's schedule on the tiny model: the experts are arguments of the one
+    # compiled step, so the outcome's (sharding, placement) serves both; the summary
+    # and the report say so, with each expert's steps (26 + 14 of 40, wan_t2v_A14B.py).
+    moe = replace(
+        WAN_CONFIGS["wan-tiny"], name="moe-tiny", experts=WAN_CONFIGS["wan2.2-a14b"].experts
+    )
+    outcome = replace(cold, workload=wan_workload("moe-tiny", CLIP, config=moe))
+    summary = outcome_summary(outcome)
+    step = cold.winner_q2_s
+    assert summary["experts"] == [
+        {"name": "high_noise", "steps": 26, "step_s": step},
+        {"name": "low_noise", "steps": 14, "step_s": step},
+    ]
+    assert summary["experts_share_plan"] is True
+    assert summary["denoise_s"] == pytest.approx(40 * step)
+    text = render_report(outcome)
+    assert "experts: high_noise 26 steps, low_noise 14 steps" in text
+    assert f"denoising 40 steps = {40 * step:.2f} s" in text
+    # A model without experts has none of these fields.
+    assert not {"experts", "experts_share_plan", "denoise_s"} & set(outcome_summary(cold))
+    assert "experts:" not in render_report(cold)
 
 
 def _estimate(cid: str, q1: float) -> Stage1Estimate:

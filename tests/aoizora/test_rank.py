@@ -32,6 +32,9 @@ EXACT_CASES = [
     ("v5e:4x4", False, (2, 2, 4)),
     ("v5e:4x4", True, (2, 8)),
     ("v5e:4x4", True, (16,)),
+    # Two devices a chip: groups with both cores of a chip (0-hop flows).
+    ("tpu7x:2x2x1", False, (2, 4)),
+    ("tpu7x:2x2x1", False, (8,)),
 ]
 
 
@@ -87,7 +90,13 @@ def _walk(space: PlacementSpace) -> list[Node]:
 
 @pytest.mark.parametrize(
     ("name", "shape"),
-    [("v5e:2x2", (4,)), ("v5e:2x2", (2, 2)), ("v5e:2x4", (2, 4)), ("v5e:2x4", (8,))],
+    [
+        ("v5e:2x2", (4,)),
+        ("v5e:2x2", (2, 2)),
+        ("v5e:2x4", (2, 4)),
+        ("v5e:2x4", (8,)),
+        ("tpu7x:2x2x1", (2, 4)),
+    ],
 )
 def test_every_node_bound_is_below_every_replay_under_it(name: str, shape: tuple[int, ...]) -> None:
     s = load_slice(name)
@@ -118,6 +127,9 @@ SEARCH_CASES = [
     ("v5e:4x4", (2, 8)),
     ("v5e:4x4", (8, 2)),
     ("v5e:4x4", (2, 2, 4)),
+    ("tpu7x:2x2x1", (8,)),
+    ("tpu7x:2x2x1", (2, 4)),
+    ("tpu7x:2x2x1", (2, 2, 2)),
 ]
 
 
@@ -194,7 +206,7 @@ def test_a_deadline_leaves_a_bound_and_a_gap() -> None:
 
 
 def test_the_tree_counts_its_leaves_without_visiting_them() -> None:
-    for name, shape in SEARCH_CASES[:7]:
+    for name, shape in [*SEARCH_CASES[:7], *SEARCH_CASES[-3:]]:  # tpu7x: the core sub-axis
         s = load_slice(name)
         for directions in (False, True):
             space = PlacementSpace(shape, s, directions=directions)

@@ -17,6 +17,7 @@ from aoizora.tpu import (
     describable_shapes_near,
     is_libtpu_chatter,
     slice_backend,
+    topology_devices,
 )
 from sim.topology import load_slice
 
@@ -139,3 +140,18 @@ def test_check_slice() -> None:
     assert "the v5p shapes it describes nearest to 27 chips are 26 chips:" in text
     listed = re.findall(r"\b\d+(?:x\d+)+\b", text.split(" are ", 1)[1])
     assert listed and all(_libtpu_accepts(f"v5p:{shape}") for shape in listed)
+
+
+@needs_libtpu
+def test_check_slice_on_tpu7x_counts_chips_not_devices() -> None:
+    # tpu7x:2x2x1 is 4 chips and 8 devices (docs/facts.md, Ironwood (TPU7x)): described.
+    check_slice(load_slice("tpu7x:2x2x1"))
+    assert len(topology_devices(load_slice("tpu7x:2x2x1"))) == 8
+    with pytest.raises(CompileError) as info:
+        check_slice(load_slice("tpu7x:3x3x1"))
+    text = str(info.value)
+    assert text.startswith("libtpu cannot describe slice 'tpu7x:3x3x1' (INVALID_ARGUMENT")
+    # The nearest shapes are counted in chips (9 here), and every one listed is described.
+    assert "nearest to 9 chips are 8 chips: 2x2x2," in text
+    listed = re.findall(r"\b\d+(?:x\d+)+\b", text.split(" are ", 1)[1])
+    assert listed and all(_libtpu_accepts(f"tpu7x:{shape}") for shape in listed)

@@ -87,6 +87,15 @@ def test_group_specs_cover_the_slice() -> None:
     for bad in ("dims:2", "dims:0+0", "ids:0 0", "ids:0 9", "ids:3", "rows", "dims:x"):
         with pytest.raises(ValidationError):
             parse_group_spec(bad, shape=(2, 3))
+    # tpu7x: libtpu device ids, two per chip (id = 2 * chip + core).
+    two = parse_group_spec("devices:0 2 6 4;1 3 7 5", shape=(2, 2, 1), devices_per_chip=2)
+    ring = ((0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0))
+    assert two == (ring, ring)
+    assert parse_group_spec("devices:5 0", shape=(2, 3)) == parse_group_spec(
+        "ids:5 0", shape=(2, 3)
+    )
+    with pytest.raises(ValidationError, match="0..7"):
+        parse_group_spec("devices:0 8", shape=(2, 2, 1), devices_per_chip=2)
 
 
 @pytest.mark.parametrize(
@@ -225,6 +234,23 @@ def test_two_chip_all_gather_matches_closed_form() -> None:
     assert predict_collective(row) == pytest.approx(expected, rel=1e-12)
 
 
+def test_tpu7x_parallel_core_rings_match_closed_form() -> None:
+    # The Ironwood rows: both cores of every chip gather around the same 2x2 ring of
+    # chips (docs/validation.md). Per step every link direction carries one B/8 chunk of
+    # each core's bidirectional ring: 3 steps of one hop plus B/4 bytes at bandwidth,
+    # after the chip's per-collective overhead (paid once).
+    size = 2**28
+    line = f"a,collective,tpu7x:2x2x1,all-gather,devices:0 2 6 4;1 3 7 5,{size},,1e-3,,unreported,s"
+    row = _one(line)
+    s = row_slice(row)
+    w, lat, o = s.link_bandwidth_bytes_per_s, s.hop_latency_s, s.chip.collective_overhead_s
+    assert o > 0  # fitted to the Ironwood rows (topologies/tpu7x.toml)
+    assert predict_collective(row) == pytest.approx(o + 3 * (lat + size / 4 / w), rel=1e-9)
+    # One core alone would take half the bandwidth time: the chips' links are shared.
+    alone = _one(line.replace("devices:0 2 6 4;1 3 7 5", "devices:0 2 6 4"))
+    assert predict_collective(alone) == pytest.approx(o + 3 * (lat + size / 8 / w), rel=1e-9)
+
+
 def test_wrapped_ring_all_gather_matches_scaling_book_form() -> None:
     # v5e:8x16, groups along the wrapped 16 axis: a bidirectional ring with no
     # contention, n-1 steps of one hop and B/(2n) bytes each; in the bandwidth
@@ -283,6 +309,12 @@ def test_gate_passes_on_the_shipped_set(capsys: pytest.CaptureFixture[str]) -> N
     lib = validate(rows, predictors=default_predictors())
     assert [g["mape_percent"] for g in report["groups"]] == [g.mape_percent for g in lib.groups]
     assert not gate(lib, Thresholds(min_spearman=0.9, min_top1=1.0, max_mape_percent=35.0))
+    # Ironwood is in the gate: both tpu-recipes topologies, ranked right, and (with the
+    # overhead fitted to them, topologies/tpu7x.toml) within 10% on average.
+    ironwood = {g["slice"]: g for g in report["groups"] if g["slice"].startswith("tpu7x:")}
+    assert sorted(ironwood) == ["tpu7x:2x2x1", "tpu7x:2x2x2"]
+    for g in ironwood.values():
+        assert g["n"] == 5 and g["spearman"] == 1.0 and g["top1"] and g["mape_percent"] < 10
 
 
 def _perturbed(tmp_path: Path, change: dict[str, float]) -> Path:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from aoizora.commands.whatif import render_rows, rows_to_csv
@@ -17,6 +19,8 @@ from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import run_plan
 from aoizora.replay import replay
 from aoizora.studies.whatif import run_whatif
+from aoizora.workloads.base import Workload, user_workload
+from aoizora.workloads.rules import Rules
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.errors import TopologyError
 from sim.topology import parse_slice_spec
@@ -128,13 +132,54 @@ def test_whatif_cli_bad_spec_is_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines()[-1].startswith("aoizora whatif: error: slice spec")
 
 
+def _mlp() -> Workload:
+    """A compute-heavy two-layer MLP: cheap to compile, so three generations fit in CI."""
+
+    def mlp(w1: jax.Array, w2: jax.Array, x: jax.Array) -> jax.Array:
+        return jax.nn.gelu(x @ w1) @ w2
+
+    bf16 = jnp.bfloat16
+    return user_workload(
+        "mlp",
+        mlp,
+        (
+            jax.ShapeDtypeStruct((1024, 4096), bf16),
+            jax.ShapeDtypeStruct((4096, 1024), bf16),
+            jax.ShapeDtypeStruct((8, 2048, 1024), bf16),
+        ),
+        (("embed", "mlp"), ("mlp", "embed"), ("batch", "length", "embed")),
+        out_logical_axes=("batch", "length", "embed"),
+        rule_sets=(Rules.of("dp_tp", [("batch", "data"), ("mlp", "tensor")]),),
+    )
+
+
+@pytest.mark.slow
+def test_whatif_across_generations_in_one_table(plan_cache_dir: Path) -> None:
+    specs = ["v5e:2x4", "v6e:2x4", "tpu7x:2x2x1"]
+    rows = run_whatif(
+        _mlp(), [parse_slice_spec(s) for s in specs], top_k=1, cache_dir=str(plan_cache_dir)
+    )
+    assert [r.spec for r in rows] == specs and all(r.error is None for r in rows), rows
+    assert [(r.num_chips, r.num_devices) for r in rows] == [(8, 8), (8, 8), (4, 8)]
+    # Eight devices each: a tpu7x device (half of 2307 TFLOP/s) outruns a v6e chip
+    # (918), which outruns a v5e chip (197), on this compute-bound step.
+    v5e, v6e, tpu7x = (r.step_s for r in rows)
+    assert v5e is not None and v6e is not None and tpu7x is not None
+    assert v5e > v6e > tpu7x
+    table = render_rows(rows)
+    assert len(table.splitlines()) == 2 + 3 and "4 (8 devices)" in table
+    parsed = list(csv.DictReader(io.StringIO(rows_to_csv(rows))))
+    assert [int(r["num_devices"]) for r in parsed] == [8, 8, 8]
+
+
 def _row(spec: str, baselines: tuple[tuple[str, float | None], ...], error: str | None = None):  # type: ignore[no-untyped-def]
     from aoizora.studies.whatif import WhatIfRow
 
     ok = error is None
     return WhatIfRow(
-        spec=spec, num_chips=8, wraparound=(False, False), winner="w" if ok else None,
-        placement="p" if ok else None, step_s=1e-3 if ok else None, baselines_s=baselines,
+        spec=spec, num_chips=8, num_devices=8, wraparound=(False, False),
+        winner="w" if ok else None, placement="p" if ok else None,
+        step_s=1e-3 if ok else None, baselines_s=baselines,
         peak_link_utilisation=0.5 if ok else None, mean_link_utilisation=0.25 if ok else None,
         plan_s=1.0 if ok else None, error=error,
     )  # fmt: skip

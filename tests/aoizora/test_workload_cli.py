@@ -1,9 +1,10 @@
 """``aoizora plan|whatif --workload FILE.py:FACTORY``: a model of one's own, its own mesh axes.
 
 The model is ``examples/tiny_block.py`` (a transformer block with mesh axes dp, sp, tp),
-planned for a real v5e:2x4 TPU target at CI sizes. The plan file alone (mesh, rules,
-recorded inputs) must reproduce the planner's prediction: compiling the user's function
-with the plan's shardings on the plan's mesh and replaying it gives the winner's Q2.
+planned for real v5e:2x4 and tpu7x:2x2x1 (Ironwood: 4 chips, 8 devices) TPU targets at
+CI sizes. The plan file alone (mesh, rules, recorded inputs) must reproduce the
+planner's prediction: compiling the user's function with the plan's shardings on the
+plan's mesh and replaying it gives the winner's Q2.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 import pytest
 from jax.sharding import NamedSharding
 
+from aoizora.compile import compiled_hlo
 from aoizora.hlo.graph import graph_from_text
 from aoizora.plan import load_plan
 from aoizora.replay import replay
@@ -47,15 +50,61 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def planned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object], str]:
-    tmp = tmp_path_factory.mktemp("workload-cli")
-    out = tmp / "plan.json"
+def cli_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One plan cache for this module's CLI runs (the what-if reuses the plans' compiles)."""
+    return tmp_path_factory.mktemp("workload-cli-cache")
+
+
+def _plan(slice_name: str, top_k: str, cache: Path) -> tuple[Path, dict[str, object], str]:
+    out = cache.parent / f"plan-{slice_name.replace(':', '-')}.json"
     proc = _cli(
-        "plan", "--workload", "examples/tiny_block.py:make_small", "--slice", "v5e:2x4",
-        "--top-k", "2", "--out", str(out), "--json", cache=tmp / "cache",
+        "plan", "--workload", "examples/tiny_block.py:make_small", "--slice", slice_name,
+        "--top-k", top_k, "--out", str(out), "--json", cache=cache,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads(proc.stdout), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def planned(cli_cache: Path) -> tuple[Path, dict[str, object], str]:
+    return _plan("v5e:2x4", "2", cli_cache)
+
+
+@pytest.fixture(scope="module")
+def planned_tpu7x(cli_cache: Path) -> tuple[Path, dict[str, object], str]:
+    return _plan("tpu7x:2x2x1", "1", cli_cache)
+
+
+def _tiny_block() -> Any:
+    sys.path.insert(0, str(EXAMPLE.parent))
+    try:
+        import tiny_block
+    finally:
+        sys.path.remove(str(EXAMPLE.parent))
+    return tiny_block
+
+
+def _replay_from_the_plan_alone(plan_path: Path, slice_name: str) -> tuple[float, float]:
+    """Compile the user's own function with nothing but the plan -- its mesh, its input
+    specs, its rules for the output -- and replay that program on the plan's placement:
+    (replayed, predicted) step times."""
+    tiny_block = _tiny_block()
+    plan = load_plan(plan_path)
+    slice_ = load_slice(slice_name)
+    mesh = plan.mesh(topology_devices(slice_))
+    wl = tiny_block.make_small()
+    specs = jax.tree.unflatten(jax.tree.structure(wl.abstract_args), plan.partition_specs())
+    in_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs)
+    sizes = dict(zip(plan.mesh_axis_names, plan.mesh_shape, strict=True))
+    out_spec = logical_to_pspec(
+        ("batch", "length", "embed"), plan.rules, plan.mesh_axis_names, sizes
+    )
+    jitted = jax.jit(tiny_block.block, in_shardings=in_shardings,
+                     out_shardings=NamedSharding(mesh, out_spec))  # fmt: skip
+    # compiled_hlo: tpu7x's compiled text comes from the compiler's dump (as_text fails).
+    _, text = compiled_hlo(jitted.trace(*wl.abstract_args).lower(), slice_)
+    step = replay(graph_from_text(text), slice_, plan.device_order()).step_time_s
+    return step, plan.predicted.winner_s
 
 
 @pytest.mark.slow
@@ -91,31 +140,32 @@ def test_plan_of_a_model_of_ones_own_builds_its_mesh(
 def test_the_plan_file_alone_reproduces_the_prediction(
     planned: tuple[Path, dict[str, object], str],
 ) -> None:
-    # Compile the user's own function with nothing but the plan: its mesh, its input
-    # specs, its rules for the output. Replaying that program on the plan's placement
-    # must give the step time the planner predicted.
-    sys.path.insert(0, str(EXAMPLE.parent))
-    try:
-        import tiny_block
-    finally:
-        sys.path.remove(str(EXAMPLE.parent))
-    out, _, _ = planned
+    step, predicted = _replay_from_the_plan_alone(planned[0], "v5e:2x4")
+    assert step == pytest.approx(predicted, rel=1e-9)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_a_tpu7x_plan_file_builds_its_mesh_over_both_cores_of_every_chip(
+    planned_tpu7x: tuple[Path, dict[str, object], str],
+) -> None:
+    out, summary, stderr = planned_tpu7x
     plan = load_plan(out)
-    slice_ = load_slice("v5e:2x4")
-    mesh = plan.mesh(topology_devices(slice_))
-    wl = tiny_block.make_small()
-    specs = jax.tree.unflatten(jax.tree.structure(wl.abstract_args), plan.partition_specs())
-    in_shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs)
-    sizes = dict(zip(plan.mesh_axis_names, plan.mesh_shape, strict=True))
-    out_spec = logical_to_pspec(
-        ("batch", "length", "embed"), plan.rules, plan.mesh_axis_names, sizes
-    )
-    jitted = jax.jit(tiny_block.block, in_shardings=in_shardings,
-                     out_shardings=NamedSharding(mesh, out_spec))  # fmt: skip
-    compiled = jitted.trace(*wl.abstract_args).lower().compile()
-    graph = graph_from_text(compiled.as_text())
-    step = replay(graph, slice_, plan.device_order()).step_time_s
-    assert step == pytest.approx(plan.predicted.winner_s, rel=1e-9)
+    assert plan.slice_name == "tpu7x:2x2x1" and plan.candidate_id == summary["winner"]["candidate"]  # type: ignore[index]
+    # Eight devices on four chips: every chip twice, its two device ids 2 x chip + core.
+    assert sorted(plan.physical_ids) == list(range(8))
+    assert sorted(plan.coords) == sorted(load_slice("tpu7x:2x2x1").coords * 2)
+    devices = topology_devices(load_slice("tpu7x:2x2x1"))
+    mesh = plan.mesh(list(reversed(devices)))  # placed by chip and core, not by list order
+    assert mesh.axis_names == plan.mesh_axis_names == ("dp", "tp", "sp")
+    for pos, device in enumerate(mesh.devices.flat):
+        assert int(device.id) == plan.physical_ids[pos]
+        assert tuple(device.coords) == plan.coords[pos]
+        assert int(device.core_on_chip) == plan.physical_ids[pos] % 2
+    assert not any(c in stderr for c in CHATTER), stderr[-2000:]
+    # And the plan alone reproduces the prediction on Ironwood too.
+    step, predicted = _replay_from_the_plan_alone(out, "tpu7x:2x2x1")
+    assert step == pytest.approx(predicted, rel=1e-9)
 
 
 def test_bad_slice_fails_before_any_work_naming_valid_shapes(tmp_path: Path) -> None:
@@ -174,14 +224,25 @@ def test_model_and_workload_are_exclusive(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @needs_libtpu
-def test_whatif_plans_a_model_of_ones_own(tmp_path: Path) -> None:
+def test_whatif_plans_a_model_of_ones_own_across_generations(
+    cli_cache: Path, planned_tpu7x: tuple[Path, dict[str, object], str]
+) -> None:
     proc = _cli(
-        "whatif", "--workload", "examples/tiny_block.py:make_small", "--slices", "v5e:2x2",
-        "--top-k", "1", "--json", cache=tmp_path,
+        "whatif", "--workload", "examples/tiny_block.py:make_small",
+        "--slices", "v5e:2x2,tpu7x:2x2x1", "--top-k", "1", "--json", cache=cli_cache,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = json.loads(proc.stdout)
-    assert row["error"] is None and row["winner"].endswith("/none")
-    assert set(row["baselines_s"]) == {"default deployment", "logical search"}
-    assert all(q2 >= row["step_s"] for q2 in row["baselines_s"].values())
+    rows = json.loads(proc.stdout)
+    assert [(r["slice"], r["num_chips"], r["num_devices"]) for r in rows] == [
+        ("v5e:2x2", 4, 4),
+        ("tpu7x:2x2x1", 4, 8),
+    ]
+    for row in rows:
+        assert row["error"] is None and row["winner"].endswith("/none")
+        assert set(row["baselines_s"]) == {"default deployment", "logical search"}
+        assert all(q2 >= row["step_s"] for q2 in row["baselines_s"].values())
+    # The tpu7x row is the plan's winner: the same search over the same compiles.
+    summary = planned_tpu7x[1]
+    assert rows[1]["winner"] == summary["winner"]["candidate"]  # type: ignore[index]
+    assert rows[1]["step_s"] == summary["winner"]["q2_s"]  # type: ignore[index]
     assert not any(c in proc.stderr for c in CHATTER)

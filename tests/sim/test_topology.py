@@ -22,12 +22,13 @@ def expected_link_count(shape: tuple[int, ...], wrap: tuple[bool, ...]) -> int:
 
 
 def test_generations_have_data_with_a_source_beside_every_number() -> None:
-    assert generations() == ("v4", "v5e", "v5p", "v6e")
+    assert generations() == ("tpu7x", "v4", "v5e", "v5p", "v6e")
     for gen in generations():
         with (topologies_dir() / f"{gen}.toml").open("rb") as fh:
             data = tomllib.load(fh)
         numeric = [k for k, v in data.items() if isinstance(v, dict) and "value" in v]
-        assert len(numeric) == 9, gen
+        # devices_per_chip is optional (one device per chip when absent).
+        assert len(numeric) == 9 + ("devices_per_chip" in data), gen
         for key in numeric:
             assert data[key]["source"].strip(), (gen, key)
         assert data["wrap_rule"]["source"].strip()
@@ -40,6 +41,8 @@ def test_chip_numbers_match_facts() -> None:
         "v6e": (9.2e14, 9e10, 4, 2),
         "v4": (2.75e14, 4.5e10, 6, 3),
         "v5p": (4.59e14, 9e10, 6, 3),
+        # Cloud TPU7x docs: 2307 TFLOPs bf16; 1200 GB/s bidirectional ICI over 6 ports.
+        "tpu7x": (2.307e15, 1e11, 6, 3),
     }
     for gen, (flops, link_bw, ports, dims) in table.items():
         chip = load_chip(gen)
@@ -64,6 +67,10 @@ def test_chip_numbers_match_facts() -> None:
         ("v5p:4x4x4", (4, 4, 4), (True, True, True)),
         ("v5p:4x4x8", (4, 4, 8), (True, True, True)),
         ("v4:2x4x4", (2, 4, 4), (False, False, False)),
+        # MaxText accelerator_to_spec_map: tpu7x wraps only for whole 4x4x4 cubes.
+        ("tpu7x:2x2x1", (2, 2, 1), (False, False, False)),
+        ("tpu7x:2x4x4", (2, 4, 4), (False, False, False)),
+        ("tpu7x:4x4x8", (4, 4, 8), (True, True, True)),
     ],
 )
 def test_load_slice_shapes_and_default_wrap(
@@ -146,7 +153,7 @@ def test_physical_ids_match_libtpu_device_ids(name: str, monkeypatch: pytest.Mon
 @pytest.mark.parametrize(
     ("name", "fragment"),
     [
-        ("v9:2x2", "valid generations: v4, v5e, v5p, v6e"),
+        ("v9:2x2", "valid generations: tpu7x, v4, v5e, v5p, v6e"),
         ("v5e", "must look like '<generation>:<shape>'"),
         ("v5e:2x", "malformed shape '2x'"),
         ("v5e:0x4", "malformed shape '0x4'"),
@@ -188,3 +195,20 @@ def test_slices_are_values() -> None:
     a, b = load_slice("v5e:4x4"), load_slice("v5e:4x4")
     assert a == b and hash(a) == hash(b)
     assert a != load_slice("v5e:4x4", wraparound=True)
+
+
+def test_devices_per_chip_split_the_chip_not_the_network() -> None:
+    chip = load_chip("tpu7x")
+    assert chip.devices_per_chip == 2
+    assert all(load_chip(g).devices_per_chip == 1 for g in ("v4", "v5e", "v5p", "v6e"))
+    dev = chip.per_device()
+    assert dev.bf16_flops_per_s * 2 == chip.bf16_flops_per_s
+    assert dev.hbm_bytes * 2 == chip.hbm_bytes
+    assert dev.hbm_bandwidth_bytes_per_s * 2 == chip.hbm_bandwidth_bytes_per_s
+    assert dev.link_bandwidth_bytes_per_s == chip.link_bandwidth_bytes_per_s
+    s = load_slice("tpu7x:2x2x2")
+    assert (s.num_chips, s.num_devices) == (8, 16)
+    # Consecutive device ids share a chip; chip ids run x fastest.
+    assert [s.device_coord(i) for i in range(16)] == [c for c in s.coords for _ in range(2)]
+    with pytest.raises(TopologyError, match="0..15"):
+        s.device_coord(16)

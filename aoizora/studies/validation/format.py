@@ -242,10 +242,12 @@ def _wrap(text: str, *, name: str, line: int) -> tuple[bool, ...] | None:
     return tuple(flags)
 
 
-def parse_group_spec(spec: str, *, shape: Sequence[int]) -> tuple[tuple[Coord, ...], ...]:
+def parse_group_spec(
+    spec: str, *, shape: Sequence[int], devices_per_chip: int = 1
+) -> tuple[tuple[Coord, ...], ...]:
     """Replica groups, as chip coordinates, from a group spec on a slice of ``shape``.
 
-    Three forms:
+    Four forms:
 
     ``all``
         one group of every chip, in physical-id order (x fastest);
@@ -255,6 +257,10 @@ def parse_group_spec(spec: str, *, shape: Sequence[int]) -> tuple[tuple[Coord, .
     ``ids:a b c;d e f``
         explicit groups of libtpu physical ids (``id = x + X*y (+ X*Y*z)``),
         each group in the order written (the ring order for ring algorithms).
+    ``devices:a b c;d e f``
+        explicit groups of libtpu *device* ids, for chips with several devices
+        (tpu7x: ``id = devices_per_chip * chip id + core``); two devices of one
+        chip share its coordinates
 
     >>> parse_group_spec("dims:0", shape=(2, 2))
     (((0, 0), (1, 0)), ((0, 1), (1, 1)))
@@ -262,6 +268,8 @@ def parse_group_spec(spec: str, *, shape: Sequence[int]) -> tuple[tuple[Coord, .
     (((0, 0), (0, 1)), ((1, 0), (1, 1)))
     >>> parse_group_spec("ids:0 1 3 2", shape=(2, 2))
     (((0, 0), (1, 0), (1, 1), (0, 1)),)
+    >>> parse_group_spec("devices:0 2;1 3", shape=(2, 1, 1), devices_per_chip=2)
+    (((0, 0, 0), (1, 0, 0)), ((0, 0, 0), (1, 0, 0)))
     >>> len(parse_group_spec("all", shape=(4, 4))[0])
     16
     """
@@ -277,7 +285,7 @@ def parse_group_spec(spec: str, *, shape: Sequence[int]) -> tuple[tuple[Coord, .
         return tuple(out)
 
     text = spec.strip()
-    example = "e.g. 'all', 'dims:1', 'dims:0+1' or 'ids:0 1 2 3;4 5 6 7'"
+    example = "e.g. 'all', 'dims:1', 'dims:0+1', 'ids:0 1 2 3;4 5 6 7' or 'devices:0 2;1 3'"
     if text == "all":
         return (tuple(coord(p) for p in range(total)),)
     if text.startswith("dims:"):
@@ -298,39 +306,48 @@ def parse_group_spec(spec: str, *, shape: Sequence[int]) -> tuple[tuple[Coord, .
             fixed = tuple(v for d, v in enumerate(c) if d not in dims)
             groups.setdefault(fixed, []).append(c)
         return tuple(tuple(groups[k]) for k in sorted(groups))
-    if text.startswith("ids:"):
-        out: list[tuple[Coord, ...]] = []
-        seen: set[int] = set()
-        for part in text[4:].split(";"):
-            try:
-                ids = [int(t) for t in part.split()]
-            except ValueError:
-                raise ValidationError(
-                    f"group spec {spec!r}: ids must be integers, {example}"
-                ) from None
-            if len(ids) < 2:
-                raise ValidationError(
-                    f"group spec {spec!r}: every group needs at least 2 chips, {example}"
-                )
-            for i in ids:
-                if not 0 <= i < total or i in seen:
-                    raise ValidationError(
-                        f"group spec {spec!r}: id {i} is off the slice (0..{total - 1}) or "
-                        f"repeated; groups must be disjoint, {example}"
-                    )
-                seen.add(i)
-            out.append(tuple(coord(i) for i in ids))
-        return tuple(out)
+    if text.startswith(("ids:", "devices:")):
+        per = devices_per_chip if text.startswith("devices:") else 1
+        groups_ids = _id_groups(spec, text[text.index(":") + 1 :], total * per, example)
+        return tuple(tuple(coord(i // per) for i in ids) for ids in groups_ids)
     raise ValidationError(f"group spec {spec!r} is not understood, {example}")
 
 
-def _slice_shape(slice_name: str, *, name: str, line: int) -> tuple[int, ...]:
-    # Resolve the slice with the simulator (the one authority on slice names),
-    # so a typo fails here with the row's line number.
+def _id_groups(spec: str, body: str, num_ids: int, example: str) -> list[list[int]]:
+    """The disjoint groups of ids ``0..num_ids-1`` written ``a b c;d e f``."""
+    out: list[list[int]] = []
+    seen: set[int] = set()
+    for part in body.split(";"):
+        try:
+            ids = [int(t) for t in part.split()]
+        except ValueError:
+            raise ValidationError(f"group spec {spec!r}: ids must be integers, {example}") from None
+        if len(ids) < 2:
+            raise ValidationError(
+                f"group spec {spec!r}: every group needs at least 2 members, {example}"
+            )
+        for i in ids:
+            if not 0 <= i < num_ids or i in seen:
+                raise ValidationError(
+                    f"group spec {spec!r}: id {i} is off the slice (0..{num_ids - 1}) "
+                    f"or repeated; groups must be disjoint, {example}"
+                )
+            seen.add(i)
+        out.append(ids)
+    return out
+
+
+def _slice_shape(slice_name: str, *, name: str, line: int) -> tuple[tuple[int, ...], int]:
+    """(chip grid, devices per chip) of ``slice_name``.
+
+    Resolved by the simulator (the one authority on slice names), so a typo fails
+    here with the row's line number.
+    """
     try:
-        return load_slice(slice_name).shape
+        slice_ = load_slice(slice_name)
     except SimError as exc:
         raise _err(name, line, f"slice={slice_name!r}: {exc}") from None
+    return slice_.shape, slice_.chip.devices_per_chip
 
 
 def _spread(cell: Mapping[str, str], *, name: str, line: int) -> tuple[str, float | None]:
@@ -354,7 +371,12 @@ def _spread(cell: Mapping[str, str], *, name: str, line: int) -> tuple[str, floa
 
 
 def _collective_case(
-    cell: Mapping[str, str], shape: tuple[int, ...], *, name: str, line: int
+    cell: Mapping[str, str],
+    shape: tuple[int, ...],
+    *,
+    devices_per_chip: int,
+    name: str,
+    line: int,
 ) -> CollectiveCase:
     for key in ("collective", "groups", "size_bytes"):
         if not cell[key]:
@@ -372,7 +394,7 @@ def _collective_case(
     if size <= 0:
         raise _err(name, line, f"size_bytes={cell['size_bytes']!r} must be a positive integer")
     try:
-        parse_group_spec(cell["groups"], shape=shape)
+        parse_group_spec(cell["groups"], shape=shape, devices_per_chip=devices_per_chip)
     except ValidationError as exc:
         raise _err(name, line, str(exc)) from None
     return CollectiveCase(
@@ -455,7 +477,7 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
         raise _err(name, line, f"kind={kind!r} must be one of {list(ROW_KINDS)}")
     measured = _float(cell["measured_s"], column="measured_s", name=name, line=line, positive=True)
     spread_kind, spread = _spread(cell, name=name, line=line)
-    shape = _slice_shape(cell["slice"], name=name, line=line)
+    shape, per_chip = _slice_shape(cell["slice"], name=name, line=line)
     wrap = _wrap(cell["wraparound"], name=name, line=line)
     if wrap is not None and len(wrap) != len(shape):
         raise _err(
@@ -481,7 +503,11 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
         hardware=cell["hardware"],
         software=cell["software"],
         notes=cell["notes"],
-        collective=_collective_case(cell, shape, name=name, line=line) if is_collective else None,
+        collective=(
+            _collective_case(cell, shape, devices_per_chip=per_chip, name=name, line=line)
+            if is_collective
+            else None
+        ),
         step=None if is_collective else _step_case(cell, shape, name=name, line=line),
         line=line,
     )

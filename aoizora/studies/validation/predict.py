@@ -57,6 +57,27 @@ def _spec_dims(spec: str, num_dims: int) -> tuple[int, ...] | None:
     return None
 
 
+def _dimwise_phases(
+    kind: str, dims: tuple[int, ...], size: float, slice_: Slice
+) -> list[tuple[str, int, float]]:
+    """(kind, dim, buffer bytes) per phase: reduce-scatters shrink the buffer, all-gathers
+    regrow it (collective_nodes' docstring)."""
+    phases: list[tuple[str, int, float]] = []
+    held = size
+    if kind in ("reduce-scatter", "all-reduce"):
+        for d in dims:
+            phases.append(("reduce-scatter", d, held))
+            held /= slice_.shape[d]
+    if kind in ("all-gather", "all-reduce"):
+        gathered: list[tuple[str, int, float]] = []
+        out = size
+        for d in dims:
+            gathered.append(("all-gather", d, out))
+            out /= slice_.shape[d]
+        phases.extend(reversed(gathered))
+    return phases
+
+
 def collective_nodes(
     row: Measurement,
     slice_: Slice,
@@ -80,7 +101,9 @@ def collective_nodes(
         raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a collective row")
     overhead = slice_.chip.collective_overhead_s if overhead_s is None else overhead_s
     prefix = id_prefix if id_prefix is not None else row.row_id
-    groups = parse_group_spec(case.groups, shape=slice_.shape)
+    groups = parse_group_spec(
+        case.groups, shape=slice_.shape, devices_per_chip=slice_.chip.devices_per_chip
+    )
     kind = case.collective
     size = float(case.size_bytes)
     if kind == "collective-permute":
@@ -106,24 +129,10 @@ def collective_nodes(
             f"all-reduce over 'all' or 'dims:' groups, got {kind} over {case.groups!r}; "
             "leave algorithm empty for the simulator's default"
         )
-    # (kind, dim, buffer bytes): reduce-scatters shrink the buffer, all-gathers regrow it.
-    phases: list[tuple[str, int, float]] = []
-    held = size
-    if kind in ("reduce-scatter", "all-reduce"):
-        for d in dims:
-            phases.append(("reduce-scatter", d, held))
-            held /= slice_.shape[d]
-    if kind in ("all-gather", "all-reduce"):
-        gathered: list[tuple[str, int, float]] = []
-        out = size
-        for d in dims:
-            gathered.append(("all-gather", d, out))
-            out /= slice_.shape[d]
-        phases.extend(reversed(gathered))
     nodes: list[Flow | Compute] = []
     after: tuple[str, ...] = ()
     done = ""
-    for k, (phase_kind, d, buffer_bytes) in enumerate(phases):
+    for k, (phase_kind, d, buffer_bytes) in enumerate(_dimwise_phases(kind, dims, size, slice_)):
         plan = collective_flows(
             phase_kind,
             parse_group_spec(f"dims:{d}", shape=slice_.shape),

@@ -66,10 +66,14 @@ DEFAULT_ATTENTION = "gather_kv"
 _GRAPH_CACHE_SIZE = 32
 
 
-def step_clip(clip: str) -> Clip:
-    """The :class:`~aoizora.workloads.wan.Clip` of a row's ``FRAMESxHEIGHTxWIDTH``."""
+def step_clip(clip: str, model: str | None = None) -> Clip:
+    """The :class:`~aoizora.workloads.wan.Clip` of a row's ``FRAMESxHEIGHTxWIDTH``.
+
+    ``model`` (a WAN_CONFIGS key) checks the clip against that model's VAE.
+    """
     frames, height, width = (int(n) for n in clip.split("x"))
-    return parse_resolution(f"{width}x{height}", frames=frames)
+    config = WAN_CONFIGS.get(model) if model is not None else None
+    return parse_resolution(f"{width}x{height}", frames=frames, config=config)
 
 
 def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -113,7 +117,7 @@ def _compiled_graph(
             f"model={model!r} is not a Wan config; use one of {sorted(WAN_CONFIGS)}, "
             "e.g. 'wan2.1-14b'"
         )
-    workload = wan_workload(model, step_clip(clip))
+    workload = wan_workload(model, step_clip(clip, model))
     candidate = make_candidate(workload, mesh_shape, rules_id, attention)
     reasons = check_candidate(workload, candidate)
     if reasons:

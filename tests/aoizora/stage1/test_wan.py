@@ -52,7 +52,9 @@ def estimates(
 
 
 def test_sample_covers_the_space(sample: list[Candidate]) -> None:
-    assert {c.attention for c in sample} == {"gather_kv", "ulysses", "ring"}
+    kinds = {c.attention for c in sample}
+    assert {"gather_kv", "ulysses", "ring"} <= kinds
+    assert any(k.startswith("usp_u") for k in kinds)  # Ulysses x ring goes through Stage 1 too
     assert {c.rules.name for c in sample} == {"maxdiffusion", "fsdp", "dp_sp_tp"}
 
 

@@ -100,7 +100,9 @@ def test_enumeration_is_deterministic_and_complete() -> None:
     assert [c.id for c in a.legal] == [c.id for c in b.legal]
     assert [r.reasons for r in a.rejected] == [r.reasons for r in b.rejected]
     # Every combination is either legal or rejected, and every rejection has a reason.
-    assert len(a.legal) + len(a.rejected) == len(mesh_shapes(8, 4)) * 3 * 3
+    # Kinds: gather_kv, ulysses, ring and usp_uU for U in 2, 3, 4, 6, 12 (divisors of 12 heads).
+    assert len(WL_13B.attention_kinds) == 3 + 5
+    assert len(a.legal) + len(a.rejected) == len(mesh_shapes(8, 4)) * 3 * 8
     assert all(r.reasons and all(r.reasons) for r in a.rejected)
     ids = [c.id for c in a.legal]
     assert len(ids) == len(set(ids))
@@ -109,6 +111,10 @@ def test_enumeration_is_deterministic_and_complete() -> None:
         assert c.mesh_sizes["data"] <= 2
         assert WAN_CONFIGS["wan2.1-1.3b"].num_heads % c.mesh_sizes["tensor"] == 0
     assert "data2.fsdp1.context4.tensor1/maxdiffusion/gather_kv" in ids
+    # Every legal split of a sequence degree into Ulysses x ring (ring >= 2, Ulysses
+    # dividing the heads) is a candidate: on context = 8, usp_u2 and usp_u4.
+    usp = {c.attention for c in a.legal if c.mesh_sizes["context"] == 8}
+    assert {"usp_u2", "usp_u4"} <= usp and not usp & {"usp_u3", "usp_u6", "usp_u8", "usp_u12"}
     dup = [r for r in a.rejected if r.reason.startswith("same shardings as")]
     assert dup, "equivalent rule sets on fsdp=1 meshes must be folded"
     with pytest.raises(CandidateError, match="illegal"):

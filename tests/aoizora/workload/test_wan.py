@@ -1,5 +1,7 @@
 """The Wan 2.1 step: clip arithmetic, parameter counts, analytic FLOPs, and numerics.
 
+Wan 2.2 (TI2V-5B, A14B) and its per-token timestep: ``test_wan22.py``.
+
 The numeric tests run the step on 8 host CPU devices with XLA attention and check
 that every attention kind and sharding computes the same function as one device.
 """
@@ -172,6 +174,10 @@ def test_every_attention_kind_computes_the_same_step() -> None:
         ((1, 2, 4, 1), "fsdp", "ring"),  # ring over (context, fsdp), padded to 16
         ((1, 2, 2, 2), "fsdp", "ulysses"),  # all-to-all over two axes, heads over tensor
         ((1, 2, 4, 1), "fsdp", "ulysses"),  # all-to-all over two axes, padded to 16
+        ((1, 1, 8, 1), "maxdiffusion", "usp_u2"),  # Ulysses 2 x ring 4 on one axis, padded
+        ((1, 1, 8, 1), "maxdiffusion", "usp_u4"),  # Ulysses 4 x ring 2
+        ((1, 2, 4, 1), "fsdp", "usp_u4"),  # (context, fsdp): spec order != mesh order
+        ((1, 2, 2, 2), "fsdp", "usp_u2"),  # heads over tensor too: 8 % (2 x 2) == 0
     ]:
         got = _run(mesh_shape, rules_id, attention, inputs)
         np.testing.assert_allclose(
