@@ -24,6 +24,7 @@ from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import ComputeSegment
 from aoizora.replay import sim_kind
 from aoizora.stage1 import estimate
+from aoizora.workloads.attention import attention_family
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
@@ -55,7 +56,7 @@ def _compile(args: tuple[Candidate, Path]) -> CompileResult:
 
 @pytest.fixture(scope="module")
 def rows(plan_cache_dir: Path) -> list[dict[str, Any]]:
-    legal = enumerate_candidates(WORKLOAD, SLICE.num_chips).legal
+    legal = enumerate_candidates(WORKLOAD, SLICE.num_devices).legal
     # The compiles fan out over the machine's cores, as the planner's do.
     with fan_out() as pool:
         results = pool.map(_compile, [(c, plan_cache_dir) for c in legal])
@@ -83,9 +84,9 @@ def rows(plan_cache_dir: Path) -> list[dict[str, Any]]:
 
 
 def test_every_legal_candidate_is_checked(rows: list[dict[str, Any]]) -> None:
-    assert len(rows) == len(enumerate_candidates(WORKLOAD, SLICE.num_chips).legal) > 50
-    attention = {r["id"].split("/")[-1] for r in rows}
-    assert attention == {"gather_kv", "ulysses", "ring"}
+    assert len(rows) == len(enumerate_candidates(WORKLOAD, SLICE.num_devices).legal) > 50
+    attention = {attention_family(r["id"].split("/")[-1]) for r in rows}
+    assert attention == {"gather_kv", "ulysses", "ring", "usp"}  # usp: Ulysses x ring splits
 
 
 def test_step_bytes_match_the_compiled_program(rows: list[dict[str, Any]]) -> None:
