@@ -214,14 +214,9 @@ _Row = tuple[str, tuple[int, ...], tuple[str | None, ...], tuple[str, ...]]
 
 def _arrays(workload: Workload) -> list[_Row]:
     """(label, shape, logical axes, paddable) of every arg, result and probe."""
-    rows: list[_Row] = []
-    for i, (arg, axes) in enumerate(
-        zip(workload.abstract_args, workload.arg_logical_axes, strict=True)
-    ):
-        leaves = jax.tree.leaves_with_path(arg)
-        ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
-        for (path, leaf), ax in zip(leaves, ax_leaves, strict=True):
-            rows.append((f"arg{i}{jax.tree_util.keystr(path)}", tuple(leaf.shape), ax, ()))
+    rows: list[_Row] = [
+        (name, tuple(leaf.shape), ax, ()) for name, leaf, ax in workload.arg_leaves()
+    ]
     out_leaves = jax.tree.leaves_with_path(workload.abstract_out)
     out_axes = jax.tree.leaves(workload.out_logical_axes, is_leaf=is_logical_axes)
     for (path, leaf), ax in zip(out_leaves, out_axes, strict=True):
@@ -383,13 +378,10 @@ def argument_bytes_per_chip(workload: Workload, candidate: Candidate) -> int:
     """
     sizes = candidate.mesh_sizes
     total = 0
-    for arg, axes in zip(workload.abstract_args, workload.arg_logical_axes, strict=True):
-        leaves = jax.tree.leaves(arg)
-        ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
-        for leaf, ax in zip(leaves, ax_leaves, strict=True):
-            spec = logical_to_pspec(ax, candidate.rules, candidate.mesh_axis_names, sizes)
-            n = 1
-            for size, entry in zip(leaf.shape, spec, strict=True):
-                n *= -(-size // sharding_degree(entry, sizes))
-            total += n * leaf.dtype.itemsize
+    for _, leaf, ax in workload.arg_leaves():
+        spec = logical_to_pspec(ax, candidate.rules, candidate.mesh_axis_names, sizes)
+        n = 1
+        for size, entry in zip(leaf.shape, spec, strict=True):
+            n *= -(-size // sharding_degree(entry, sizes))
+        total += n * leaf.dtype.itemsize
     return total

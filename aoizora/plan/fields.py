@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from aoizora.errors import PlanError
@@ -179,16 +178,10 @@ class PlanInput:
 
 def plan_inputs(workload: Workload) -> tuple[PlanInput, ...]:
     """Every array argument of ``workload``, in ``jax.tree.leaves`` order of its arguments."""
-    out: list[PlanInput] = []
-    for i, (arg, axes) in enumerate(
-        zip(workload.abstract_args, workload.arg_logical_axes, strict=True)
-    ):
-        leaves = jax.tree.leaves_with_path(arg)
-        ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
-        for (path, leaf), ax in zip(leaves, ax_leaves, strict=True):
-            name = f"arg{i}{jax.tree_util.keystr(path)}"
-            out.append(PlanInput(name, tuple(int(d) for d in leaf.shape), str(leaf.dtype), ax))
-    return tuple(out)
+    return tuple(
+        PlanInput(name, tuple(int(d) for d in leaf.shape), str(leaf.dtype), ax)
+        for name, leaf, ax in workload.arg_leaves()
+    )
 
 
 def length_of(value: object) -> object:

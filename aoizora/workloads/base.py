@@ -194,6 +194,18 @@ class Workload:
             )
         return names
 
+    def arg_leaves(self) -> tuple[tuple[str, jax.ShapeDtypeStruct, LogicalAxes], ...]:
+        """``(label, leaf, logical axes)`` of every array argument, in ``jax.tree.leaves``
+        order; labels read ``arg{i}{path}`` (e.g. ``arg0['x']``), as plan files name them."""
+        out = []
+        for i, (arg, axes) in enumerate(
+            zip(self.abstract_args, self.arg_logical_axes, strict=True)
+        ):
+            ax_leaves = jax.tree.leaves(axes, is_leaf=is_logical_axes)
+            for (path, leaf), ax in zip(jax.tree.leaves_with_path(arg), ax_leaves, strict=True):
+                out.append((f"arg{i}{jax.tree_util.keystr(path)}", leaf, ax))
+        return tuple(out)
+
     @functools.cached_property
     def fingerprint(self) -> str:
         """sha256 of what decides the compiled programs besides the code: the program
