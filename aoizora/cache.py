@@ -73,6 +73,10 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "aoizora/stage1",
         "aoizora/tpu.py",
         "aoizora/compile.py",
+        # Q1 prices collectives with the simulator's closed forms on the best box.
+        "sim/costs.py",
+        "sim/routing.py",
+        "sim/topology.py",
     ),
     "compiled": (),
     "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),

@@ -81,15 +81,24 @@ class FanOut:
         return "serial" if self._pool is None else f"{self.workers} processes"
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        return list(self.imap(fn, items))
+
+    def imap(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[R]:
+        """:meth:`map`, yielding each result as soon as it and those before it are done
+        (so a caller can report progress); same results, same order."""
         if not items:
-            return []
+            return
         if self._ray is not None:
             refs = [self._remote.remote(cloudpickle.dumps((fn, item))) for item in items]
-            return [cloudpickle.loads(b) for b in self._ray.get(refs)]
-        if self._pool is None or len(items) == 1:
-            return [fn(item) for item in items]
-        payloads = [cloudpickle.dumps((fn, item)) for item in items]
-        return [cloudpickle.loads(b) for b in self._pool.map(_run_pickled, payloads)]
+            for ref in refs:
+                yield cloudpickle.loads(self._ray.get(ref))
+        elif self._pool is None or len(items) == 1:
+            for item in items:
+                yield fn(item)
+        else:
+            payloads = [cloudpickle.dumps((fn, item)) for item in items]
+            for b in self._pool.map(_run_pickled, payloads):
+                yield cloudpickle.loads(b)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -38,11 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aoizora.cache import JsonCache, PlanCaches, plan_caches, stage1_key
+from aoizora.cache import JsonCache, PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
-from aoizora.compile import CompileResult, cached_compile, compile_candidate, lower
-from aoizora.errors import AoizoraError, PlanError
+from aoizora.compile import CompileResult, cached_compile, compile_candidate
+from aoizora.errors import PlanError
 from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import spearman
@@ -52,13 +52,10 @@ from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import search_placements
 from aoizora.stage1.q1 import (
-    Stage1Estimate,
     Stage1Ranking,
-    estimate,
-    estimate_from_json,
-    estimate_to_json,
     rank_stage1,
 )
+from aoizora.stage1.sweep import score_candidates
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
@@ -228,46 +225,6 @@ class PlanOutcome:
         )
 
 
-def _stage1(
-    workload: Workload,
-    candidates: Sequence[Candidate],
-    slice_: Slice,
-    progress: Progress,
-    cache: JsonCache | None,
-) -> tuple[list[Stage1Estimate], list[tuple[str, str]]]:
-    estimates: list[Stage1Estimate] = []
-    failed: list[tuple[str, str]] = []
-    hits = 0
-    for i, cand in enumerate(candidates, start=1):
-        t0 = time.perf_counter()
-        key = stage1_key(workload_name=workload.cache_id, candidate_id=cand.id, slice_=slice_)
-        cached = cache.get(key) if cache is not None else None
-        if cached is not None:
-            hits += 1
-            estimates.append(estimate_from_json(cached))
-            continue
-        try:
-            est = estimate(
-                lower(workload, cand, slice_), mesh_axis_sizes=cand.mesh_sizes,
-                # a program runs on one device (tpu7x: half a chip)
-                chip=slice_.chip.per_device(), candidate_id=cand.id, slice_=slice_,
-            )  # fmt: skip
-        except AoizoraError as exc:
-            failed.append((cand.id, str(exc)))
-            progress(f"[stage 1 {i}/{len(candidates)}] {cand.id}: failed: {exc}")
-            continue
-        if cache is not None:
-            cache.put(key, estimate_to_json(est))
-        estimates.append(est)
-        progress(
-            f"[stage 1 {i}/{len(candidates)}] {cand.id}: Q1 {est.q1_s * 1e3:.2f} ms "
-            f"({time.perf_counter() - t0:.2f} s)"
-        )
-    if hits:
-        progress(f"stage 1: {hits} of {len(candidates)} estimates from the cache")
-    return estimates, failed
-
-
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
     check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
     # The mesh spans devices: one per chip, two per tpu7x chip.
@@ -291,16 +248,22 @@ def _run_stage1(
     top_k: int,
     caches: PlanCaches | None,
     say: Progress,
+    pool: FanOut,
 ) -> tuple[Stage1Ranking, list[tuple[str, str]]]:
-    """Stage 1 over every legal candidate: Q1, the HBM check and the top-K."""
-    cache = caches.stage1 if caches else None
-    estimates, failed = _stage1(workload, space.legal, slice_, say, cache)
-    if not estimates:
+    """Stage 1 over every legal candidate (:mod:`aoizora.stage1.sweep`, fanned out over
+    ``pool``): Q1, the HBM check and the top-K."""
+    sweep = score_candidates(
+        workload, space.legal, slice_, cache=caches.stage1 if caches else None, pool=pool,
+        progress=say,
+    )  # fmt: skip
+    failed = list(sweep.failed)
+    if not sweep.estimates and not sweep.over_hbm:
         raise PlanError(
             f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
             f"error: {failed[0][1]}"
         )
-    ranking = rank_stage1(estimates, k=top_k, hbm_bytes=slice_.chip.per_device().hbm_bytes)
+    hbm = slice_.chip.per_device().hbm_bytes
+    ranking = rank_stage1(sweep.estimates, k=top_k, hbm_bytes=hbm, over_hbm=sweep.over_hbm)
     say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
     if not ranking.kept:
         raise PlanError(
@@ -507,7 +470,7 @@ def _stage2(
     timings: list[tuple[str, float]],
     max_placements: int | None,
     exhaustive: bool,
-    fan: tuple[int | None, str | None],
+    pool: FanOut,
     search_seconds: float | None,
 ) -> tuple[
     list[tuple[Candidate, CompileResult]],
@@ -516,22 +479,21 @@ def _stage2(
     list[CandidateScores],
     SearchSummary | None,
 ]:
-    """Compile, then search the placements, both fanned out over one pool.
+    """Compile, then search the placements, both fanned out over ``pool``.
 
     Returns the feasible compiles, the failures, the ids of every compile that
     produced a program, the scores and the search summary."""
-    with fan_out(workers=fan[0], ray=fan[1]) as pool:
-        t0 = time.perf_counter()
-        compiled, failed, ok_ids = _compile_all(
-            workload, slice_, to_compile, caches=caches, say=say, pool=pool
-        )
-        timings.append(("compile", time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        scored, search = _rank_all(
-            compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
-            say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
-        )  # fmt: skip
-        timings.append(("rank", time.perf_counter() - t0))
+    t0 = time.perf_counter()
+    compiled, failed, ok_ids = _compile_all(
+        workload, slice_, to_compile, caches=caches, say=say, pool=pool
+    )
+    timings.append(("compile", time.perf_counter() - t0))
+    t0 = time.perf_counter()
+    scored, search = _rank_all(
+        compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
+        say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
+    )  # fmt: skip
+    timings.append(("rank", time.perf_counter() - t0))
     return compiled, failed, ok_ids, scored, search
 
 
@@ -555,8 +517,8 @@ def run_plan(
     adds the best-Q1 candidate of every attention kind the top-K lacks).
     ``progress`` receives one line per step of long work. ``cache_dir`` keeps
     Stage-1 estimates, compile results and Q2 step times across runs
-    (:mod:`aoizora.cache`). Compiles and exact replays fan out over ``workers``
-    processes (default: the machine's cores) or a Ray cluster at ``ray``
+    (:mod:`aoizora.cache`). Stage-1 lowering, compiles and exact replays fan out
+    over ``workers`` processes (default: the machine's cores) or a Ray cluster at ``ray``
     (``"local"`` starts one); the plan is the same either way.
     ``search_seconds`` stops the placement search early, with the bound and gap
     it proved (default: search until the best placement is proven).
@@ -568,21 +530,22 @@ def run_plan(
     caches = plan_caches(cache_dir) if cache_dir is not None else None
     space = _legal_space(workload, slice_, say)
 
-    t0 = time.perf_counter()
-    ranking, stage1_failed = _run_stage1(
-        workload, space, slice_, top_k=top_k, caches=caches, say=say
-    )
-    timings.append(("stage1", time.perf_counter() - t0))
-    by_id = {c.id: c for c in space.legal}
-    baselines = baseline_candidates(workload, slice_)
-    picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
-    to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
-
-    compiled, failed, compiled_ids, scored, search = _stage2(
-        workload, slice_, to_compile, picks=picks, caches=caches,
-        say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
-        fan=(workers, ray), search_seconds=search_seconds,
-    )  # fmt: skip
+    # One pool serves Stage 1's lowering, the compiles and the replays.
+    with fan_out(workers=workers, ray=ray) as pool:
+        t0 = time.perf_counter()
+        ranking, stage1_failed = _run_stage1(
+            workload, space, slice_, top_k=top_k, caches=caches, say=say, pool=pool
+        )
+        timings.append(("stage1", time.perf_counter() - t0))
+        by_id = {c.id: c for c in space.legal}
+        baselines = baseline_candidates(workload, slice_)
+        picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
+        to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
+        compiled, failed, compiled_ids, scored, search = _stage2(
+            workload, slice_, to_compile, picks=picks, caches=caches,
+            say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
+            pool=pool, search_seconds=search_seconds,
+        )  # fmt: skip
     if not scored:
         raise PlanError(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "

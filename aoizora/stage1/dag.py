@@ -121,6 +121,9 @@ class _Builder:
         self.warnings: list[str] = []
         self._sharding_cache: dict[int, Sharding] = {}
         self.regions: list[tuple[int, int, int]] = []
+        self._coords_table: np.ndarray | None = None
+        self._varying_cache: dict[tuple[tuple[int, ...], ...], list[tuple[str, int]]] = {}
+        self._fused: dict[int, dict[int, Kernel]] = {}  # id(block) -> kernels by root op
         for fn in module.functions.values():
             self._index(fn.body)
 
@@ -261,7 +264,12 @@ class _Builder:
         self._block(fn.body, ctx)
 
     def _block(self, block: Block, ctx: _Ctx) -> None:
-        at_root = {k.root: k for k in fuse_block(block, bytes_of=self._bytes)}
+        # A function called many times (ring attention's steps) fuses the same way
+        # at every call: fuse each block once.
+        at_root = self._fused.get(id(block))
+        if at_root is None:
+            at_root = {k.root: k for k in fuse_block(block, bytes_of=self._bytes)}
+            self._fused[id(block)] = at_root
         for i, op in enumerate(block.ops):
             if op.name in _RETURNS:
                 continue
@@ -441,23 +449,55 @@ class _Builder:
         )  # fmt: skip
         self._set_results(op, (nid,))
 
-    def _coords(self, device: int) -> tuple[int, ...]:
-        ids = self.m.device_ids
-        pos = ids.index(device) if ids and device in ids else device
-        sizes = [s for _, s in self.m.mesh_axes]
-        return tuple(int(c) for c in np.unravel_index(pos, sizes)) if sizes else ()
+    def _device_coords(self) -> np.ndarray:
+        """``coords[d]`` = the mesh coordinates of device id ``d`` (one row per device)."""
+        if self._coords_table is None:
+            sizes = [s for _, s in self.m.mesh_axes]
+            n = math.prod(sizes)
+            pos = np.arange(n, dtype=np.int64)  # the default iota order: id = position
+            ids = self.m.device_ids
+            if ids:  # an explicit device order: device ids[p] sits at mesh position p
+                if sorted(ids) != list(range(n)):
+                    raise Stage1Error(
+                        f"the mesh's device ids {list(ids)[:8]}... are not a permutation of "
+                        f"0..{n - 1} for mesh {dict(self.m.mesh_axes)}"
+                    )
+                pos[np.asarray(ids, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+            self._coords_table = np.stack(np.unravel_index(pos, sizes), axis=1)
+        return self._coords_table
 
     def _varying_axes(self, groups: Sequence[Sequence[int]]) -> list[tuple[str, int]]:
-        """Mesh axes along which the members of a group differ, with the group's extent."""
+        """Mesh axes along which the members of a group differ, with the group's extent.
+
+        One pass over a device -> coordinates table (a group of a 256-chip mesh
+        lists 256 devices, and ring attention issues hundreds of them), memoised
+        per distinct group list.
+        """
+        key = tuple(tuple(g) for g in groups)
+        cached = self._varying_cache.get(key)
+        if cached is not None:
+            return cached
         names = [n for n, _ in self.m.mesh_axes]
+        table = self._device_coords()
         extent: dict[str, int] = {}
-        for g in groups:
-            coords = [self._coords(d) for d in g]
+        for g in key:
+            if not g:
+                continue
+            members = np.asarray(g, dtype=np.int64)
+            if members.min() < 0 or members.max() >= len(table):
+                raise Stage1Error(
+                    f"a collective's replica group names device {int(members.max())} (or "
+                    f"{int(members.min())}), outside the {len(table)}-device mesh "
+                    f"{dict(self.m.mesh_axes)}; groups must list devices of the program's mesh"
+                )
+            coords = table[members]
             for i, n in enumerate(names):
-                k = len({c[i] for c in coords})
+                k = len(np.unique(coords[:, i]))
                 if k > 1:
                     extent[n] = max(extent.get(n, 1), k)
-        return [(n, extent[n]) for n in self._axis_names(list(extent))]
+        out = [(n, extent[n]) for n in self._axis_names(list(extent))]
+        self._varying_cache[key] = out
+        return out
 
     def _explicit_hlo(self, op: Op, ctx: _Ctx, collective: str) -> None:
         if op.source_target_pairs:

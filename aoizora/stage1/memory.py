@@ -26,13 +26,16 @@ def peak_temp_bytes(
     bytes_of: Callable[[int], int],
     transient_bytes: Mapping[int, int],
     seen: tuple[str, ...] = (),
+    memo: dict[tuple[str, ...], int] | None = None,
 ) -> int:
     """Peak of live non-argument bytes over ``block`` in program order.
 
     ``bytes_of(v)`` is value ``v``'s bytes per chip; ``transient_bytes`` maps
     ``id(op)`` to the resharded operand copies alive while ``op`` runs;
     ``functions`` resolves ``call`` targets, and ``seen`` lists the functions
-    already on the call path (not entered again).
+    already on the call path (not entered again). ``memo`` keeps the peak of each
+    called function per call path (a ring-attention step calls the same kernel
+    wrapper hundreds of times; its peak is the same at every call).
 
     >>> ops = (
     ...     Op(name="a", operands=(), results=(1,)),
@@ -45,6 +48,7 @@ def peak_temp_bytes(
     ... )
     500
     """
+    memo = {} if memo is None else memo
     last_use: dict[int, int] = {}
     for i, op in enumerate(block.ops):
         for v in _uses(op):
@@ -63,18 +67,23 @@ def peak_temp_bytes(
                     bytes_of=bytes_of,
                     transient_bytes=transient_bytes,
                     seen=seen,
+                    memo=memo,
                 ),
             )
         if op.name in ("func.call", "call") and op.callee not in seen:
             fn = functions.get(op.callee)
-            if fn is not None:
-                inner = peak_temp_bytes(
+            path = (*seen, op.callee)
+            if fn is not None and path not in memo:
+                memo[path] = peak_temp_bytes(
                     fn.body,
                     functions=functions,
                     bytes_of=bytes_of,
                     transient_bytes=transient_bytes,
-                    seen=seen + (op.callee,),
+                    seen=path,
+                    memo=memo,
                 )
+            if fn is not None:
+                inner = memo[path]
         res = sum(bytes_of(r) for r in op.results)
         peak = max(peak, live + res + inner + transient_bytes.get(id(op), 0))
         live += res

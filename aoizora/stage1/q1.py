@@ -56,6 +56,7 @@ __all__ = [
     "estimate_from_json",
     "estimate_module",
     "estimate_to_json",
+    "human_bytes",
     "rank_stage1",
 ]
 
@@ -366,11 +367,20 @@ class Stage1Ranking:
         }
 
 
-def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float) -> Stage1Ranking:
+def rank_stage1(
+    estimates: Iterable[Stage1Estimate],
+    *,
+    k: int,
+    hbm_bytes: float,
+    over_hbm: Iterable[tuple[str, str]] = (),
+) -> Stage1Ranking:
     """Drop memory-infeasible candidates, keep the top-``k`` by Q1.
 
     A candidate is infeasible when ``memory_bytes_per_chip > hbm_bytes``. Order
     is ``(q1_s, candidate_id)`` so equal scores are broken deterministically.
+    ``over_hbm`` adds ``(candidate id, reason)`` of candidates proven over the
+    budget without an estimate (:mod:`aoizora.stage1.sweep`) to
+    ``dropped_infeasible``.
 
     >>> def est(cid, q1, mem):
     ...     return Stage1Estimate(cid, q1, q1, 0.0, 0.0, (), mem, ())
@@ -384,19 +394,20 @@ def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float
     if not hbm_bytes > 0:
         raise Stage1Error(f"hbm_bytes={hbm_bytes!r} must be positive, e.g. 16e9 for a v5e chip")
     items: Sequence[Stage1Estimate] = list(estimates)
-    ids = [e.candidate_id for e in items]
+    proven = list(over_hbm)
+    ids = [e.candidate_id for e in items] + [c for c, _ in proven]
     dup = sorted({c for c in ids if ids.count(c) > 1})
     if dup:
         raise Stage1Error(f"candidate ids must be unique; repeated: {dup}")
     feasible = []
-    infeasible = []
+    infeasible = list(proven)
     over = []
     for e in items:
         if e.memory_bytes_per_chip > hbm_bytes:
             need = e.memory_bytes_per_chip
             reason = (
-                f"needs {need} B per chip ({_human(need)}), over the {hbm_bytes:.0f} B HBM "
-                f"budget ({_human(hbm_bytes)})"
+                f"needs {need} B per chip ({human_bytes(need)}), over the {hbm_bytes:.0f} B HBM "
+                f"budget ({human_bytes(hbm_bytes)})"
             )
             infeasible.append((e.candidate_id, reason))
             over.append(e)
@@ -413,7 +424,7 @@ def rank_stage1(estimates: Iterable[Stage1Estimate], *, k: int, hbm_bytes: float
     )
 
 
-def _human(nbytes: float) -> str:
+def human_bytes(nbytes: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if nbytes >= scale:
             return f"{nbytes / scale:.2f} {unit}"

@@ -376,11 +376,12 @@ class _Reader:
             if key and key in attrs:
                 kw["collective_axes"] = self._axes_text(str(attrs[key]))
         if "replica_groups" in attrs:
-            groups = np.asarray(attrs["replica_groups"]).astype(np.int64)
-            kw["replica_groups"] = tuple(tuple(int(x) for x in g if x >= 0) for g in groups)
+            # tolist() gives Python ints in one C pass (a 256-chip group has 256 ids).
+            groups = np.asarray(attrs["replica_groups"]).astype(np.int64).tolist()
+            kw["replica_groups"] = tuple(tuple(x for x in g if x >= 0) for g in groups)
         if "source_target_pairs" in attrs:
             pairs = np.asarray(attrs["source_target_pairs"]).astype(np.int64).reshape(-1, 2)
-            kw["source_target_pairs"] = tuple((int(a), int(b)) for a, b in pairs)
+            kw["source_target_pairs"] = tuple(map(tuple, pairs.tolist()))
         if name in ("func.call", "call"):
             kw["callee"] = ir.FlatSymbolRefAttr(attrs["callee"]).value
         if name == "stablehlo.custom_call":
@@ -461,8 +462,11 @@ def read_mlir_module(module: Any) -> ShardyModule:
         return _Reader(ir=ir, sdy=sdy, stablehlo=stablehlo).read(op)
 
 
-def read_lowered(lowered: Any) -> ShardyModule:
+def read_lowered(lowered: Any, *, verify: bool = False) -> ShardyModule:
     """Run :data:`PIPELINE` on a copy of ``lowered``'s StableHLO and read it.
+
+    ``verify=True`` runs MLIR's verifier after every pass (slower, same result;
+    for debugging a pass).
 
     ``lowered.compiler_ir("stablehlo")`` returns the *same* module object every
     call (checked with jax 0.10.2; docs/facts.md, Shardy from Python) and the passes
@@ -481,8 +485,14 @@ def read_lowered(lowered: Any) -> ShardyModule:
         ) from e
     with module.context:
         copy = module.operation.clone()
+        pm = passmanager.PassManager.parse(PIPELINE)
+        # MLIR verifies the whole module after every pass by default: on a 256-chip
+        # ring-attention step that is two thirds of the passes' time, and it changes
+        # nothing in the output (the module Stage 1 reads is the same text; checked
+        # in benchmarks/stage1_speed.py). jax verifies the module it lowers.
+        pm.enable_verifier(verify)
         try:
-            passmanager.PassManager.parse(PIPELINE).run(copy.operation)
+            pm.run(copy.operation)
         except Exception as e:  # noqa: BLE001 - MLIR raises a generic error
             raise Stage1Error(f"Shardy's passes failed on the lowered module: {e}") from e
         return _Reader(ir=ir, sdy=sdy, stablehlo=stablehlo).read(copy.operation)

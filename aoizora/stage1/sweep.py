@@ -1,0 +1,203 @@
+"""Stage 1 over a list of candidates: the cache, an HBM check before lowering, fan-out.
+
+:func:`score_candidates` gives every candidate its :class:`Stage1Estimate` (or
+the reason it failed), in candidate order, however the work ran:
+
+1. **Proven over HBM, not lowered.** A candidate's Stage-1 memory is its
+   argument bytes plus a temporary peak (:mod:`aoizora.stage1.memory`), so when
+   the arguments alone (:func:`aoizora.candidates.space.argument_bytes_per_chip`,
+   the same ceil-per-dimension count the DAG makes of the lowered program's
+   arguments) exceed the device's HBM, Stage 1 would drop it as infeasible
+   whatever its Q1. Lowering it is wasted work: about a fifth of Wan 2.1 14B's
+   legal candidates on v5e (35 of 146 on v5e:4x4, 75 of 370 on v5e:16x16).
+   This check runs before the cache, so a warm run reports the same as a cold one.
+2. **Cached** estimates are read (:func:`aoizora.cache.stage1_key`).
+3. The rest are **lowered and scored**: in this process one after another, or
+   over a :class:`~aoizora.fanout.FanOut` pool in chunks of consecutive
+   candidates (neighbours share a mesh shape, so a worker's jax caches -- e.g.
+   the splash-attention mask info of a local shape -- serve the whole chunk).
+   Results come back in candidate order, so the estimates, and the plan, are
+   the same serial or parallel.
+
+>>> from aoizora.workloads.wan import wan_workload, parse_resolution
+>>> from aoizora.candidates.space import enumerate_candidates
+>>> from sim.topology import load_slice
+>>> wl = wan_workload("wan2.1-14b", parse_resolution("480p"))
+>>> space = enumerate_candidates(wl, 4)
+>>> whole = space.by_id("data1.fsdp1.context4.tensor1/fsdp/ring")  # 28.6 GB of weights a chip
+>>> sweep = score_candidates(wl, [whole], load_slice("v5e:2x2"))
+>>> sweep.estimates, sweep.over_hbm[0][1][:60]
+((), 'its arguments alone need 28593758344 B per chip (28.59 GB), ')
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+from aoizora.cache import JsonCache, stage1_key
+from aoizora.candidates.space import Candidate, argument_bytes_per_chip
+from aoizora.compile import lower
+from aoizora.errors import AoizoraError
+from aoizora.fanout import FanOut
+from aoizora.stage1.q1 import (
+    Stage1Estimate,
+    estimate,
+    estimate_from_json,
+    estimate_to_json,
+    human_bytes,
+)
+from aoizora.workloads.base import Workload
+from sim.topology import Slice
+
+__all__ = ["Stage1Sweep", "over_hbm_reason", "score_candidate", "score_candidates"]
+
+# Chunks per worker: enough to even out the load (a ring-attention candidate costs
+# ten times a gather_kv one), few enough that a chunk shares its jax caches.
+_CHUNKS_PER_WORKER = 4
+
+
+@dataclass(frozen=True)
+class Stage1Sweep:
+    """Stage 1's per-candidate outcomes, each list in candidate order.
+
+    ``estimates`` are the scored candidates; ``failed`` ``(candidate id, error)``
+    of those whose lowering or estimate failed; ``over_hbm`` ``(candidate id,
+    reason)`` of those whose arguments alone exceed the device's HBM (not
+    lowered); ``cache_hits`` how many estimates came from the cache.
+    """
+
+    estimates: tuple[Stage1Estimate, ...]
+    failed: tuple[tuple[str, str], ...]
+    over_hbm: tuple[tuple[str, str], ...]
+    cache_hits: int = 0
+
+
+def over_hbm_reason(workload: Workload, candidate: Candidate, hbm_bytes: float) -> str | None:
+    """Why ``candidate`` cannot fit in ``hbm_bytes`` per device before it is lowered
+    (its arguments alone are bigger), or ``None`` if its arguments fit."""
+    args = argument_bytes_per_chip(workload, candidate)
+    if args <= hbm_bytes:
+        return None
+    return (
+        f"its arguments alone need {args} B per chip ({human_bytes(args)}), over the "
+        f"{hbm_bytes:.0f} B HBM budget ({human_bytes(hbm_bytes)}); not lowered"
+    )
+
+
+def score_candidate(workload: Workload, candidate: Candidate, slice_: Slice) -> Stage1Estimate:
+    """Lower ``candidate`` for ``slice_`` (no compile) and score its Stage-1 estimate.
+
+    Raises :class:`~aoizora.errors.AoizoraError` when lowering or the estimate fails.
+    """
+    return estimate(
+        lower(workload, candidate, slice_), mesh_axis_sizes=candidate.mesh_sizes,
+        # a program runs on one device (tpu7x: half a chip)
+        chip=slice_.chip.per_device(), candidate_id=candidate.id, slice_=slice_,
+    )  # fmt: skip
+
+
+_Scored = tuple[str, "Stage1Estimate | str", float]  # (id, estimate or error, seconds)
+
+
+def _score_chunk(task: tuple[Workload, tuple[Candidate, ...], Slice]) -> list[_Scored]:
+    """Score a chunk of candidates in one process (a fan-out task)."""
+    workload, candidates, slice_ = task
+    out: list[_Scored] = []
+    for cand in candidates:
+        t0 = time.perf_counter()
+        try:
+            out.append((cand.id, score_candidate(workload, cand, slice_), 0.0))
+        except AoizoraError as exc:
+            out.append((cand.id, str(exc), 0.0))
+        out[-1] = (*out[-1][:2], time.perf_counter() - t0)
+    return out
+
+
+def _chunks(items: Sequence[Candidate], n: int) -> list[tuple[Candidate, ...]]:
+    """``items`` cut into at most ``n`` runs of consecutive items, sizes within one."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        stop = start + size + (1 if i < extra else 0)
+        out.append(tuple(items[start:stop]))
+        start = stop
+    return out
+
+
+def _scored(
+    workload: Workload, todo: Sequence[Candidate], slice_: Slice, pool: FanOut | None
+) -> Iterator[_Scored]:
+    """Every candidate of ``todo`` scored, in order: serially, or over ``pool``."""
+    if pool is None or pool.label == "serial" or len(todo) < 2:
+        for cand in todo:
+            yield from _score_chunk((workload, (cand,), slice_))
+        return
+    workers = pool.workers if pool.workers > 1 else 2  # a Ray cluster: still chunk
+    chunks = _chunks(todo, workers * _CHUNKS_PER_WORKER)
+    for done in pool.imap(_score_chunk, [(workload, c, slice_) for c in chunks]):
+        yield from done
+
+
+def score_candidates(
+    workload: Workload,
+    candidates: Sequence[Candidate],
+    slice_: Slice,
+    *,
+    cache: JsonCache | None = None,
+    pool: FanOut | None = None,
+    progress: Callable[[str], None] | None = None,
+    skip_over_hbm: bool = True,
+) -> Stage1Sweep:
+    """Stage 1 for every candidate (see the module docstring), results in candidate order.
+
+    ``pool`` fans the lowering out (``None`` or a serial pool: this process);
+    ``progress`` receives one line per candidate; ``skip_over_hbm=False``
+    lowers and scores even the candidates proven over HBM (for checks).
+    """
+    say = progress or (lambda _: None)
+    hbm = slice_.chip.per_device().hbm_bytes
+    n = len(candidates)
+    over: list[tuple[str, str]] = []
+    found: dict[str, Stage1Estimate] = {}
+    failed: dict[str, str] = {}
+    todo: list[Candidate] = []
+    keys: dict[str, str] = {}
+    for cand in candidates:
+        reason = over_hbm_reason(workload, cand, hbm) if skip_over_hbm else None
+        if reason is not None:
+            over.append((cand.id, reason))
+            continue
+        keys[cand.id] = stage1_key(
+            workload_name=workload.cache_id, candidate_id=cand.id, slice_=slice_
+        )
+        cached = cache.get(keys[cand.id]) if cache is not None else None
+        if cached is not None:
+            found[cand.id] = estimate_from_json(cached)
+        else:
+            todo.append(cand)
+    hits = len(found)
+    if over:
+        say(f"stage 1: {len(over)} of {n} candidates need more than HBM for their arguments alone")
+    if hits:
+        say(f"stage 1: {hits} of {n} estimates from the cache")
+    width = len(str(len(todo)))
+    for i, (cid, got, seconds) in enumerate(_scored(workload, todo, slice_, pool), start=1):
+        head = f"[stage 1 {i:{width}d}/{len(todo)}] {cid}"
+        if isinstance(got, str):
+            failed[cid] = got
+            say(f"{head}: failed: {got}")
+            continue
+        if cache is not None:
+            cache.put(keys[cid], estimate_to_json(got))
+        found[cid] = got
+        say(f"{head}: Q1 {got.q1_s * 1e3:.2f} ms ({seconds:.2f} s)")
+    order = [c.id for c in candidates]
+    return Stage1Sweep(
+        estimates=tuple(found[c] for c in order if c in found),
+        failed=tuple((c, failed[c]) for c in order if c in failed),
+        over_hbm=tuple(over),
+        cache_hits=hits,
+    )

@@ -1,0 +1,94 @@
+"""Stage 1's fast path (HBM check before lowering, fan-out, cache) against the plain path.
+
+The plain path lowers and scores every candidate one by one in this process
+(:func:`score_candidate`); the fast path must give the very same estimates
+(bit-identical Q1, DAG and memory) for every candidate it scores, and skip only
+candidates the plain path also finds over HBM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from aoizora.cache import JsonCache
+from aoizora.candidates.space import Candidate, argument_bytes_per_chip, enumerate_candidates
+from aoizora.fanout import fan_out
+from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
+from aoizora.stage1.sweep import _chunks, score_candidate, score_candidates
+from aoizora.workloads.base import Workload
+from aoizora.workloads.wan import parse_resolution, wan_workload
+from sim.topology import Slice, load_slice
+
+CLIP = parse_resolution("256x256", frames=5)
+
+
+@pytest.fixture(scope="module")
+def setup() -> tuple[Workload, Slice, list[Candidate], list[Stage1Estimate]]:
+    wl = wan_workload("wan-tiny", CLIP)
+    sl = load_slice("v5e:2x2")
+    legal = list(enumerate_candidates(wl, sl.num_devices).legal)
+    plain = [score_candidate(wl, c, sl) for c in legal]
+    return wl, sl, legal, plain
+
+
+def test_argument_bytes_are_the_estimates_own(setup: tuple) -> None:
+    # The HBM check is a proof only if the analytic argument bytes are those the
+    # estimate counts from the lowered program (memory = arguments + temporaries).
+    wl, _, legal, plain = setup
+    for cand, est in zip(legal, plain, strict=True):
+        assert argument_bytes_per_chip(wl, cand) == est.argument_bytes_per_chip, cand.id
+        assert est.memory_bytes_per_chip >= est.argument_bytes_per_chip
+
+
+def test_fanned_out_estimates_equal_the_plain_path(setup: tuple) -> None:
+    wl, sl, legal, plain = setup
+    lines: list[str] = []
+    with fan_out(workers=2) as pool:
+        sweep = score_candidates(wl, legal, sl, pool=pool, progress=lines.append)
+    assert sweep.over_hbm == () and sweep.failed == ()
+    assert sweep.estimates == tuple(plain)  # nodes, Q1, memory: every field
+    assert [e.q1_s for e in sweep.estimates] == [e.q1_s for e in plain]
+    # Progress arrives in candidate order, one line each.
+    scored = [ln.split("] ")[1].split(":")[0] for ln in lines if ln.startswith("[stage 1")]
+    assert scored == [c.id for c in legal]
+
+
+def test_over_hbm_skip_is_sound_and_keeps_the_ranking(setup: tuple) -> None:
+    wl, sl, legal, plain = setup
+    args = sorted({e.argument_bytes_per_chip for e in plain})
+    assert len(args) > 2, "wan-tiny must give candidates with different argument bytes"
+    hbm = float(args[len(args) // 2])  # about half the candidates' arguments exceed it
+    small = replace(sl, chip=replace(sl.chip, hbm_bytes=hbm))
+    sweep = score_candidates(wl, legal, small)
+    skipped = {c for c, _ in sweep.over_hbm}
+    assert skipped == {e.candidate_id for e in plain if e.argument_bytes_per_chip > hbm}
+    assert skipped and len(skipped) < len(legal)
+    # Every skipped candidate is one the plain path finds over HBM too.
+    assert all(e.memory_bytes_per_chip > hbm for e in plain if e.candidate_id in skipped)
+    assert sweep.estimates == tuple(e for e in plain if e.candidate_id not in skipped)
+    fast = rank_stage1(sweep.estimates, k=2, hbm_bytes=hbm, over_hbm=sweep.over_hbm)
+    slow = rank_stage1(plain, k=2, hbm_bytes=hbm)
+    assert fast.kept == slow.kept and fast.dropped_weak == slow.dropped_weak
+    assert [c for c, _ in fast.dropped_infeasible] == [c for c, _ in slow.dropped_infeasible]
+    assert all("not lowered" in r for c, r in fast.dropped_infeasible if c in skipped)
+
+
+def test_cached_estimates_match_the_cold_ones(setup: tuple, tmp_path: Path) -> None:
+    wl, sl, legal, plain = setup
+    cache = JsonCache(tmp_path)
+    cold = score_candidates(wl, legal, sl, cache=cache)
+    warm = score_candidates(wl, legal, sl, cache=cache)
+    assert (cold.cache_hits, warm.cache_hits) == (0, len(legal))
+    assert [replace(e, nodes=()) for e in cold.estimates] == list(warm.estimates)
+
+
+def test_chunks_cover_every_item_in_order() -> None:
+    items = list(range(10))
+    for n in (1, 3, 4, 10, 25):
+        chunks = _chunks(items, n)  # type: ignore[arg-type]
+        assert [x for c in chunks for x in c] == items
+        assert len(chunks) == min(n, len(items))
+        assert max(map(len, chunks)) - min(map(len, chunks)) <= 1
