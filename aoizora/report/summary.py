@@ -157,7 +157,8 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
     """``aoizora plan --json``'s ``candidates``: one object per legal candidate, in
     candidate order, with the names scripts read.
 
-    ``q1_s`` is null when Stage 1 failed for it; ``stage1_kept`` says whether Stage 1
+    ``q1_s`` is null when Stage 1 failed for it or found its arguments alone over HBM
+    (not lowered, :mod:`aoizora.stage1.sweep`); ``stage1_kept`` says whether Stage 1
     handed it to Stage 2; ``compiled`` whether a compile produced its program;
     ``best_q2_s`` its best simulated step time (null unless compiled and within HBM);
     ``placements`` how many placements Stage 2 weighed for it (the placement family
