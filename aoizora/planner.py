@@ -41,7 +41,7 @@ from typing import Any
 from aoizora.cache import JsonCache, PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
-from aoizora.compile import CompileResult, cached_compile, compile_candidate
+from aoizora.compile import CompileResult, cached_compile, compile_candidate, lower
 from aoizora.errors import PlanError
 from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
@@ -253,8 +253,8 @@ def _run_stage1(
     """Stage 1 over every legal candidate (:mod:`aoizora.stage1.sweep`, fanned out over
     ``pool``): Q1, the HBM check and the top-K."""
     sweep = score_candidates(
-        workload, space.legal, slice_, cache=caches.stage1 if caches else None, pool=pool,
-        progress=say,
+        workload, space.legal, slice_, lower=lower, cache=caches.stage1 if caches else None,
+        pool=pool, progress=say,
     )  # fmt: skip
     failed = list(sweep.failed)
     if not sweep.estimates and not sweep.over_hbm:
@@ -529,7 +529,6 @@ def run_plan(
     t_start = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
     space = _legal_space(workload, slice_, say)
-
     # One pool serves Stage 1's lowering, the compiles and the replays.
     with fan_out(workers=workers, ray=ray) as pool:
         t0 = time.perf_counter()

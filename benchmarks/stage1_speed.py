@@ -116,7 +116,7 @@ def _run_path(
             rows[c.id] = [e.q1_s, e.memory_bytes_per_chip, len(e.nodes)]
     else:
         with fan_out(workers=workers) as pool:
-            sweep = score_candidates(workload, legal, slice_, pool=pool)
+            sweep = score_candidates(workload, legal, slice_, lower=lower, pool=pool)
         rows = {e.candidate_id: [e.q1_s, e.memory_bytes_per_chip, len(e.nodes)]
                 for e in sweep.estimates}  # fmt: skip
         skipped = [c for c, _ in sweep.over_hbm]

@@ -25,7 +25,8 @@ the reason it failed), in candidate order, however the work ran:
 >>> wl = wan_workload("wan2.1-14b", parse_resolution("480p"))
 >>> space = enumerate_candidates(wl, 4)
 >>> whole = space.by_id("data1.fsdp1.context4.tensor1/fsdp/ring")  # 28.6 GB of weights a chip
->>> sweep = score_candidates(wl, [whole], load_slice("v5e:2x2"))
+>>> from aoizora.compile import lower
+>>> sweep = score_candidates(wl, [whole], load_slice("v5e:2x2"), lower=lower)
 >>> sweep.estimates, sweep.over_hbm[0][1][:60]
 ((), 'its arguments alone need 28593758344 B per chip (28.59 GB), ')
 """
@@ -35,10 +36,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aoizora.cache import JsonCache, stage1_key
 from aoizora.candidates.space import Candidate, argument_bytes_per_chip
-from aoizora.compile import lower
 from aoizora.errors import AoizoraError
 from aoizora.fanout import FanOut
 from aoizora.stage1.q1 import (
@@ -51,7 +52,13 @@ from aoizora.stage1.q1 import (
 from aoizora.workloads.base import Workload
 from sim.topology import Slice
 
-__all__ = ["Stage1Sweep", "over_hbm_reason", "score_candidate", "score_candidates"]
+__all__ = ["Lower", "Stage1Sweep", "over_hbm_reason", "score_candidate", "score_candidates"]
+
+# How to trace and lower one candidate for a slice, no compile: the planner passes
+# aoizora.compile.lower. Stage 1 comes before compiling in the pipeline, so it does
+# not import it (tests/test_layout.py); a module-level function pickles by reference
+# to the workers.
+Lower = Callable[[Workload, Candidate, Slice], Any]
 
 # Chunks per worker: enough to even out the load (a ring-attention candidate costs
 # ten times a gather_kv one), few enough that a chunk shares its jax caches.
@@ -86,8 +93,10 @@ def over_hbm_reason(workload: Workload, candidate: Candidate, hbm_bytes: float) 
     )
 
 
-def score_candidate(workload: Workload, candidate: Candidate, slice_: Slice) -> Stage1Estimate:
-    """Lower ``candidate`` for ``slice_`` (no compile) and score its Stage-1 estimate.
+def score_candidate(
+    workload: Workload, candidate: Candidate, slice_: Slice, *, lower: Lower
+) -> Stage1Estimate:
+    """Lower ``candidate`` for ``slice_`` with ``lower`` and score its Stage-1 estimate.
 
     Raises :class:`~aoizora.errors.AoizoraError` when lowering or the estimate fails.
     """
@@ -101,14 +110,14 @@ def score_candidate(workload: Workload, candidate: Candidate, slice_: Slice) -> 
 _Scored = tuple[str, "Stage1Estimate | str", float]  # (id, estimate or error, seconds)
 
 
-def _score_chunk(task: tuple[Workload, tuple[Candidate, ...], Slice]) -> list[_Scored]:
+def _score_chunk(task: tuple[Workload, tuple[Candidate, ...], Slice, Lower]) -> list[_Scored]:
     """Score a chunk of candidates in one process (a fan-out task)."""
-    workload, candidates, slice_ = task
+    workload, candidates, slice_, lower = task
     out: list[_Scored] = []
     for cand in candidates:
         t0 = time.perf_counter()
         try:
-            out.append((cand.id, score_candidate(workload, cand, slice_), 0.0))
+            out.append((cand.id, score_candidate(workload, cand, slice_, lower=lower), 0.0))
         except AoizoraError as exc:
             out.append((cand.id, str(exc), 0.0))
         out[-1] = (*out[-1][:2], time.perf_counter() - t0)
@@ -128,16 +137,16 @@ def _chunks(items: Sequence[Candidate], n: int) -> list[tuple[Candidate, ...]]:
 
 
 def _scored(
-    workload: Workload, todo: Sequence[Candidate], slice_: Slice, pool: FanOut | None
+    workload: Workload, todo: Sequence[Candidate], slice_: Slice, lower: Lower, pool: FanOut | None
 ) -> Iterator[_Scored]:
     """Every candidate of ``todo`` scored, in order: serially, or over ``pool``."""
     if pool is None or pool.label == "serial" or len(todo) < 2:
         for cand in todo:
-            yield from _score_chunk((workload, (cand,), slice_))
+            yield from _score_chunk((workload, (cand,), slice_, lower))
         return
     workers = pool.workers if pool.workers > 1 else 2  # a Ray cluster: still chunk
     chunks = _chunks(todo, workers * _CHUNKS_PER_WORKER)
-    for done in pool.imap(_score_chunk, [(workload, c, slice_) for c in chunks]):
+    for done in pool.imap(_score_chunk, [(workload, c, slice_, lower) for c in chunks]):
         yield from done
 
 
@@ -146,6 +155,7 @@ def score_candidates(
     candidates: Sequence[Candidate],
     slice_: Slice,
     *,
+    lower: Lower,
     cache: JsonCache | None = None,
     pool: FanOut | None = None,
     progress: Callable[[str], None] | None = None,
@@ -153,9 +163,10 @@ def score_candidates(
 ) -> Stage1Sweep:
     """Stage 1 for every candidate (see the module docstring), results in candidate order.
 
-    ``pool`` fans the lowering out (``None`` or a serial pool: this process);
-    ``progress`` receives one line per candidate; ``skip_over_hbm=False``
-    lowers and scores even the candidates proven over HBM (for checks).
+    ``lower`` traces and lowers one candidate (:data:`Lower`); ``pool`` fans that
+    out (``None`` or a serial pool: this process); ``progress`` receives one line
+    per candidate; ``skip_over_hbm=False`` lowers and scores even the candidates
+    proven over HBM (for checks).
     """
     say = progress or (lambda _: None)
     hbm = slice_.chip.per_device().hbm_bytes
@@ -184,7 +195,8 @@ def score_candidates(
     if hits:
         say(f"stage 1: {hits} of {n} estimates from the cache")
     width = len(str(len(todo)))
-    for i, (cid, got, seconds) in enumerate(_scored(workload, todo, slice_, pool), start=1):
+    scored = _scored(workload, todo, slice_, lower, pool)
+    for i, (cid, got, seconds) in enumerate(scored, start=1):
         head = f"[stage 1 {i:{width}d}/{len(todo)}] {cid}"
         if isinstance(got, str):
             failed[cid] = got

@@ -15,6 +15,7 @@ import pytest
 
 from aoizora.cache import JsonCache
 from aoizora.candidates.space import Candidate, argument_bytes_per_chip, enumerate_candidates
+from aoizora.compile import lower
 from aoizora.fanout import fan_out
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
 from aoizora.stage1.sweep import _chunks, score_candidate, score_candidates
@@ -30,7 +31,7 @@ def setup() -> tuple[Workload, Slice, list[Candidate], list[Stage1Estimate]]:
     wl = wan_workload("wan-tiny", CLIP)
     sl = load_slice("v5e:2x2")
     legal = list(enumerate_candidates(wl, sl.num_devices).legal)
-    plain = [score_candidate(wl, c, sl) for c in legal]
+    plain = [score_candidate(wl, c, sl, lower=lower) for c in legal]
     return wl, sl, legal, plain
 
 
@@ -47,7 +48,7 @@ def test_fanned_out_estimates_equal_the_plain_path(setup: tuple) -> None:
     wl, sl, legal, plain = setup
     lines: list[str] = []
     with fan_out(workers=2) as pool:
-        sweep = score_candidates(wl, legal, sl, pool=pool, progress=lines.append)
+        sweep = score_candidates(wl, legal, sl, lower=lower, pool=pool, progress=lines.append)
     assert sweep.over_hbm == () and sweep.failed == ()
     assert sweep.estimates == tuple(plain)  # nodes, Q1, memory: every field
     assert [e.q1_s for e in sweep.estimates] == [e.q1_s for e in plain]
@@ -62,7 +63,7 @@ def test_over_hbm_skip_is_sound_and_keeps_the_ranking(setup: tuple) -> None:
     assert len(args) > 2, "wan-tiny must give candidates with different argument bytes"
     hbm = float(args[len(args) // 2])  # about half the candidates' arguments exceed it
     small = replace(sl, chip=replace(sl.chip, hbm_bytes=hbm))
-    sweep = score_candidates(wl, legal, small)
+    sweep = score_candidates(wl, legal, small, lower=lower)
     skipped = {c for c, _ in sweep.over_hbm}
     assert skipped == {e.candidate_id for e in plain if e.argument_bytes_per_chip > hbm}
     assert skipped and len(skipped) < len(legal)
@@ -79,8 +80,8 @@ def test_over_hbm_skip_is_sound_and_keeps_the_ranking(setup: tuple) -> None:
 def test_cached_estimates_match_the_cold_ones(setup: tuple, tmp_path: Path) -> None:
     wl, sl, legal, plain = setup
     cache = JsonCache(tmp_path)
-    cold = score_candidates(wl, legal, sl, cache=cache)
-    warm = score_candidates(wl, legal, sl, cache=cache)
+    cold = score_candidates(wl, legal, sl, lower=lower, cache=cache)
+    warm = score_candidates(wl, legal, sl, lower=lower, cache=cache)
     assert (cold.cache_hits, warm.cache_hits) == (0, len(legal))
     assert [replace(e, nodes=()) for e in cold.estimates] == list(warm.estimates)
 
