@@ -50,11 +50,11 @@ from aoizora.placement.space import Node, PlacementSpace
 from aoizora.rank.bound import (
     LinkCapacities,
     TimelineBound,
+    collective_lower_bound,
     ideal_lower_bound,
-    plan_lower_bound,
     translated_coords,
 )
-from aoizora.replay import collective_plan, sim_kind
+from aoizora.replay import sim_kind
 
 __all__ = ["CollectiveShape", "NodeBounds", "collective_shapes", "traffic_order"]
 
@@ -183,10 +183,9 @@ class NodeBounds:
         if got is None:
             local = dict(zip(ends, placed, strict=True))
             coords = [local.get(i, rows[i]) for i in range(len(rows))]
-            plan = collective_plan(
-                unit, coords, slice_=self.slice, algorithm=self.algorithm, id_prefix="b"
+            got = self._plans[key] = collective_lower_bound(
+                unit, coords, self.net, algorithm=self.algorithm
             )
-            got = self._plans[key] = plan_lower_bound(plan, self.net)
         return got
 
     def _ideal_bound(self, sh: CollectiveShape, hops: int) -> float:
