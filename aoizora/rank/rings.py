@@ -1,4 +1,4 @@
-"""A ring collective's contention-free schedule in arrays, without building its flows.
+"""A ring (or all-to-all) collective's contention-free schedule in arrays, without its flows.
 
 Every group of a compiled collective runs the simulator's ``bidir_ring`` (or
 ``ring``) in the order :func:`sim.collectives.group_plans` gives
@@ -10,7 +10,8 @@ send. The flows of every step go between the same chips; only their times
 differ. So one *column* per (group, direction, member) -- its route, hops and
 slowest link -- and one row per step hold the whole schedule: building the
 :class:`~sim.collectives.CollectivePlan` of a 256-member ring (65,280 flows)
-takes a second in Python, these arrays a few milliseconds.
+takes a second in Python, these arrays a few milliseconds. A ``pairwise``
+all-to-all is one step whose columns are the ordered pairs of members.
 
 :class:`RingSchedule` computes, with exactly the float operations of the
 flow-by-flow loops it replaces (:func:`aoizora.rank.bound.plan_lower_bound`
@@ -147,12 +148,12 @@ def ring_schedule(
     None too when groups of two or more members differ in size (their step
     counts would differ): the caller falls back to the flows.
     """
-    if kind not in ("all-gather", "reduce-scatter", "all-reduce"):
+    if kind not in ("all-gather", "reduce-scatter", "all-reduce", "all-to-all"):
         return None
     algo = algorithm.get(kind) if isinstance(algorithm, Mapping) else algorithm
     plans = [p for p in group_plans(kind, groups, algorithm=algo, slice_=slice_)
              if p.algorithm != "none"]  # fmt: skip
-    if any(p.algorithm not in ("ring", "bidir_ring") for p in plans):
+    if any(p.algorithm not in ("ring", "bidir_ring", "pairwise") for p in plans):
         return None
     sizes = {len(p.members) for p in plans}
     if len(sizes) > 1 or len({p.algorithm for p in plans}) > 1:
@@ -162,21 +163,27 @@ def ring_schedule(
     if not plans:
         return _empty(overhead, latency)
     n = sizes.pop()
-    dirs = (1, -1) if plans[0].algorithm == "bidir_ring" else (1,)
-    steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
-    chunk = float(buffer_bytes) / n / len(dirs)
+    if plans[0].algorithm == "pairwise":  # one step: every member to every other at once
+        steps, chunk = 1, float(buffer_bytes) / n
+        ends = [(i, j, i) for i in range(n) for j in range(n) if i != j]
+    else:
+        dirs = (1, -1) if plans[0].algorithm == "bidir_ring" else (1,)
+        steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
+        chunk = float(buffer_bytes) / n / len(dirs)
+        # (sender, receiver, the column of the flow that feeds the sender)
+        ends = [(i, (i + d) % n, k * n + (i - d) % n) for k, d in enumerate(dirs)
+                for i in range(n)]  # fmt: skip
     hops, slow, prev, links, link_cols = [], [], [], [], []
     for p in plans:
-        for d in dirs:
-            base = len(hops)
-            for i in range(n):
-                lks = route(p.members[i], p.members[(i + d) % n])
-                for lk in lks:
-                    links.append(lk)
-                    link_cols.append(base + i)
-                hops.append(len(lks))
-                slow.append(min((capacity[lk] for lk in lks), default=1.0))
-                prev.append(base + (i - d) % n)
+        base = len(hops)
+        for i, j, feed in ends:
+            lks = route(p.members[i], p.members[j])
+            for lk in lks:
+                links.append(lk)
+                link_cols.append(len(hops))
+            hops.append(len(lks))
+            slow.append(min((capacity[lk] for lk in lks), default=1.0))
+            prev.append(base + feed)
     h = np.asarray(hops, dtype=np.int64)
     hl = h * latency  # int * float as the loops compute len(links) * latency
     w = chunk / np.asarray(slow, dtype=np.float64)

@@ -1,10 +1,10 @@
-"""The ring schedule in arrays equals the flow-by-flow loops it replaces, bit for bit.
+"""The ring (and all-to-all) schedule in arrays equals the flow-by-flow loops, bit for bit.
 
 :func:`aoizora.rank.rings.ring_schedule` stands in for building a ring
 collective's flows in the lower bound (:func:`plan_lower_bound`) and in the
 exact closed form (:meth:`ExactQ2._closed_form`): on random groups of random
-slices (wrapped or not, one or two devices a chip, every ring kind and both
-ring algorithms) both must give exactly the same floats, and the overlap
+slices (wrapped or not, one or two devices a chip, every ring kind, both
+ring algorithms, pairwise all-to-all) both must give exactly the same floats, and the overlap
 test the same verdict.
 """
 
@@ -30,7 +30,7 @@ from tests.aoizora.synthetic import mesh_program
 
 SLICES = [("v5e:4x4", False), ("v5e:4x4", True), ("v5e:2x4", False), ("v5e:8x8", False),
           ("tpu7x:2x2x1", False)]  # fmt: skip
-KINDS = ("all-gather", "reduce-scatter", "all-reduce")
+KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
 
 
 def _slice(name: str, wrap: bool) -> Slice:
@@ -53,8 +53,8 @@ def test_ring_schedule_equals_the_flow_by_flow_bound_and_closed_form(name: str, 
     exact = ExactQ2(mesh_program((2,), scale=1), s)
     verdicts = set()
     for trial in range(60):
-        kind = KINDS[trial % 3]
-        algorithm = rng.choice([None, "ring", "bidir_ring"])
+        kind = KINDS[trial % 4]
+        algorithm = rng.choice([None, "ring", "bidir_ring"] if kind != "all-to-all" else [None])
         groups = _random_groups(rng, s)
         size = rng.choice([0.0, 3e5, 4.5e6, 7e7])
         plan = collective_flows(kind, groups, buffer_bytes=size, algorithm=algorithm,
@@ -94,8 +94,20 @@ def test_collective_lower_bound_equals_the_plan_bound_for_every_collective(
             plan = collective_plan(c, coords, slice_=s, id_prefix="b")
             assert collective_lower_bound(c, coords, net) == plan_lower_bound(plan, net)
     assert "collective-permute" in kinds and len(kinds) > 1
-    assert ring_schedule("all-to-all", [list(s.coords)[:4]], buffer_bytes=4e6, slice_=s,
+    assert ring_schedule("collective-permute", [], buffer_bytes=4e6, slice_=s,
                          route=net.route, capacity=net.capacity) is None  # fmt: skip
+    assert (
+        ring_schedule(
+            "all-gather",
+            [list(s.coords)[:4]],
+            buffer_bytes=4e6,
+            slice_=s,
+            route=net.route,
+            capacity=net.capacity,
+            algorithm="bidir_line",
+        )
+        is None
+    )
 
 
 def _longest_path(plan: CollectivePlan, latency_s: float, capacity: float) -> float:
