@@ -173,7 +173,11 @@ def ring_schedule(
         # (sender, receiver, the column of the flow that feeds the sender)
         ends = [(i, (i + d) % n, k * n + (i - d) % n) for k, d in enumerate(dirs)
                 for i in range(n)]  # fmt: skip
-    hops, slow, prev, links, link_cols = [], [], [], [], []
+    hops: list[int] = []
+    slow: list[float] = []
+    prev: list[int] = []
+    links: list[int] = []
+    link_cols: list[int] = []
     for p in plans:
         base = len(hops)
         for i, j, feed in ends:
