@@ -173,25 +173,27 @@ def ring_schedule(
         # (sender, receiver, the column of the flow that feeds the sender)
         ends = [(i, (i + d) % n, k * n + (i - d) % n) for k, d in enumerate(dirs)
                 for i in range(n)]  # fmt: skip
-    hops: list[int] = []
-    slow: list[float] = []
-    prev: list[int] = []
+    counts: list[int] = []
     links: list[int] = []
-    link_cols: list[int] = []
+    prev: list[int] = []
     for p in plans:
-        base = len(hops)
+        base = len(counts)
         for i, j, feed in ends:
             lks = route(p.members[i], p.members[j])
-            for lk in lks:
-                links.append(lk)
-                link_cols.append(len(hops))
-            hops.append(len(lks))
-            slow.append(min((capacity[lk] for lk in lks), default=1.0))
+            links.extend(lks)
+            counts.append(len(lks))
             prev.append(base + feed)
-    h = np.asarray(hops, dtype=np.int64)
-    hl = h * latency  # int * float as the loops compute len(links) * latency
-    w = chunk / np.asarray(slow, dtype=np.float64)
+    h = np.asarray(counts, dtype=np.int64)
+    link_arr = np.asarray(links, dtype=np.int64)
+    link_cols = np.repeat(np.arange(h.size), h)
+    slow = np.ones(h.size)
     moving = h > 0
+    if link_arr.size:  # each column's slowest link (min is exact, in any order)
+        starts = (np.cumsum(h) - h)[moving]  # strictly increasing: one per column with links
+        caps = np.asarray(capacity, dtype=np.float64)[link_arr]
+        slow[moving] = np.minimum.reduceat(caps, starts)
+    hl = h * latency  # int * float as the loops compute len(links) * latency
+    w = chunk / slow
     back = np.asarray(prev, dtype=np.int64)
     ready = np.empty((steps, h.size))
     finish = np.empty((steps, h.size))
@@ -202,7 +204,7 @@ def ring_schedule(
         finish[s] = np.where(moving, (ready[s] + hl) + w, ready[s])
     return RingSchedule(
         steps, chunk, overhead, latency, h, ready, finish,
-        np.asarray(links, dtype=np.int64), np.asarray(link_cols, dtype=np.int64),
+        link_arr, link_cols,
     )  # fmt: skip
 
 
