@@ -17,7 +17,8 @@ each collective's *isolated* duration (:class:`~aoizora.rank.bound.TimelineBound
    its hop latency, in dependency order) when no two of its flows drain over
    one link at once in that schedule -- then it *is* the simulation (by
    induction over time: every flow is alone on its links) -- else one engine
-   run of the collective alone;
+   run of the collective alone; rings and all-to-alls compute that schedule in
+   arrays (:mod:`aoizora.rank.rings`, bit-identical), other kinds flow by flow;
 2. the timeline with those durations, and the set of collectives whose
    in-flight intervals overlap and whose links intersect (one released at the
    instant another ends does not overlap it: its flows arrive after the
