@@ -58,7 +58,7 @@ from aoizora.rank.rings import ring_schedule
 from aoizora.replay import collective_plan, sim_kind, step_delays_s
 from sim.collectives import ALGORITHMS, CollectivePlan
 from sim.engine import Flow
-from sim.routing import route_link_ids
+from sim.routing import check_order, link_ids
 from sim.topology import Slice
 
 __all__ = [
@@ -84,12 +84,13 @@ class LinkCapacities:
         self.capacity = [bandwidth * parallel[(lk.src, lk.dst)] for lk in slice_.links]
         self.max_capacity = max(self.capacity, default=bandwidth)
         self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
+        self._ordering = check_order(slice_, None)  # the engine's dimension order
 
     def route(self, src: Coord, dst: Coord) -> tuple[int, ...]:
         key = (src, dst)
         got = self._routes.get(key)
         if got is None:
-            got = tuple(route_link_ids(self.slice, src, dst).tolist())
+            got = link_ids(self.slice, src, dst, self._ordering)
             self._routes[key] = got
         return got
 

@@ -66,7 +66,7 @@ from aoizora.rank.rings import RingSchedule, ring_schedule
 from aoizora.replay import collective_plan, sim_kind, simulate_region
 from sim.collectives import CollectivePlan
 from sim.engine import Flow, simulate
-from sim.routing import route_link_ids
+from sim.routing import check_order, link_ids
 from sim.topology import Slice
 
 __all__ = ["ExactQ2", "engine_capacities"]
@@ -164,6 +164,7 @@ class ExactQ2:
         self._isolated: dict[tuple[object, ...], float] = {}
         self._masks: dict[tuple[object, ...], int] = {}
         self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
+        self._ordering = check_order(slice_, None)  # the engine's dimension order
         self.stats = {"closed_form": 0, "engine_alone": 0, "regions_composed": 0,
                       "regions_simulated": 0}  # fmt: skip
         self._twin = _region_classes(graph)
@@ -248,7 +249,7 @@ class ExactQ2:
         key = (src, dst)
         got = self._routes.get(key)
         if got is None:
-            links = route_link_ids(self.slice, src, dst).tolist()
+            links = link_ids(self.slice, src, dst, self._ordering)
             got = self._routes[key] = tuple(self.caps.resource[lk] for lk in links)
         return got
 
