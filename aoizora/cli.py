@@ -20,12 +20,14 @@ from sim.errors import SimError
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 # Command modules, in the order `aoizora --help` lists them. Each module is
-# imported lazily so that `aoizora hlo` does not pay for importing JAX.
+# imported lazily, and a run imports only its own command's module, so that
+# `aoizora hlo` does not pay for importing JAX and `aoizora plan --slice v5e:3x3`
+# is refused before JAX starts.
 COMMANDS: tuple[str, ...] = ("plan", "whatif", "validate", "calibrate", "hlo")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every registered subcommand."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every registered subcommand (or just ``only``)."""
     parser = argparse.ArgumentParser(
         prog="aoizora",
         description=(
@@ -34,15 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"aoizora.commands.{name}")
         module.register(subparsers)
     return parser
 
 
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs, when its first word names one (top-level options such
+    as ``--help`` come before it and need the full parser)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_named_command(argv))
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

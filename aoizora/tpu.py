@@ -15,7 +15,8 @@ only by :mod:`sim.topology`.
 * :func:`default_device_order` -- maxdiffusion's device order for a mesh shape
   (``mesh_utils.create_device_mesh``), the baselines' placement.
 * :func:`check_slice` -- fail fast, before any work, when libtpu cannot describe a
-  slice (e.g. ``v5e:3x3``), naming the shapes it does describe near that size.
+  slice (e.g. ``v5e:3x3``), naming the shapes it does describe near that size;
+  :func:`libtpu_describes` is libtpu's rule for that, which needs neither jax nor libtpu.
 
 libtpu prints start-up chatter on file descriptor 2 from C++ when its plugin starts
 on a machine that is not a TPU VM (no ``TPU_ACCELERATOR_TYPE``, no worker
@@ -42,11 +43,14 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import CompileError, PlacementError
-from aoizora.workloads.base import Backend
 from sim.topology import Slice
+
+if TYPE_CHECKING:  # only a type: importing aoizora.workloads would start jax, and a bad
+    # slice must be refused before that (check_slice)
+    from aoizora.workloads.base import Backend
 
 __all__ = [
     "check_slice",
@@ -54,6 +58,7 @@ __all__ = [
     "describable_shapes_near",
     "fallback_note",
     "is_libtpu_chatter",
+    "libtpu_describes",
     "libtpu_topology_name",
     "slice_backend",
     "topology_devices",
@@ -96,8 +101,11 @@ _FILTER = (
     "        sys.stdout.buffer.write(raw)\n"
     "        sys.stdout.buffer.flush()\n"
 )
-# How many shapes check_slice may ask libtpu about (about 2-4 ms each once started).
-_MAX_PROBES = 400
+# libtpu 0.0.52 describes a slice exactly when each of its first two dimensions is 1 or
+# even; a third dimension may take any length within the pod. Probed here for every shape
+# of v5e and v6e, every shape of up to 64 chips of v4, v5p and tpu7x and random larger
+# ones (docs/facts.md, "libtpu AOT topologies"; tests/aoizora/test_tpu.py re-probes).
+_EVEN_OR_ONE_DIMS = 2
 _MAX_LISTED = 6  # shapes named per chip count in the error
 
 
@@ -180,64 +188,79 @@ def _shapes_of(num_chips: int, pod_shape: Sequence[int]) -> list[tuple[int, ...]
     return sorted(out, key=lambda s: (max(s), s))
 
 
+def libtpu_describes(shape: Sequence[int]) -> bool:
+    """True when libtpu describes a slice of this chip ``shape`` (one that fits its pod).
+
+    libtpu's rule, probed (see ``_EVEN_OR_ONE_DIMS``): each of the first two
+    dimensions is 1 or even. No jax, no libtpu: a bad slice is refused in milliseconds.
+
+    >>> libtpu_describes((2, 4)), libtpu_describes((3, 3)), libtpu_describes((2, 2, 3))
+    (True, False, True)
+    """
+    return all(d == 1 or d % 2 == 0 for d in shape[:_EVEN_OR_ONE_DIMS])
+
+
 def describable_shapes_near(slice_: Slice) -> dict[int, tuple[str, ...]]:
     """Shapes libtpu describes for ``slice_``'s generation, nearest in chip count.
 
     Returns ``{chips: (shape, ...)}`` for the slice's own chip count (other shapes)
     and the nearest smaller and larger counts that have any, within the pod; squarest
-    shapes first. Asks libtpu (a few ms a shape) at most a few hundred times.
+    shapes first. Decided by :func:`libtpu_describes`, so it never starts libtpu.
     """
-    return _near(slice_.chip.generation, slice_.num_chips, slice_.chip.pod_shape)
+    return _near(slice_.num_chips, slice_.chip.pod_shape)
 
 
-def _near(generation: str, n: int, pod_shape: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
+def _near(n: int, pod_shape: tuple[int, ...]) -> dict[int, tuple[str, ...]]:
     pod_chips = math.prod(pod_shape)
     found: dict[int, tuple[str, ...]] = {}
-    probes = 0
     below = above = False
     for distance in range(pod_chips):
         for m in sorted({n - distance, n + distance}):
             if not 1 <= m <= pod_chips or (m < n and below) or (m > n and above):
                 continue
-            ok = []
-            for shape in _shapes_of(m, pod_shape):
-                probes += 1
-                text = "x".join(map(str, shape))
-                with contextlib.suppress(Exception):
-                    _describe(f"{generation}:{text}")
-                    ok.append(text)
+            ok = tuple(
+                "x".join(map(str, shape))
+                for shape in _shapes_of(m, pod_shape)
+                if libtpu_describes(shape)
+            )
             if ok:
-                found[m] = tuple(ok)
+                found[m] = ok
                 below, above = below or m < n, above or m > n
         if (below or n - distance <= 1) and (above or n + distance >= pod_chips):
-            break
-        if probes >= _MAX_PROBES:
             break
     return dict(sorted(found.items()))
 
 
-def _not_described(name: str, pod_shape: tuple[int, ...], exc: BaseException) -> CompileError:
-    """The error for a slice libtpu refused: its reason and the nearest shapes it takes."""
-    generation, shape_text = name.split(":", 1)
-    n = math.prod(int(d) for d in shape_text.split("x"))
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    near = _near(generation, n, pod_shape)
+def _not_described(slice_: Slice, reason: str) -> CompileError:
+    """The error for a slice libtpu does not describe: why, and the nearest shapes it takes."""
+    name = libtpu_topology_name(slice_)
+    generation, n = slice_.chip.generation, slice_.num_chips
+    near = _near(n, slice_.chip.pod_shape)
     listing = "; ".join(
         f"{m} chips: {', '.join(shapes[:_MAX_LISTED])}" + (", ..." * (len(shapes) > _MAX_LISTED))
         for m, shapes in near.items()
     )
-    closest = min(near, key=lambda m: (abs(m - n), m), default=None)
-    example = f"{generation}:{near[closest][0]}" if closest is not None else "v5e:2x4"
+    # The example: the squarest listed shape (the usual slices), then the nearest count.
+    dims = {t: [int(d) for d in t.split("x")] for ts in near.values() for t in ts}
+    picks = [(max(dims[t]), -min(dims[t]), abs(m - n), m, t) for m, ts in near.items() for t in ts]
+    example = f"{generation}:{min(picks)[-1]}" if picks else "v5e:2x4"
     return CompileError(
         f"libtpu cannot describe slice {name!r} ({reason}); the {generation} shapes it "
         f"describes nearest to {n} chips are {listing or 'none'}; e.g. --slice {example}"
     )
 
 
+def _rule_reason(slice_: Slice) -> str:
+    odd = [d for d in slice_.shape[:_EVEN_OR_ONE_DIMS] if d != 1 and d % 2]
+    which = "first dimension" if len(slice_.shape) == 1 else "first two dimensions"
+    return (
+        f"its {which} must each be 1 or even, and {'x'.join(map(str, slice_.shape))} has "
+        f"{' and '.join(map(str, odd))}"
+    )
+
+
 @functools.cache
-def _devices(
-    name: str, num_devices: int, pod_shape: tuple[int, ...]
-) -> tuple[tuple[Any, ...], Backend, str]:
+def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str]:
     import jax
 
     if importlib.util.find_spec("libtpu") is None:
@@ -254,7 +277,8 @@ def _devices(
     try:
         devs = _describe(name)
     except Exception as exc:
-        raise _not_described(name, pod_shape, exc) from exc
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _Refused(reason) from exc
     if len(devs) != num_devices:
         raise CompileError(
             f"libtpu gave {len(devs)} devices for {name}, expected {num_devices} (the chips "
@@ -264,18 +288,30 @@ def _devices(
     return devs, "tpu", ""
 
 
+class _Refused(Exception):
+    """libtpu refused to describe a topology (its reason is the message)."""
+
+
 def _slice_devices(slice_: Slice) -> tuple[tuple[Any, ...], Backend, str]:
-    return _devices(libtpu_topology_name(slice_), slice_.num_devices, slice_.chip.pod_shape)
+    try:
+        return _devices(libtpu_topology_name(slice_), slice_.num_devices)
+    except _Refused as exc:
+        raise _not_described(slice_, str(exc)) from exc.__cause__
 
 
-def check_slice(slice_: Slice) -> None:
+def check_slice(slice_: Slice, *, describe: bool = True) -> None:
     """Raise :class:`CompileError` now if libtpu cannot describe ``slice_``.
 
-    Call it before any work: the error names libtpu's reason and the shapes it
-    describes nearest in chip count (starting libtpu is most of the time). A
-    described slice is cached, so later calls cost nothing.
+    Call it before any work: the error names the reason and the shapes libtpu
+    describes nearest in chip count. A shape outside libtpu's rule
+    (:func:`libtpu_describes`) is refused before jax or libtpu start; any other is
+    then described by libtpu (cached, so later calls cost nothing) unless
+    ``describe=False`` (check several slices by the rule first, then describe them).
     """
-    _slice_devices(slice_)
+    if not libtpu_describes(slice_.shape):
+        raise _not_described(slice_, _rule_reason(slice_))
+    if describe:
+        _slice_devices(slice_)
 
 
 def topology_devices(slice_: Slice) -> list[Any]:

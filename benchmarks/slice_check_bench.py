@@ -4,8 +4,9 @@ Runs, each in a fresh process, several times:
 
 * ``baseline``: ``python -c "import jax"`` -- the floor every aoizora command pays;
 * ``bad slice``: ``aoizora plan --workload examples/tiny_block.py:make --slice v5e:3x3``
-  (and the same with ``--model wan2.1-1.3b``), which must fail before Stage 1 with the
-  nearest valid shapes;
+  (and the same with ``--model wan2.1-1.3b``, ``tpu7x:3x3x1``, and a ``whatif`` whose
+  second slice is bad), which must fail before Stage 1 with the nearest valid shapes --
+  refused by libtpu's shape rule (``aoizora.tpu.libtpu_describes``) before jax starts;
 * ``no topology file``: ``--slice v9:2x2`` (refused by sim.topology, before jax).
 
 It prints the median wall time of each, the ratio to the ``import jax`` floor, the
@@ -38,6 +39,13 @@ CASES: dict[str, list[str]] = {
     ],
     "plan --model wan2.1-1.3b, v5e:3x3": [
         sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-1.3b", "--slice", "v5e:3x3",
+    ],
+    "plan --model wan2.1-1.3b, tpu7x:3x3x1": [
+        sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-1.3b", "--slice", "tpu7x:3x3x1",
+    ],
+    "whatif --slices v5e:2x2,v6e:5x5": [
+        sys.executable, "-m", "aoizora", "whatif", "--model", "wan-tiny",
+        "--slices", "v5e:2x2,v6e:5x5",
     ],
     "plan --model wan2.1-1.3b, v9:2x2": [
         sys.executable, "-m", "aoizora", "plan", "--model", "wan2.1-1.3b", "--slice", "v9:2x2",

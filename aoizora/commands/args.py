@@ -6,11 +6,14 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from aoizora.errors import WorkloadError
-from aoizora.workloads.base import Workload
-from aoizora.workloads.wan import WAN_CONFIGS
+from aoizora.workloads.wan_config import WAN_CONFIGS
 from sim.topology import Slice
+
+if TYPE_CHECKING:  # a type only: building the parser must not start jax (bad input fails fast)
+    from aoizora.workloads.base import Workload
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -96,6 +99,8 @@ def check_slices(slices: Sequence[Slice]) -> None:
     its start-up chatter filtered, before a user's factory could start it noisily)."""
     from aoizora.tpu import check_slice
 
+    for slice_ in slices:  # libtpu's rule first: no slice waits for libtpu to start
+        check_slice(slice_, describe=False)
     for slice_ in slices:
         check_slice(slice_)
 

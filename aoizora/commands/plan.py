@@ -69,13 +69,15 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aoizora.planner import run_plan
-    from aoizora.report.summary import outcome_summary, render_report
     from sim.topology import load_slice
 
     check_search_arguments(args)
     slice_ = load_slice(args.slice_name)
-    check_slices([slice_])  # before the workload is built: a bad slice fails in seconds
+    check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
+    # Only now import the planner (and jax): bad input above is refused before jax starts.
+    from aoizora.planner import run_plan
+    from aoizora.report.summary import outcome_summary, render_report
+
     progress = progress_printer(quiet=args.quiet)
     workload = workload_from_args(args, progress)
     outcome = run_plan(

@@ -173,7 +173,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aoizora.errors import WorkloadError
-    from aoizora.studies.whatif import run_whatif
     from sim.topology import parse_slice_spec
 
     specs = [s.strip() for s in args.slices.split(",") if s.strip()]
@@ -182,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     check_search_arguments(args)
     slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
     check_slices(slices)  # and so do slices libtpu cannot describe
+    # Only now import the planner (and jax): bad input above is refused in milliseconds.
+    from aoizora.studies.whatif import run_whatif
+
     workload = workload_from_args(args, progress_printer(quiet=args.quiet))
     rows = run_whatif(
         workload,

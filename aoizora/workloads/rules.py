@@ -34,11 +34,12 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from jax.sharding import PartitionSpec
+from typing import TYPE_CHECKING, Any
 
 from aoizora.errors import WorkloadError
+
+if TYPE_CHECKING:  # imported where used: the command line reads rules before jax starts
+    from jax.sharding import PartitionSpec
 
 __all__ = [
     "LogicalAxes",
@@ -232,6 +233,8 @@ def logical_to_pspec(
             entries.append(kept[0])
         else:
             entries.append(kept)
+    from jax.sharding import PartitionSpec  # here: see the TYPE_CHECKING import above
+
     return PartitionSpec(*entries)
 
 

@@ -26,9 +26,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-
 from aoizora.errors import WorkloadError
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import LogicalAxes, Rules
@@ -143,6 +140,9 @@ class WanConfig:
     @property
     def num_params(self) -> int:
         """Parameter count of one expert (every weight and bias of :func:`wan_param_shapes`)."""
+        import jax  # here, not above: the command line reads WAN_CONFIGS before jax starts
+        import jax.numpy as jnp
+
         return sum(
             math.prod(s.shape) for s in jax.tree.leaves(wan_param_shapes(self, jnp.bfloat16))
         )
@@ -344,6 +344,8 @@ WAN_RULE_SETS: tuple[Rules, ...] = (
 
 def wan_param_shapes(cfg: WanConfig, dtype: Any) -> dict[str, Any]:
     """Abstract weights, keyed by name; ``blocks`` are stacked over layers for the scan."""
+    import jax  # here, not above: the command line reads WAN_CONFIGS before jax starts
+
     d, f, n = cfg.dim, cfg.ffn_dim, cfg.num_layers
     p_in = cfg.in_channels * cfg.patch_size
     p_out = cfg.out_channels * cfg.patch_size

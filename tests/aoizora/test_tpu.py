@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
+import random
 import re
 import subprocess
 import sys
 
 import pytest
 
+from aoizora import tpu
 from aoizora.errors import CompileError
 from aoizora.tpu import (
     _without_chatter,
     check_slice,
     describable_shapes_near,
     is_libtpu_chatter,
+    libtpu_describes,
     slice_backend,
     topology_devices,
 )
-from sim.topology import load_slice
+from sim.topology import generations, load_chip, load_slice
 
 needs_libtpu = pytest.mark.skipif(
     slice_backend(load_slice("v5e:2x2")) != "tpu", reason="libtpu unavailable"
@@ -136,7 +140,7 @@ def test_check_slice() -> None:
     with pytest.raises(CompileError) as info:
         check_slice(load_slice("v5p:3x3x3"))
     text = str(info.value)
-    assert text.startswith("libtpu cannot describe slice 'v5p:3x3x3' (INVALID_ARGUMENT")
+    assert text.startswith("libtpu cannot describe slice 'v5p:3x3x3' (its first two dimensions")
     assert "the v5p shapes it describes nearest to 27 chips are 26 chips:" in text
     listed = re.findall(r"\b\d+(?:x\d+)+\b", text.split(" are ", 1)[1])
     assert listed and all(_libtpu_accepts(f"v5p:{shape}") for shape in listed)
@@ -150,8 +154,73 @@ def test_check_slice_on_tpu7x_counts_chips_not_devices() -> None:
     with pytest.raises(CompileError) as info:
         check_slice(load_slice("tpu7x:3x3x1"))
     text = str(info.value)
-    assert text.startswith("libtpu cannot describe slice 'tpu7x:3x3x1' (INVALID_ARGUMENT")
+    assert text.startswith("libtpu cannot describe slice 'tpu7x:3x3x1' (its first two dimensions")
     # The nearest shapes are counted in chips (9 here), and every one listed is described.
     assert "nearest to 9 chips are 8 chips: 2x2x2," in text
     listed = re.findall(r"\b\d+(?:x\d+)+\b", text.split(" are ", 1)[1])
     assert listed and all(_libtpu_accepts(f"tpu7x:{shape}") for shape in listed)
+
+
+def _shapes_up_to(pod: tuple[int, ...], max_chips: int) -> list[tuple[int, ...]]:
+    return [
+        s for s in itertools.product(*(range(1, p + 1) for p in pod)) if math.prod(s) <= max_chips
+    ]
+
+
+@needs_libtpu
+@pytest.mark.parametrize("generation", generations())
+def test_libtpu_rule_matches_libtpu_itself(generation: str) -> None:
+    # libtpu_describes decides refusals without starting libtpu; here libtpu answers for
+    # every shape of up to 8 chips and for 12 random shapes (seeded) of up to 1,024 chips
+    # (every shape of v5e/v6e and of up to 64 chips of the others agreed when checked by
+    # hand: docs/facts.md, "libtpu AOT topologies").
+    pod = load_chip(generation).pod_shape
+    shapes = _shapes_up_to(pod, 8)
+    larger = [s for s in _shapes_up_to(pod, 1024) if math.prod(s) > 8]
+    shapes += random.Random(generation).sample(larger, 12)
+    name = "x".join
+    wrong = [
+        s
+        for s in shapes
+        if libtpu_describes(s) != _libtpu_accepts(f"{generation}:{name(map(str, s))}")
+    ]
+    assert wrong == [], f"libtpu disagrees with libtpu_describes on {generation} {wrong}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["plan", "--model", "wan2.1-1.3b", "--slice", "v5e:3x5"],
+            "cannot describe slice 'v5e:3x5'",
+        ),
+        (["plan", "--workload", "examples/tiny_block.py:make", "--slice", "tpu7x:3x3x1"], "3x3x1"),
+        (["whatif", "--model", "wan-tiny", "--slices", "v5e:2x2,v6e:5x5"], "'v6e:5x5'"),
+        (["plan", "--model", "wan2.1-1.3b", "--slice", "v9:2x2"], "unknown chip generation 'v9'"),
+    ],
+)
+def test_bad_slices_are_refused_before_jax_starts(argv: list[str], needle: str) -> None:
+    # The "< 2 s" promise rests on this: jax (1.5-2 CPU s to import) is never loaded
+    # for a refused slice. benchmarks/slice_check_bench.py measures the wall time.
+    proc = _fresh_python(
+        "import sys\nfrom aoizora.cli import main\n"
+        f"code = main({argv!r})\nprint(code, 'jax' in sys.modules, 'libtpu' in sys.modules)\n"
+    )
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr[-2000:]
+    assert needle in proc.stderr
+
+
+def test_a_shape_libtpu_refuses_despite_the_rule_keeps_libtpus_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Should libtpu ever refuse a shape the rule lets through, its own reason is reported.
+    def refuse(name: str) -> tuple[object, ...]:
+        raise ValueError(f"INVALID_ARGUMENT: no {name} today\nsecond line")
+
+    monkeypatch.setattr(tpu, "_describe", refuse)
+    monkeypatch.setattr(tpu.importlib.util, "find_spec", lambda name: object())
+    with pytest.raises(CompileError) as info:
+        check_slice(load_slice("v6e:2x6"))
+    text = str(info.value)
+    assert text.startswith("libtpu cannot describe slice 'v6e:2x6' (INVALID_ARGUMENT: no v6e:2x6")
+    assert "second line" not in text and text.endswith("e.g. --slice v6e:2x6")

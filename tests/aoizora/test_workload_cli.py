@@ -178,7 +178,7 @@ def test_bad_slice_fails_before_any_work_naming_valid_shapes(tmp_path: Path) -> 
     assert len(lines) == 1, proc.stderr[-2000:]  # no progress: nothing started; no chatter
     line = lines[0]
     assert line.startswith("aoizora plan: error: libtpu cannot describe slice 'v5e:3x3'")
-    assert "chips_per_host_bounds" in line  # libtpu's own reason, kept
+    assert "(its first two dimensions must each be 1 or even, and 3x3 has 3 and 3)" in line
     # The nearest v5e shapes libtpu describes: 8 and 10 chips (9 has none).
     assert "8 chips: 2x4, 4x2, 1x8, 8x1; 10 chips: 1x10, 10x1" in line
     assert line.endswith("e.g. --slice v5e:2x4")
