@@ -104,7 +104,7 @@ _FILTER = (
 # libtpu 0.0.52 describes a slice exactly when each of its first two dimensions is 1 or
 # even; a third dimension may take any length within the pod. Probed here for every shape
 # of v5e and v6e, every shape of up to 64 chips of v4, v5p and tpu7x and random larger
-# ones (docs/facts.md, "libtpu AOT topologies"; tests/aoizora/test_tpu.py re-probes).
+# ones (docs/facts.md, libtpu AOT topologies; tests/aoizora/test_tpu.py re-probes).
 _EVEN_OR_ONE_DIMS = 2
 _MAX_LISTED = 6  # shapes named per chip count in the error
 

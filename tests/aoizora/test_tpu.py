@@ -173,7 +173,7 @@ def test_libtpu_rule_matches_libtpu_itself(generation: str) -> None:
     # libtpu_describes decides refusals without starting libtpu; here libtpu answers for
     # every shape of up to 8 chips and for 12 random shapes (seeded) of up to 1,024 chips
     # (every shape of v5e/v6e and of up to 64 chips of the others agreed when checked by
-    # hand: docs/facts.md, "libtpu AOT topologies").
+    # hand: docs/facts.md, libtpu AOT topologies).
     pod = load_chip(generation).pod_shape
     shapes = _shapes_up_to(pod, 8)
     larger = [s for s in _shapes_up_to(pod, 1024) if math.prod(s) > 8]
