@@ -9,6 +9,10 @@ ranking <= 10 ms per (sharding, placement); warm <= 5 s; peak memory <= 8 GiB).
     python benchmarks/plan_bench.py --whatif               # + cold/warm what-if on
                                                            #   v5e:8x8,v5e:16x16,v6e:16x16+wrap
     python benchmarks/plan_bench.py --exhaustive           # + the --exhaustive plan
+    python benchmarks/plan_bench.py --no-plan --search-cache DIR --search-slices v5e:8x8,v5e:16x16
+        # the placement search alone (serial, no Q2 cache) over every sharding compiled
+        # for those slices in the cache directory DIR of an earlier `aoizora plan`:
+        # gap, CPU ms per (sharding, placement) pair, CPU s per replayed placement
 
 Cold = a fresh, empty cache directory; warm = the same directory again. Every
 line says what it measured; the JSON summary at the end has the raw numbers,
@@ -28,7 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aoizora.cache import JsonCache
+from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import PlanOutcome, run_plan
+from aoizora.rank.evaluate import BatchEvaluator, Program
+from aoizora.rank.jobs import mesh_job
+from aoizora.rank.search import search_placements
 from aoizora.report.summary import outcome_summary
 from aoizora.studies.whatif import run_whatif
 from aoizora.workloads.wan import parse_resolution, wan_workload
@@ -127,6 +136,61 @@ def _whatif_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         )  # fmt: skip
 
 
+def _compiled_programs(cache_dir: Path, slice_name: str) -> list[dict[str, Any]]:
+    """Every successful compile for ``slice_name`` in the cache (sorted by candidate id)."""
+    cache = JsonCache(cache_dir / "compiled", compress=True)
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((cache_dir / "compiled").glob("*/*.json.gz")):
+        value = cache.get(path.name.removesuffix(".json.gz"))
+        if value and value.get("ok") and value.get("slice_name") == slice_name:
+            found.setdefault(value["candidate_id"], value)
+    return [found[k] for k in sorted(found)]
+
+
+def _search_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    rows = []
+    for spec in args.search_slices.split(","):
+        slice_ = parse_slice_spec(spec)
+        compiled = _compiled_programs(Path(args.search_cache), slice_.name)
+        if not compiled:
+            print(f"search {spec}: no compiled program for {slice_.name} in {args.search_cache}")
+            continue
+        jobs, programs = [], []
+        for c in compiled:
+            mesh = [part for part in c["candidate_id"].split("/")[0].split(".")]
+            names = tuple(m.rstrip("0123456789") for m in mesh)
+            shape = tuple(int(m[len(n) :]) for m, n in zip(mesh, names, strict=True))
+            graph = graph_from_text(c["hlo_text"])
+            jobs.append(mesh_job(c["candidate_id"], graph, slice_, mesh_shape=shape,
+                                 mesh_axis_names=names))  # fmt: skip
+            programs.append(Program(c["hlo_text"], graph, shape))
+        evaluator = BatchEvaluator(programs, slice_)
+        load0 = os.getloadavg()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        report = search_placements(
+            jobs, evaluator, deadline_s=args.search_seconds, progress=_progress(args)
+        )
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        pairs = sum(j.num_placements for j in report.jobs)
+        row = {
+            "slice": spec, "programs": len(jobs), "pairs": pairs, "replayed": evaluator.replayed,
+            "proven_worse": sum(j.proven_worse for j in report.jobs),
+            "open": sum(j.open for j in report.jobs), "gap": report.gap,
+            "winner_q2_s": report.winner.q2_s, "bound_s": report.bound_s, "cpu_s": cpu,
+            "wall_s": wall, "cpu_ms_per_pair": cpu / pairs * 1e3,
+            "cpu_s_per_replayed": cpu / max(evaluator.replayed, 1),
+            "load_average": [load0, os.getloadavg()],
+        }  # fmt: skip
+        rows.append(row)
+        print(
+            f"search {spec}: {len(jobs)} shardings, {pairs} pairs; {row['replayed']} replayed, "
+            f"{row['proven_worse']} proven worse, {row['open']} open; gap {report.gap:.2%}; "
+            f"CPU {cpu:.1f} s (wall {wall:.1f} s) = {row['cpu_ms_per_pair']:.2f} ms per pair, "
+            f"{row['cpu_s_per_replayed']:.2f} s per replayed placement; load {load0[0]:.1f}"
+        )
+    summary["search"] = rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="wan2.1-14b")
@@ -140,6 +204,10 @@ def main() -> int:
     parser.add_argument("--whatif-slices", default="v5e:8x8,v5e:16x16,v6e:16x16+wrap")
     parser.add_argument("--search-seconds", type=float, default=None)
     parser.add_argument("--no-plan", action="store_true", help="skip the plan figures")
+    parser.add_argument(
+        "--search-cache", help="time the placement search over the compiles cached in this dir"
+    )
+    parser.add_argument("--search-slices", default="v5e:8x8,v5e:16x16")
     parser.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = parser.parse_args()
     summary: dict[str, Any] = {"load_average_start": os.getloadavg()}
@@ -147,6 +215,8 @@ def main() -> int:
         _plan_figures(args, summary)
     if args.whatif:
         _whatif_figures(args, summary)
+    if args.search_cache:
+        _search_figures(args, summary)
     summary["peak_memory"] = _peak_gib()
     summary["load_average_end"] = os.getloadavg()
     print(f"peak memory: {summary['peak_memory']}; load average {summary['load_average_end']}")

@@ -64,6 +64,7 @@ __all__ = [
     "FlowRole",
     "GroupPlan",
     "collective_flows",
+    "group_plans",
 ]
 
 KINDS: tuple[str, ...] = (
@@ -222,6 +223,40 @@ def _permute(
     return out
 
 
+def _resolve(kind: str, algo: str, members: Sequence[Coord], slice_: Slice | None) -> GroupPlan:
+    """The algorithm one group runs and its members in walking order (``auto`` resolved)."""
+    if len(members) == 1:
+        return GroupPlan("none", tuple(members))
+    if kind == "all-to-all":
+        return GroupPlan("pairwise", tuple(members))
+    if algo == "auto":
+        if slice_ is None:
+            return GroupPlan("bidir_ring", tuple(members))
+        layout = group_layout(members, slice_)
+        return GroupPlan(layout.algorithm, tuple(members[i] for i in layout.order))
+    return GroupPlan(algo, tuple(members))
+
+
+def group_plans(
+    kind: str,
+    groups: Sequence[Sequence[Coord]],
+    *,
+    algorithm: str | None = None,
+    slice_: Slice | None = None,
+) -> tuple[GroupPlan, ...]:
+    """What every group of :func:`collective_flows` runs, without building its flows.
+
+    The same :class:`GroupPlan` s as ``collective_flows(...).groups`` (tests
+    check it), for callers that compute with the algorithm's structure.
+
+    >>> from sim.topology import load_slice
+    >>> group_plans("all-gather", [[(0, 3), (0, 0), (0, 2), (0, 1)]], slice_=load_slice("v5e:2x4"))
+    (GroupPlan(algorithm='bidir_ring', members=((0, 0), (0, 2), (0, 3), (0, 1))),)
+    """
+    algo = DEFAULT_ALGORITHM[kind] if algorithm is None else algorithm
+    return tuple(_resolve(kind, algo, list(g), slice_) for g in groups)
+
+
 def _group(
     kind: str,
     algo: str,
@@ -235,9 +270,10 @@ def _group(
     slice_: Slice | None,
 ) -> tuple[GroupPlan, Steps]:
     """One group's flows under ``algo`` (``auto`` resolved here); a lone member needs none."""
-    if len(members) == 1:
-        return GroupPlan("none", tuple(members)), Steps()
-    if kind == "all-to-all":
+    plan = _resolve(kind, algo, members, slice_)
+    if plan.algorithm == "none":
+        return plan, Steps()
+    if plan.algorithm == "pairwise":
         steps = pairwise_steps(
             members,
             buffer_bytes=size,
@@ -246,13 +282,8 @@ def _group(
             group=gi,
             start_s=start_s,
         )
-        return GroupPlan("pairwise", tuple(members)), steps
-    if algo == "auto":
-        if slice_ is None:
-            algo = "bidir_ring"
-        else:
-            layout = group_layout(members, slice_)
-            algo, members = layout.algorithm, [members[i] for i in layout.order]
+        return plan, steps
+    algo, members = plan.algorithm, list(plan.members)
     name = f"{prefix}/g{gi}"
     if algo == "bidir_line":
         steps = line_steps(

@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aoizora.hlo.nodes import (
+    Collective,
     CollectiveDone,
     CollectiveGraph,
     CollectiveStart,
@@ -53,15 +54,17 @@ from aoizora.hlo.nodes import (
     SubRegion,
 )
 from aoizora.placement.device_order import Coord
-from aoizora.replay import step_delays_s
-from sim.collectives import ALGORITHMS, CollectivePlan, collective_flows
+from aoizora.rank.rings import ring_schedule
+from aoizora.replay import collective_plan, sim_kind, step_delays_s
+from sim.collectives import ALGORITHMS, CollectivePlan
 from sim.engine import Flow
-from sim.routing import route_link_ids
+from sim.routing import check_order, link_ids
 from sim.topology import Slice
 
 __all__ = [
     "LinkCapacities",
     "TimelineBound",
+    "collective_lower_bound",
     "ideal_lower_bound",
     "plan_lower_bound",
     "translated_coords",
@@ -81,12 +84,13 @@ class LinkCapacities:
         self.capacity = [bandwidth * parallel[(lk.src, lk.dst)] for lk in slice_.links]
         self.max_capacity = max(self.capacity, default=bandwidth)
         self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
+        self._ordering = check_order(slice_, None)  # the engine's dimension order
 
     def route(self, src: Coord, dst: Coord) -> tuple[int, ...]:
         key = (src, dst)
         got = self._routes.get(key)
         if got is None:
-            got = tuple(route_link_ids(self.slice, src, dst).tolist())
+            got = link_ids(self.slice, src, dst, self._ordering)
             self._routes[key] = got
         return got
 
@@ -94,6 +98,7 @@ class LinkCapacities:
 def plan_lower_bound(plan: CollectivePlan, net: LinkCapacities) -> float:
     """A lower bound on the time from ``plan``'s release to its ``done_id``, in any company.
 
+    >>> from sim.collectives import collective_flows
     >>> from sim.topology import load_slice
     >>> s = load_slice("v5e:1x2")
     >>> p = collective_flows("all-gather", [[(0, 0), (0, 1)]], buffer_bytes=9e6, id_prefix="g")
@@ -130,6 +135,37 @@ def plan_lower_bound(plan: CollectivePlan, net: LinkCapacities) -> float:
     return best
 
 
+def collective_lower_bound(
+    collective: Collective,
+    coords: Sequence[Coord],
+    net: LinkCapacities,
+    *,
+    algorithm: str | Mapping[str, str] | None = None,
+) -> float:
+    """:func:`plan_lower_bound` of ``collective`` with logical id ``i`` on chip ``coords[i]``.
+
+    Rings (every all-gather, reduce-scatter and all-reduce the simulator's
+    ``auto`` runs) go through :func:`~aoizora.rank.rings.ring_schedule`, which
+    gives the same number bit for bit without building the flows; anything
+    else builds them (:func:`aoizora.replay.collective_plan`).
+    """
+    kind = sim_kind(collective)
+    if not collective.pairs:
+        ring = ring_schedule(
+            kind,
+            [[coords[d] for d in g] for g in collective.groups],
+            buffer_bytes=float(collective.buffer_bytes),
+            slice_=net.slice,
+            route=net.route,
+            capacity=net.capacity,
+            algorithm=algorithm,
+        )
+        if ring is not None:
+            return max(ring.done_s, ring.link_bound_s(net.capacity))
+    plan = collective_plan(collective, coords, slice_=net.slice, algorithm=algorithm, id_prefix="b")
+    return plan_lower_bound(plan, net)
+
+
 def ideal_lower_bound(
     kind: str, group_size: int, buffer_bytes: float, *, hops: int, net: LinkCapacities
 ) -> float:
@@ -148,36 +184,34 @@ def ideal_lower_bound(
         return 0.0
     latency = hops * net.hop_latency_s
     best = math.inf
-    members = [(i,) for i in range(group_size)]
     for algorithm in ALGORITHMS[kind]:
-        if algorithm == "auto":
-            continue  # picks one of the named ones per group
-        if kind == "collective-permute":
-            plan = collective_flows(
-                kind,
-                (),
-                pairs=[(members[0], members[1])],
-                buffer_bytes=buffer_bytes,
-                algorithm=algorithm,
-                id_prefix="b",
-            )
-        else:
-            plan = collective_flows(
-                kind, [members], buffer_bytes=buffer_bytes, algorithm=algorithm, id_prefix="b"
-            )
-        best = min(best, _longest_path(plan, latency, net.max_capacity))
+        if algorithm != "auto":  # auto picks one of the named ones per group
+            best = min(best, _chain(kind, algorithm, group_size, buffer_bytes, latency, net))
     return 0.0 if math.isinf(best) else best
 
 
-def _longest_path(plan: CollectivePlan, latency_s: float, capacity: float) -> float:
-    finish: dict[str, float] = {}
-    for node in plan.nodes:
-        ready = max([node.start_s, *(finish.get(d, 0.0) for d in node.after)])
-        if isinstance(node, Flow):
-            finish[node.id] = ready + latency_s + node.size_bytes / capacity
-        else:
-            finish[node.id] = ready + node.duration_s
-    return finish[plan.done_id]
+def _chain(
+    kind: str, algorithm: str, n: int, buffer_bytes: float, latency_s: float, net: LinkCapacities
+) -> float:
+    """The longest path of ``algorithm`` when every flow takes ``latency_s + bytes / best``.
+
+    Every flow of step ``s`` waits for a flow of step ``s - 1`` (and for
+    nothing later), and all flows of one algorithm carry the same bytes
+    (:mod:`sim.algorithms`), so every path through the steps takes the same
+    time: ``steps`` such flows one after another, added step by step as the
+    flow-by-flow loop does (``tests/aoizora/test_rings.py`` compares the two).
+    """
+    if kind == "collective-permute":
+        steps, chunk = 1, buffer_bytes  # one flow per pair
+    elif kind == "all-to-all":
+        steps, chunk = 1, buffer_bytes / n  # pairwise: every block at once
+    else:
+        steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
+        chunk = buffer_bytes / n / (2 if algorithm == "bidir_ring" else 1)
+    finish = 0.0
+    for _ in range(steps):
+        finish = finish + latency_s + chunk / net.max_capacity
+    return finish
 
 
 @dataclass(frozen=True)

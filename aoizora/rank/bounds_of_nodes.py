@@ -44,17 +44,19 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from aoizora.hlo.nodes import Collective, CollectiveGraph
 from aoizora.placement.device_order import Coord
 from aoizora.placement.space import Node, PlacementSpace
 from aoizora.rank.bound import (
     LinkCapacities,
     TimelineBound,
+    collective_lower_bound,
     ideal_lower_bound,
-    plan_lower_bound,
     translated_coords,
 )
-from aoizora.replay import collective_plan, sim_kind
+from aoizora.replay import sim_kind
 
 __all__ = ["CollectiveShape", "NodeBounds", "collective_shapes", "traffic_order"]
 
@@ -110,6 +112,17 @@ def collective_shapes(
     return tuple(out)
 
 
+def _unit_ends(sh: CollectiveShape) -> np.ndarray | None:
+    """Every unit's logical ends (units x ends), or None when units differ in size."""
+    ends = [
+        [d for p in u.pairs for d in p] if u.pairs else [d for g in u.groups for d in g]
+        for u in sh.units
+    ]
+    if len({len(e) for e in ends}) != 1:
+        return None
+    return np.asarray(ends, dtype=np.int64)
+
+
 def traffic_order(shapes: Sequence[CollectiveShape], mesh_shape: Sequence[int]) -> tuple[int, ...]:
     """Mesh axes by the bytes their collectives move (most first): the search's axis order."""
     weight = [0.0] * len(mesh_shape)
@@ -138,10 +151,15 @@ class NodeBounds:
         self.shapes = collective_shapes(graph, space.shape)
         self._plans: dict[tuple[object, ...], float] = {}
         self._ideal: dict[tuple[object, ...], float] = {}
+        self._by_footprint: dict[tuple[int, bytes], float] = {}
+        self._unit_ends = {sh.collective.id: _unit_ends(sh) for sh in self.shapes}
+        self._wrap = np.asarray(self.slice.wraparound, dtype=bool)
+        self._sides = np.asarray(self.slice.shape, dtype=np.int64)
 
     def bound(self, node: Node) -> float:
         """No placement under ``node`` replays faster than this."""
-        rows = [tuple(r) for r in self.space.coords(node).tolist()]
+        grid = self.space.coords(node)
+        rows = [tuple(r) for r in grid.tolist()]
         if self.space.is_leaf(node):
             return self.leaf_bound(rows)
         placed = self.space.placed_axes(node)
@@ -153,7 +171,7 @@ class NodeBounds:
             if sh.group_size < 2:
                 durations[sh.collective.id] = 0.0
             elif sh.span <= placed:
-                durations[sh.collective.id] = max(self._plan(u, rows, sh) for u in sh.units)
+                durations[sh.collective.id] = self._units_bound(sh, grid, rows)
             elif shared_chips:
                 durations[sh.collective.id] = 0.0  # may yet be on-chip, 0-hop
             elif pending is not None and sh.span == {pending}:
@@ -170,6 +188,34 @@ class NodeBounds:
         }
         return self.timeline.step_time(durations)
 
+    def _units_bound(self, sh: CollectiveShape, grid: np.ndarray, rows: Sequence[Coord]) -> float:
+        """The largest bound of one unit of ``sh`` alone, over its units.
+
+        Units at a translate of one another get one bound: their footprints are
+        shifted to a common origin (as :func:`translated_coords` does, for all
+        units at once) and each distinct one is bounded once.
+        """
+        ends = self._unit_ends[sh.collective.id]
+        if ends is None:
+            return max(self._plan(u, rows, sh) for u in sh.units)
+        pts = grid[ends]  # units x ends x dims
+        shift = np.where(self._wrap, pts[:, :1, :], pts.min(axis=1, keepdims=True))
+        moved = pts - shift
+        moved = np.where(self._wrap, moved % self._sides, moved).reshape(len(ends), -1)
+        best = 0.0
+        seen: set[bytes] = set()
+        cid = sh.collective.id
+        for u, row in enumerate(moved):
+            key = row.tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            got = self._by_footprint.get((cid, key))
+            if got is None:
+                got = self._by_footprint[(cid, key)] = self._plan(sh.units[u], rows, sh)
+            best = max(best, got)
+        return best
+
     def _plan(self, unit: Collective, rows: Sequence[Coord], sh: CollectiveShape) -> float:
         ends = (
             [d for p in unit.pairs for d in p]
@@ -183,10 +229,9 @@ class NodeBounds:
         if got is None:
             local = dict(zip(ends, placed, strict=True))
             coords = [local.get(i, rows[i]) for i in range(len(rows))]
-            plan = collective_plan(
-                unit, coords, slice_=self.slice, algorithm=self.algorithm, id_prefix="b"
+            got = self._plans[key] = collective_lower_bound(
+                unit, coords, self.net, algorithm=self.algorithm
             )
-            got = self._plans[key] = plan_lower_bound(plan, self.net)
         return got
 
     def _ideal_bound(self, sh: CollectiveShape, hops: int) -> float:

@@ -14,6 +14,7 @@ where it stopped.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,9 @@ def _replay_task(task: _Task) -> float:
 class BatchEvaluator:
     """``evaluate(batch of leaves) -> Q2s`` for the search, cached and fanned out.
 
+    Batches go to ``pool`` only when worth it (see :meth:`_replay`:
+    ``fanout_min_s`` CPU seconds of replays at least).
+
     ``replayed`` counts the placements actually replayed, ``cache_hits`` those
     read from the cache.
     """
@@ -78,6 +82,7 @@ class BatchEvaluator:
         cache: JsonCache | None = None,
         pool: FanOut | None = None,
         algorithm: str | Mapping[str, str] | None = None,
+        fanout_min_s: float = 1.0,
     ) -> None:
         self.programs = list(programs)
         self.slice = slice_
@@ -85,7 +90,9 @@ class BatchEvaluator:
         self.pool = pool
         self.algorithm = algorithm
         self.digests = [hashlib.sha256(p.hlo_text.encode()).hexdigest() for p in programs]
-        self._local: dict[int, ExactQ2] = {}
+        self._exacts: dict[int, ExactQ2] = {}
+        self._cost_s: dict[int, float] = {}  # CPU seconds of a program's first local replay
+        self.fanout_min_s = fanout_min_s
         self.replayed = 0
         self.cache_hits = 0
 
@@ -124,9 +131,39 @@ class BatchEvaluator:
         )
 
     def _replay(self, leaves: Sequence[Leaf]) -> list[float]:
+        """Q2 of each leaf: here, or on the pool when the work left outweighs starting there.
+
+        A worker parses a program before its first replay of it (a second or
+        so for a compiled 14B step) and a replay of a 16-chip slice takes tens
+        of milliseconds: the pool gets a batch only when its replays, timed by
+        this process's first replay of each program, add up to at least
+        ``fanout_min_s``. Where a replay runs does not change its Q2.
+        """
         self.replayed += len(leaves)
         if self.pool is None or self.pool.label == "serial" or len(leaves) < 2:
-            return [self._exact(leaf.job).step_time(self._order(leaf)) for leaf in leaves]
+            return [self._local(leaf) for leaf in leaves]
+        out: list[float | None] = [None] * len(leaves)
+        for i, leaf in enumerate(leaves):
+            if leaf.job not in self._cost_s:  # the first replay of a program times it
+                out[i] = self._local(leaf)
+        rest = [i for i, v in enumerate(out) if v is None]
+        work_s = sum(self._cost_s[leaves[i].job] for i in rest)
+        if len(rest) < 2 or work_s < self.fanout_min_s:
+            got = [self._local(leaves[i]) for i in rest]
+        else:
+            got = self._fan_out([leaves[i] for i in rest])
+        for i, q2 in zip(rest, got, strict=True):
+            out[i] = q2
+        return [float(v) for v in out if v is not None]
+
+    def _local(self, leaf: Leaf) -> float:
+        t0 = time.process_time()
+        q2 = self._exact(leaf.job).step_time(self._order(leaf))
+        self._cost_s.setdefault(leaf.job, time.process_time() - t0)
+        return q2
+
+    def _fan_out(self, leaves: Sequence[Leaf]) -> list[float]:
+        assert self.pool is not None
         tasks = [
             _Task(
                 hlo_text=self.programs[leaf.job].hlo_text,
@@ -141,9 +178,9 @@ class BatchEvaluator:
         return self.pool.map(_replay_task, tasks)
 
     def _exact(self, job: int) -> ExactQ2:
-        got = self._local.get(job)
+        got = self._exacts.get(job)
         if got is None:
-            got = self._local[job] = ExactQ2(
+            got = self._exacts[job] = ExactQ2(
                 self.programs[job].graph, self.slice, algorithm=self.algorithm
             )
         return got

@@ -17,7 +17,8 @@ each collective's *isolated* duration (:class:`~aoizora.rank.bound.TimelineBound
    its hop latency, in dependency order) when no two of its flows drain over
    one link at once in that schedule -- then it *is* the simulation (by
    induction over time: every flow is alone on its links) -- else one engine
-   run of the collective alone;
+   run of the collective alone; rings and all-to-alls compute that schedule in
+   arrays (:mod:`aoizora.rank.rings`, bit-identical), other kinds flow by flow;
 2. the timeline with those durations, and the set of collectives whose
    in-flight intervals overlap and whose links intersect (one released at the
    instant another ends does not overlap it: its flows arrive after the
@@ -61,10 +62,11 @@ from aoizora.hlo.nodes import (
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.rank.bound import TimelineBound, translated_coords
 from aoizora.rank.lumped import lumped_times, simulate_nodes
+from aoizora.rank.rings import RingSchedule, ring_schedule
 from aoizora.replay import collective_plan, sim_kind, simulate_region
 from sim.collectives import CollectivePlan
 from sim.engine import Flow, simulate
-from sim.routing import route_link_ids
+from sim.routing import check_order, link_ids
 from sim.topology import Slice
 
 __all__ = ["ExactQ2", "engine_capacities"]
@@ -162,6 +164,7 @@ class ExactQ2:
         self._isolated: dict[tuple[object, ...], float] = {}
         self._masks: dict[tuple[object, ...], int] = {}
         self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
+        self._ordering = check_order(slice_, None)  # the engine's dimension order
         self.stats = {"closed_form": 0, "engine_alone": 0, "regions_composed": 0,
                       "regions_simulated": 0}  # fmt: skip
         self._twin = _region_classes(graph)
@@ -246,7 +249,7 @@ class ExactQ2:
         key = (src, dst)
         got = self._routes.get(key)
         if got is None:
-            links = route_link_ids(self.slice, src, dst).tolist()
+            links = link_ids(self.slice, src, dst, self._ordering)
             got = self._routes[key] = tuple(self.caps.resource[lk] for lk in links)
         return got
 
@@ -264,15 +267,35 @@ class ExactQ2:
         if got is None:
             local = dict(zip(ends, placed, strict=True))
             moved = [local.get(i, coords[i]) for i in range(len(coords))]
-            plan = self._plan(c, moved)
-            got = self._closed_form(plan)
+            ring = self._ring(c, moved)
+            plan = None
+            if ring is not None:  # the same schedule in arrays
+                got = None if ring.overlaps(touch_rel=_TOUCH_REL) else ring.done_s
+            else:
+                plan = self._plan(c, moved)
+                got = self._closed_form(plan)
             if got is None:
                 self.stats["engine_alone"] += 1
+                plan = plan or self._plan(c, moved)
                 got = simulate_nodes(self.slice, plan.nodes).makespan_s
             else:
                 self.stats["closed_form"] += 1
             self._isolated[key] = got
         return got
+
+    def _ring(self, c: Collective, coords: Sequence[Coord]) -> RingSchedule | None:
+        """``c``'s schedule in arrays when every group runs a ring (None otherwise)."""
+        if c.pairs:
+            return None
+        return ring_schedule(
+            sim_kind(c),
+            [[coords[d] for d in g] for g in c.groups],
+            buffer_bytes=float(c.buffer_bytes),
+            slice_=self.slice,
+            route=self._route,
+            capacity=self.caps.capacity,
+            algorithm=self.algorithm,
+        )
 
     def _closed_form(self, plan: CollectivePlan) -> float | None:
         """The contention-free schedule's end, if no two flows drain over one link at once."""
@@ -311,6 +334,11 @@ class ExactQ2:
         key = (sim_kind(c), tuple(len(g) for g in c.groups), tuple(coords[d] for d in ends))
         got = self._masks.get(key)
         if got is None:
+            ring = self._ring(c, coords)
+            if ring is not None:
+                got = sum(1 << r for r in ring.resources())
+                self._masks[key] = got
+                return got
             got = 0
             for flow in self._plan(c, coords).flows:
                 if flow.size_bytes > 0:

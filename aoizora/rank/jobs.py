@@ -23,7 +23,7 @@ from aoizora.rank.search import Job, SearchReport
 from aoizora.tpu import default_device_order
 from sim.topology import Slice
 
-__all__ = ["SearchSummary", "placement_job"]
+__all__ = ["SearchSummary", "mesh_job", "placement_job"]
 
 
 def placement_job(
@@ -35,22 +35,37 @@ def placement_job(
     default_label: str = "default order",
 ) -> Job:
     """The search's job for one compiled candidate: its tree (axes by traffic), jax's order."""
-    default_ids, _ = default_device_order(cand.mesh_shape, slice_)
-    default = DeviceOrder.from_physical_ids(default_ids, mesh_shape=cand.mesh_shape, slice_=slice_)
-    order = traffic_order(collective_shapes(graph, cand.mesh_shape), cand.mesh_shape)
-    space = PlacementSpace(
-        cand.mesh_shape, slice_, mesh_axis_names=cand.mesh_axis_names, axis_order=order
-    )
+    return mesh_job(
+        cand.id, graph, slice_, mesh_shape=cand.mesh_shape,
+        mesh_axis_names=cand.mesh_axis_names, max_placements=max_placements,
+        default_label=default_label,
+    )  # fmt: skip
+
+
+def mesh_job(
+    name: str,
+    graph: CollectiveGraph,
+    slice_: Slice,
+    *,
+    mesh_shape: tuple[int, ...],
+    mesh_axis_names: tuple[str, ...],
+    max_placements: int | None = None,
+    default_label: str = "default order",
+) -> Job:
+    """:func:`placement_job` for a program on a mesh (benchmarks replay cached compiles)."""
+    default_ids, _ = default_device_order(mesh_shape, slice_)
+    default = DeviceOrder.from_physical_ids(default_ids, mesh_shape=mesh_shape, slice_=slice_)
+    order = traffic_order(collective_shapes(graph, mesh_shape), mesh_shape)
+    space = PlacementSpace(mesh_shape, slice_, mesh_axis_names=mesh_axis_names, axis_order=order)
     extras: list[tuple[str, DeviceOrder]] = []
     if max_placements is not None:  # the simplest classes only, as listed
         listed = enumerate_placements(
-            cand.mesh_shape, slice_, mesh_axis_names=cand.mesh_axis_names,
-            max_placements=max_placements,
-        )  # fmt: skip
+            mesh_shape, slice_, mesh_axis_names=mesh_axis_names, max_placements=max_placements
+        )
         extras = [(p.id, p.order) for p in listed]
     extras.append((default_label, default))
     return Job(
-        cand.id, graph, space, tuple(extras), forced=(default_label,),
+        name, graph, space, tuple(extras), forced=(default_label,),
         tree=max_placements is None,
     )  # fmt: skip
 

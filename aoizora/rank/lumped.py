@@ -56,7 +56,7 @@ import numpy as np
 
 from sim.cables import channels
 from sim.engine import Compute, Flow, simulate
-from sim.routing import route_link_ids
+from sim.routing import check_order, link_ids
 from sim.topology import Slice
 
 __all__ = [
@@ -111,6 +111,7 @@ def flow_system(slice_: Slice, nodes: Sequence[Flow | Compute]) -> FlowSystem:
     pools = channels(slice_)
     index = {nd.id: i for i, nd in enumerate(nodes)}
     routes: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, ...]] = {}
+    ordering = check_order(slice_, None)  # the engine's dimension order
     n = len(nodes)
     is_flow = np.zeros(n, dtype=bool)
     size = np.zeros(n)
@@ -132,7 +133,7 @@ def flow_system(slice_: Slice, nodes: Sequence[Flow | Compute]) -> FlowSystem:
             key = (tuple(nd.src), tuple(nd.dst))
             links = routes.get(key)
             if links is None:
-                links = routes[key] = tuple(route_link_ids(slice_, key[0], key[1]).tolist())
+                links = routes[key] = link_ids(slice_, key[0], key[1], ordering)
             hops[i] = len(links)
             for k in links:
                 pair_node.append(i)

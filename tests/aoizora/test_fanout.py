@@ -11,7 +11,11 @@ import pytest
 
 from aoizora.errors import AoizoraError
 from aoizora.fanout import default_workers, fan_out
+from aoizora.hlo.graph import graph_from_text
+from aoizora.placement.space import PlacementSpace
 from aoizora.planner import PlanOutcome, run_plan
+from aoizora.rank.evaluate import BatchEvaluator, Program
+from aoizora.rank.search import Leaf
 from aoizora.report.summary import outcome_summary
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
@@ -108,3 +112,46 @@ def test_the_planner_on_ray_writes_the_serial_plan(plan_cache_dir: Path, tmp_pat
     )
     timings = outcome_summary(on_ray)["timings_s"]
     assert sorted(timings) == ["compile", "rank", "stage1", "total", "winner_compile"]
+
+
+class _CountingPool:
+    """A pool that records what it was asked to run (and runs it here)."""
+
+    label = "2 processes"
+
+    def __init__(self) -> None:
+        self.items = 0
+
+    def map(self, fn, items):  # type: ignore[no-untyped-def]
+        self.items += len(items)
+        return [fn(item) for item in items]
+
+
+_HLO = """HloModule m, num_partitions=8
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %e (p: f32[262144]) -> f32[1048576] {
+  %p = f32[262144]{0} parameter(0)
+  %ar = f32[262144]{0} all-reduce(%p), replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply=%add
+  ROOT %ag = f32[1048576] all-gather(%ar), replica_groups={{0,2,4,6},{1,3,5,7}}, dimensions={0}
+}"""
+
+
+def test_the_evaluator_fans_out_only_batches_worth_a_worker() -> None:
+    s = load_slice("v5e:2x4")
+    program = Program(_HLO, graph_from_text(_HLO), (4, 2))
+    space = PlacementSpace((4, 2), s)
+    leaves = [Leaf(0, space.label(n), space.physical_ids(n), space.complexity(n))
+              for n in space.leaves()][:6]  # fmt: skip
+    assert len(leaves) == 6
+    serial = BatchEvaluator([program], s)(leaves)
+    cheap, eager = _CountingPool(), _CountingPool()
+    assert BatchEvaluator([program], s, pool=cheap)(leaves) == serial  # type: ignore[arg-type]
+    assert cheap.items == 0  # replays of a few ms each: not worth a worker's start
+    got = BatchEvaluator([program], s, pool=eager, fanout_min_s=0.0)(leaves)  # type: ignore[arg-type]
+    assert got == serial
+    assert eager.items == len(leaves) - 1  # the first replay, here, timed the program
