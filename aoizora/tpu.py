@@ -252,10 +252,9 @@ def _not_described(slice_: Slice, reason: str) -> CompileError:
 
 def _rule_reason(slice_: Slice) -> str:
     odd = [d for d in slice_.shape[:_EVEN_OR_ONE_DIMS] if d != 1 and d % 2]
-    which = "first dimension" if len(slice_.shape) == 1 else "first two dimensions"
     return (
-        f"its {which} must each be 1 or even, and {'x'.join(map(str, slice_.shape))} has "
-        f"{' and '.join(map(str, odd))}"
+        f"its first two dimensions must each be 1 or even, and "
+        f"{'x'.join(map(str, slice_.shape))} has {' and '.join(map(str, odd))}"
     )
 
 
