@@ -49,6 +49,7 @@ from typing import Any
 import jax
 
 from aoizora.errors import CandidateError, WorkloadError
+from aoizora.workloads.attention import spec_axes
 from aoizora.workloads.base import Workload
 from aoizora.workloads.rules import (
     Rules,
@@ -275,28 +276,73 @@ def _signature(workload: Workload, candidate: Candidate) -> tuple[object, ...]:
     array the same way, share a signature: they compile to the same program with
     other axis names (checked: their simulated step times are equal, and the
     exhaustive planner benchmark shows every such pair tied), and one is enough.
+
+    Two axes next to each other in mesh order that every array uses together, as
+    the pair ``(a, b)`` in that order, act as one axis of size ``|a| * |b|``: jax
+    numbers a tuple of mesh axes row-major, exactly as one merged axis would be
+    (and the attention kinds count sequence chunks the same way). So
+    ``data2.fsdp2.context2`` under rules that always shard by ``(fsdp, context)``
+    is ``data2.fsdp1.context4`` under rules that shard by ``context`` alone.
     """
     sizes = candidate.mesh_sizes
-    live = [name for name in candidate.mesh_axis_names if sizes[name] > 1]
-    rename = {name: f"axis{i}" for i, name in enumerate(live)}
+    specs = [
+        logical_to_pspec(axes, candidate.rules, candidate.mesh_axis_names, sizes)
+        for _, _, axes, _ in _arrays(workload)
+    ]
+    entries = [spec_axes(e) for spec in specs for e in spec if e is not None]
+    groups = _merged_axes([n for n in candidate.mesh_axis_names if sizes[n] > 1], entries)
+    group_of = {name: i for i, group in enumerate(groups) for name in group}
 
-    def canonical(entry: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+    def canonical(entry: str | tuple[str, ...] | None) -> tuple[int, ...] | None:
         if entry is None:
             return None
-        if isinstance(entry, str):
-            return rename[entry]
-        return tuple(rename[e] for e in entry)
+        names = spec_axes(entry)
+        # the first axis of each merged group stands for the whole group
+        return tuple(group_of[n] for n in names if groups[group_of[n]][0] == n)
 
-    specs = tuple(
-        tuple(
-            canonical(e)
-            for e in logical_to_pspec(
-                axes, candidate.rules, candidate.mesh_axis_names, candidate.mesh_sizes
-            )
-        )
-        for _, _, axes, _ in _arrays(workload)
-    )
-    return (tuple(sizes[name] for name in live), candidate.attention, specs)
+    shape = tuple(math.prod(sizes[n] for n in group) for group in groups)
+    canon = tuple(tuple(canonical(e) for e in spec) for spec in specs)
+    return (shape, candidate.attention, canon)
+
+
+def _merged_axes(live: Sequence[str], entries: Sequence[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """``live`` (mesh order) cut into runs of neighbours that act as one axis.
+
+    A run acts as one axis when every entry naming any of its axes names all of
+    them, next to each other, in one order shared by every such entry. Each run is
+    returned in that order (which may reverse mesh order: ``("context", "fsdp")``
+    numbers the chunks context-major, as a mesh with the two axes swapped would;
+    which device holds which chunk is the placement's business, searched anyway).
+
+    >>> _merged_axes(["data", "fsdp", "context"], [("data",), ("context", "fsdp")])
+    [('data',), ('context', 'fsdp')]
+    >>> _merged_axes(["data", "fsdp", "context"], [("fsdp", "context"), ("fsdp",)])
+    [('data',), ('fsdp',), ('context',)]
+    """
+    groups: list[tuple[str, ...]] = []
+    for name in live:
+        merged = _run_order((*groups[-1], name), entries) if groups else None
+        if merged is not None:
+            groups[-1] = merged
+        else:
+            groups.append((name,))
+    return groups
+
+
+def _run_order(axes: tuple[str, ...], entries: Sequence[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The one order in which every entry naming any of ``axes`` names them all,
+    next to each other; ``None`` if there is no such order or no entry names them."""
+    order: tuple[str, ...] | None = None
+    wanted = set(axes)
+    for entry in entries:
+        hits = [i for i, a in enumerate(entry) if a in wanted]
+        if not hits:
+            continue
+        run = entry[hits[0] : hits[0] + len(axes)]
+        if len(hits) != len(axes) or set(run) != wanted or (order is not None and run != order):
+            return None
+        order = run
+    return order
 
 
 def enumerate_candidates(workload: Workload, num_chips: int) -> CandidateSpace:

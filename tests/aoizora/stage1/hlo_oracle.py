@@ -42,7 +42,16 @@ _COMP = re.compile(r"^(?:ENTRY\s+)?%(\S+)\s.*\{\s*$")
 
 
 class HloCollective:
-    def __init__(self, kind: str, axes: tuple[str, ...], nbytes: int, computation: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        axes: tuple[str, ...],
+        nbytes: int,
+        computation: str,
+        group_size: int = 0,
+    ) -> None:
+        # group_size: devices per replica group; for a permute, its number of pairs
+        self.group_size = group_size
         self.kind = kind
         self.axes = axes
         self.nbytes = nbytes
@@ -141,7 +150,8 @@ def hlo_collectives(text: str, mesh_axes: Sequence[tuple[str, int]]) -> list[Hlo
             nbytes = sum(arrays)  # a tuple all-reduce reduces every operand
         else:
             nbytes = arrays[0]
-        out.append(HloCollective(kind, _axes(groups, mesh_axes), nbytes, comp))
+        size = len(groups) if kind == "collective-permute" else len(groups[0]) if groups else 0
+        out.append(HloCollective(kind, _axes(groups, mesh_axes), nbytes, comp, size))
     return out
 
 

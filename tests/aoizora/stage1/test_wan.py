@@ -131,3 +131,66 @@ def test_tiny_wan_bytes_match_compiled_hlo(
     assert set(predicted) == set(compiled)
     for axes, nbytes in compiled.items():
         assert predicted[axes] == pytest.approx(nbytes, rel=0.05), axes
+
+
+def _merged_folds(tiny: Workload) -> list[tuple[Candidate, Candidate]]:
+    """(folded, kept twin) pairs whose meshes differ in more than size-1 axes: the
+    twin shards by one axis what the folded candidate shards by a pair of axes."""
+    space = enumerate_candidates(tiny, 8)
+    out = []
+    for r in space.rejected:
+        if not r.reason.startswith("same shardings as candidate"):
+            continue
+        twin = space.by_id(r.reason.split("'")[1])
+        live = sorted(s for s in r.candidate.mesh_shape if s > 1)
+        if live != sorted(s for s in twin.mesh_shape if s > 1):
+            out.append((r.candidate, twin))
+    return out
+
+
+@pytest.mark.slow
+def test_merged_axis_folds_lower_to_the_same_stage1_program(tiny: Workload) -> None:
+    """Every candidate folded because a pair of its axes acts as one merged axis (e.g.
+    dp_sp_tp's ``(context, fsdp)`` sequence split on fsdp2 x context2 against fsdp's
+    ``context`` on context4) is, by Shardy's own propagation and reshard passes,
+    the program of its twin: Stage 1 prices both the same."""
+    pairs = _merged_folds(tiny)
+    kinds = {c.attention for c, _ in pairs}
+    assert {"gather_kv", "ulysses", "ring", "usp_u2"} <= kinds, kinds
+    chip = load_chip("v5e")
+    for folded, twin in pairs:
+        a, b = (
+            estimate(lower(tiny, c, SLICE), mesh_axis_sizes=c.mesh_sizes, chip=chip,
+                     candidate_id=c.id)
+            for c in (folded, twin)
+        )  # fmt: skip
+        got = (a.q1_s, a.compute_s, a.comm_s, a.flops_per_chip, a.memory_bytes_per_chip)
+        want = (b.q1_s, b.compute_s, b.comm_s, b.flops_per_chip, b.memory_bytes_per_chip)
+        # Equal but for the scalar arithmetic of the chunk index: axis_index over two
+        # axes adds theirs (one 12-byte add where the twin has an 8-byte convert).
+        assert got == pytest.approx(want, rel=1e-6), (folded.id, twin.id)
+        assert sorted(n.bytes_per_device * n.count for n in a.nodes if n.kind != "compute") == (
+            sorted(n.bytes_per_device * n.count for n in b.nodes if n.kind != "compute")
+        ), (folded.id, twin.id)
+
+
+@pytest.mark.slow
+def test_merged_axis_fold_compiles_to_the_same_collectives(tiny: Workload) -> None:
+    """The TPU compiler agrees: Ulysses x ring (all-to-alls in groups, ring permutes)
+    on fsdp2 x context2 under dp_sp_tp and on context4 under fsdp compile to the
+    same collectives -- kind, bytes and group size, collective by collective."""
+    space = enumerate_candidates(tiny, 8)
+    folded = "data2.fsdp2.context2.tensor1/dp_sp_tp/usp_u2"
+    twin = "data2.fsdp1.context4.tensor1/fsdp/usp_u2"
+    reason = {r.candidate.id: r.reason for r in space.rejected}[folded]
+    assert reason == f"same shardings as candidate '{twin}'"
+    rejected = {r.candidate.id: r.candidate for r in space.rejected}
+
+    def collectives(cand: Candidate) -> list[tuple[str, int, int]]:
+        text = lower(tiny, cand, SLICE).compile().as_text()
+        sizes = list(cand.mesh_sizes.items())
+        return sorted((c.kind, c.nbytes, c.group_size) for c in hlo_collectives(text, sizes))
+
+    got, want = collectives(rejected[folded]), collectives(space.by_id(twin))
+    assert {k for k, _, _ in want} >= {"all-to-all", "collective-permute"}
+    assert got == want

@@ -319,3 +319,21 @@ def test_every_workload_gets_a_baseline_with_its_order() -> None:
     # docs/facts.md, mesh_utils device order: a 2 x 4 mesh on v5e:2x4 is (0,1,2,3,7,6,5,4).
     assert base.device_order == (0, 1, 2, 3, 7, 6, 5, 4)
     assert "natural mesh dp2.tp4.sp1" in base.note and "create_device_mesh" in base.note
+
+
+def test_axes_used_only_together_fold_into_one_axis() -> None:
+    # dp_sp_tp splits the sequence over (context, fsdp) and uses neither axis alone:
+    # on fsdp2 x context2 that is fsdp's context4 split, the pair acting as one axis
+    # numbered context-major (tests/aoizora/stage1/test_wan.py lowers and compiles
+    # such twins: the same Stage 1 program and the same compiled collectives).
+    space = enumerate_candidates(WL_13B, 8)
+    ids = [c.id for c in space.legal]
+    twin = {r.candidate.id: r.reason for r in space.rejected}
+    for kind in ("gather_kv", "ulysses", "ring", "usp_u2"):
+        assert f"data2.fsdp1.context4.tensor1/fsdp/{kind}" in ids
+        assert twin[f"data2.fsdp2.context2.tensor1/dp_sp_tp/{kind}"] == (
+            f"same shardings as candidate 'data2.fsdp1.context4.tensor1/fsdp/{kind}'"
+        )
+    # Under the fsdp rules, fsdp shards the weights alone and context the sequence:
+    # a genuinely two-axis layout stays.
+    assert "data2.fsdp2.context2.tensor1/fsdp/ring" in ids
