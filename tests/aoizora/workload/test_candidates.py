@@ -334,6 +334,8 @@ def test_axes_used_only_together_fold_into_one_axis() -> None:
         assert twin[f"data2.fsdp2.context2.tensor1/dp_sp_tp/{kind}"] == (
             f"same shardings as candidate 'data2.fsdp1.context4.tensor1/fsdp/{kind}'"
         )
+    # dp_sp_tp never uses fsdp alone, so none of its candidates is left.
+    assert {c.rules.name for c in space.legal} == {"maxdiffusion", "fsdp"}
     # Under the fsdp rules, fsdp shards the weights alone and context the sequence:
     # a genuinely two-axis layout stays.
     assert "data2.fsdp2.context2.tensor1/fsdp/ring" in ids
