@@ -6,7 +6,12 @@ inputs) stay live for the whole step; the temporary peak is a liveness scan of
 the entry function in program order (a value lives from its definition to its
 last use; a loop, ``shard_map`` or call adds its body's own peak at that point,
 counted once, not per trip; each op adds the resharded copies of its operands,
-e.g. all-gathered weights). XLA's scheduler may do better or worse; this is an
+e.g. all-gathered weights). A ``while`` result its body passes through unchanged
+(a ``scan``'s stacked weights and inputs) is no new buffer: XLA keeps the loop state
+in its init operand's buffer (``while`` aliases its operand and result tuples; copy
+insertion adds a copy only where the body writes the state -- openxla/xla
+``copy_insertion.cc``, ``AddCopiesForWhile``), so such a result extends the
+operand's life instead. XLA's scheduler may do better or worse; this is an
 estimate.
 """
 
@@ -49,11 +54,12 @@ def peak_temp_bytes(
     500
     """
     memo = {} if memo is None else memo
+    alias = _passed_through(block)
     last_use: dict[int, int] = {}
     for i, op in enumerate(block.ops):
         for v in _uses(op):
-            last_use[v] = i
-    defined = {r for op in block.ops for r in op.results}
+            last_use[alias.get(v, v)] = i
+    defined = {r for op in block.ops for r in op.results if r not in alias}
     live = 0
     peak = 0
     for i, op in enumerate(block.ops):
@@ -84,16 +90,47 @@ def peak_temp_bytes(
                 )
             if fn is not None:
                 inner = memo[path]
-        res = sum(bytes_of(r) for r in op.results)
+        fresh = [r for r in op.results if r not in alias]
+        res = sum(bytes_of(r) for r in fresh)
         peak = max(peak, live + res + inner + transient_bytes.get(id(op), 0))
         live += res
-        for v in op.results:
+        for v in fresh:
             if v not in last_use:
                 live -= bytes_of(v)  # dead on definition
-        for v in set(_uses(op)):
+        for v in {alias.get(u, u) for u in _uses(op)}:
             if last_use.get(v) == i and v in defined:
                 live -= bytes_of(v)
     return peak
+
+
+def _passed_through(block: Block) -> dict[int, int]:
+    """``{while result: the operand it aliases}`` for results the body returns unchanged.
+
+    A ``stablehlo.while`` has two regions, the condition and the body; result ``i``
+    is passed through when the body's ``return`` gives back its own argument ``i``.
+
+    >>> body = Block(args=(10, 11), ops=(
+    ...     Op(name="stablehlo.add", operands=(10, 10), results=(12,)),
+    ...     Op(name="stablehlo.return", operands=(12, 11), results=()),
+    ... ))
+    >>> cond = Block(args=(10, 11), ops=())
+    >>> loop = Op(name="stablehlo.while", operands=(1, 2), results=(3, 4), regions=(cond, body))
+    >>> _passed_through(Block(args=(1, 2), ops=(loop,)))
+    {4: 2}
+    """
+    out: dict[int, int] = {}
+    for op in block.ops:
+        if op.name != "stablehlo.while" or len(op.regions) != 2 or not op.regions[1].ops:
+            continue
+        body = op.regions[1]
+        ret = body.ops[-1]
+        if ret.name != "stablehlo.return" or len(ret.operands) != len(op.results):
+            continue
+        for i, (arg, back) in enumerate(zip(body.args, ret.operands, strict=False)):
+            if arg == back and i < len(op.operands):
+                # chains: an operand that is itself an alias points at the first buffer
+                out[op.results[i]] = out.get(op.operands[i], op.operands[i])
+    return out
 
 
 def _uses(op: Op) -> list[int]:
