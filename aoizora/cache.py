@@ -50,6 +50,7 @@ __all__ = [
     "cache_key",
     "code_fingerprint",
     "compile_key",
+    "lowered_key",
     "plan_caches",
     "q2_key",
     "stage1_key",
@@ -63,6 +64,7 @@ _KINDS = {
     "stage1": "aoizora.stage1-cache/2",
     "compiled": "aoizora.compile-cache/1",
     "q2": "aoizora.q2-cache/2",
+    "lowered": "aoizora.lowered-index/1",
 }
 # Sources (relative to the repository root) whose code decides each kind of result.
 # A compile result depends only on the StableHLO and the versions, not on our code.
@@ -80,6 +82,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "compiled": (),
     "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),
+    # What a candidate lowers to: the workload code, the candidate and mesh building.
+    "lowered": ("aoizora/workloads", "aoizora/candidates", "aoizora/tpu.py", "aoizora/compile.py"),
 }
 
 
@@ -154,6 +158,18 @@ def stage1_key(*, workload_name: str, candidate_id: str, slice_: Slice) -> str:
 def compile_key(*, lowered_text: str, slice_name: str, backend: str, order: Sequence[int]) -> str:
     """The key of one compile: the target, the device order and the StableHLO."""
     return cache_key("compiled", slice_name, backend, ",".join(map(str, order)), lowered_text)
+
+
+def lowered_key(
+    *, workload: str, candidate: str, slice_name: str, backend: str, order: Sequence[int]
+) -> str:
+    """The key of a candidate's entry in the lowered-program index: which
+    :func:`compile_key` its lowering gives, so a warm run need not lower it again.
+
+    ``workload`` is its ``cache_id`` (name, shapes, rules, program fingerprint),
+    ``candidate`` its JSON; the code that lowers is in the code fingerprint.
+    """
+    return cache_key("lowered", workload, candidate, slice_name, backend, ",".join(map(str, order)))
 
 
 def q2_key(*, hlo_text: str, slice_: Slice, footprint: tuple[object, ...]) -> str:

@@ -14,6 +14,7 @@ TPU-compiled HLO, its ``cost_analysis`` and per-device ``memory_analysis`` witho
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tempfile
 import time
@@ -26,8 +27,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from aoizora.cache import JsonCache, compile_key
-from aoizora.candidates.space import Candidate
+from aoizora.cache import JsonCache, compile_key, lowered_key
+from aoizora.candidates.space import Candidate, candidate_to_json
 from aoizora.errors import CompileError, PlacementError
 from aoizora.tpu import fallback_note, slice_backend, topology_devices
 from aoizora.workloads.base import Backend, BuildContext, Workload
@@ -325,6 +326,27 @@ def _cached(
     return dataclasses.replace(hit, candidate_id=candidate.id)
 
 
+def _index_key(
+    workload: Workload, candidate: Candidate, slice_: Slice, backend: str, order: Sequence[int]
+) -> str:
+    return lowered_key(
+        workload=workload.cache_id,
+        candidate=json.dumps(candidate_to_json(candidate), sort_keys=True),
+        slice_name=slice_.name, backend=backend, order=order,
+    )  # fmt: skip
+
+
+def _indexed(
+    cache: JsonCache, index_key: str, *, candidate: Candidate, hbm: int | None
+) -> CompileResult | None:
+    """The cached compile the lowered-program index points at, without lowering."""
+    entry = cache.get(index_key)
+    key = entry.get("compile_key") if entry is not None else None
+    if not isinstance(key, str):
+        return None
+    return _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=0.0)
+
+
 def cached_compile(
     workload: Workload,
     candidate: Candidate,
@@ -344,14 +366,21 @@ def cached_compile(
     t0 = time.perf_counter()
     try:
         mesh = make_mesh(candidate, topology_devices(slice_), order)
+        used_order = tuple(int(d.id) for d in mesh.devices.flat)
+        index_key = _index_key(workload, candidate, slice_, backend, used_order)
+        hit = _indexed(cache, index_key, candidate=candidate, hbm=hbm)
+        if hit is not None:
+            return hit
         lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
     except Exception:
         return None
     key = compile_key(
-        lowered_text=lowered.as_text(), slice_name=slice_.name, backend=backend,
-        order=tuple(int(d.id) for d in mesh.devices.flat),
-    )  # fmt: skip
-    return _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0)
+        lowered_text=lowered.as_text(), slice_name=slice_.name, backend=backend, order=used_order
+    )
+    found = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0)
+    if found is not None:
+        cache.put(index_key, {"compile_key": key})
+    return found
 
 
 def compile_candidate(
@@ -384,6 +413,11 @@ def compile_candidate(
     try:
         mesh = make_mesh(candidate, topology_devices(slice_), order)
         used_order = tuple(int(d.id) for d in mesh.devices.flat)
+        index_key = _index_key(workload, candidate, slice_, backend, used_order)
+        if cache is not None:
+            hit = _indexed(cache, index_key, candidate=candidate, hbm=hbm)
+            if hit is not None:
+                return hit
         lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
         lower_s = time.perf_counter() - t0
         if cache is not None:
@@ -393,6 +427,7 @@ def compile_candidate(
             )  # fmt: skip
             hit = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=lower_s)
             if hit is not None:
+                cache.put(index_key, {"compile_key": key})
                 return hit
         t1 = time.perf_counter()
         compiled, hlo_text = compiled_hlo(lowered, slice_)
@@ -406,6 +441,7 @@ def compile_candidate(
         )  # fmt: skip
         if failed.feasible is False and cache is not None and key is not None:
             cache.put(key, _to_json(failed))
+            cache.put(index_key, {"compile_key": key})
         return failed
     feasible, reason = _feasibility(memory, hbm)
     result = CompileResult(
@@ -417,4 +453,5 @@ def compile_candidate(
     )  # fmt: skip
     if cache is not None and key is not None:
         cache.put(key, _to_json(result))
+        cache.put(index_key, {"compile_key": key})
     return result

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import pytest
 
+from aoizora.cache import JsonCache
 from aoizora.candidates.baselines import baseline_candidates
 from aoizora.candidates.space import argument_bytes_per_chip, make_candidate
-from aoizora.compile import compile_candidate, lower
+from aoizora.compile import cached_compile, compile_candidate, lower
 from aoizora.tpu import slice_backend, topology_devices
 from aoizora.workloads.base import user_workload
 from aoizora.workloads.rules import Rules
@@ -198,3 +200,41 @@ def test_failure_is_returned_not_raised() -> None:
         order=(0, 1, 2, 2),
     )
     assert not bad_order.ok and "not a permutation" in (bad_order.error or "")
+
+
+def test_a_warm_compile_needs_no_lowering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lowered-program index maps a candidate to its compile: the second lookup
+    reads the cache without tracing, and returns exactly what the first compile did."""
+    import aoizora.compile as compile_mod
+
+    wl = user_workload(
+        "double",
+        lambda x: x * 2,
+        (jax.ShapeDtypeStruct((8, 16), jnp.float32),),
+        (("batch", None),),
+        out_logical_axes=("batch", None),
+        rule_sets=(Rules.of("dp", [("batch", "data")]), Rules.of("none", [])),
+    )
+    slice_ = load_slice("v5e:2x2")
+    cache = JsonCache(tmp_path, compress=True)
+    cand = make_candidate(wl, {"data": 4}, "dp", "none")
+    assert cached_compile(wl, cand, slice_, cache=cache) is None  # nothing compiled yet
+    first = compile_candidate(wl, cand, slice_, cache=cache)
+    assert first.ok and not first.cache_hit
+
+    def no_tracing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a warm lookup must not trace the step")
+
+    monkeypatch.setattr(compile_mod, "_jitted", no_tracing)
+    for again in (
+        cached_compile(wl, cand, slice_, cache=cache),
+        compile_candidate(wl, cand, slice_, cache=cache),
+    ):
+        assert again is not None and again.cache_hit and again.lower_s == 0.0
+        assert (again.hlo_text, again.device_order, again.memory) == (
+            first.hlo_text, first.device_order, first.memory,
+        )  # fmt: skip
+    # Another candidate (other rules, another device order) has no entry of its own.
+    other = make_candidate(wl, {"data": 4}, "none", "none")
+    assert cached_compile(wl, other, slice_, cache=cache) is None
+    assert cached_compile(wl, cand, slice_, cache=cache, order=(0, 1, 2, 3)) is None
