@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import jax
@@ -106,16 +108,21 @@ def test_compile_cache_round_trip(tmp_path: Path) -> None:
     cold = compile_candidate(wl, cand, load_slice("v5e:2x2"), cache=cache)
     warm = compile_candidate(wl, cand, load_slice("v5e:2x2"), cache=cache)
     assert cold.ok and not cold.cache_hit and warm.cache_hit
-    assert len(list(tmp_path.rglob("*.json.gz"))) == 1
+    # One compile result, and the lowered-program index entry that points at it.
+    files = {f.name.split(".")[0]: f for f in tmp_path.rglob("*.json.gz")}
+    values = {k: json.loads(gzip.decompress(f.read_bytes()))["value"] for k, f in files.items()}
+    [index] = [v for v in values.values() if "compile_key" in v]
+    assert len(files) == 2 and index["compile_key"] in files
+    assert values[index["compile_key"]]["hlo_text"] == cold.hlo_text
     assert (warm.hlo_text, warm.flops, warm.memory, warm.device_order) == (
         cold.hlo_text,
         cold.flops,
         cold.memory,
         cold.device_order,
     )
-    # Another device order is another compile (another cache entry).
+    # Another device order is another compile (another cache entry and index entry).
     other = compile_candidate(wl, cand, load_slice("v5e:2x2"), order=(3, 2, 1, 0), cache=cache)
-    assert not other.cache_hit and len(list(tmp_path.rglob("*.json.gz"))) == 2
+    assert not other.cache_hit and len(list(tmp_path.rglob("*.json.gz"))) == 4
 
 
 def test_user_workload_errors() -> None:
