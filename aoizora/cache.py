@@ -1,6 +1,6 @@
 """Every persistent cache of the planner, with one key scheme, so a repeated plan skips work.
 
-Three kinds of entry live under one cache directory (``--cache-dir``), one JSON file
+Four kinds of entry live under one cache directory (``--cache-dir``), one JSON file
 a key, written atomically:
 
 * ``stage1/`` -- Stage-1 estimates. An estimate depends on the workload (model and
@@ -17,6 +17,11 @@ a key, written atomically:
   slice (shape, wrap-around, chip and link numbers), the placement's network
   footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator
   code (:data:`SOURCES` ``["q2"]``, its C event core included).
+* ``search/`` -- placement-search reports (:mod:`aoizora.rank.search_cache`). A
+  report depends on every job searched (its program, mesh, placement tree and
+  given orders), the slice, the search's switches and the code that bounds,
+  walks and replays (:data:`SOURCES` ``["search"]``); the deadline it ran under
+  is stored beside it, not in the key, so a longer deadline can resume it.
 
 The one key scheme: :func:`cache_key` hashes the kind's format tag, the versions,
 the fingerprint of the kind's source files and the kind's own parts.
@@ -34,7 +39,7 @@ import gzip
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -53,6 +58,7 @@ __all__ = [
     "lowered_key",
     "plan_caches",
     "q2_key",
+    "search_key",
     "stage1_key",
     "versions",
 ]
@@ -65,6 +71,7 @@ _KINDS = {
     "compiled": "aoizora.compile-cache/1",
     "q2": "aoizora.q2-cache/2",
     "lowered": "aoizora.lowered-index/1",
+    "search": "aoizora.search-cache/1",
 }
 # Sources (relative to the repository root) whose code decides each kind of result.
 # A compile result depends only on the StableHLO and the versions, not on our code.
@@ -84,6 +91,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),
     # What a candidate lowers to: the workload code, the candidate and mesh building.
     "lowered": ("aoizora/workloads", "aoizora/candidates", "aoizora/tpu.py", "aoizora/compile.py"),
+    # What a search finds: its tree and bounds, the replays it asks for, the simulator.
+    "search": ("aoizora/rank", "aoizora/placement", "aoizora/hlo", "aoizora/replay.py", "sim"),
 }
 
 
@@ -172,12 +181,35 @@ def lowered_key(
     return cache_key("lowered", workload, candidate, slice_name, backend, ",".join(map(str, order)))
 
 
+def _network(slice_: Slice) -> tuple[str, str, str]:
+    """Shape and wrap-around, chip and link numbers, the per-collective overhead."""
+    network = json.dumps([list(slice_.shape), list(slice_.wraparound)])
+    overhead = repr(slice_.chip.collective_overhead_s)  # sim.collectives pays it per collective
+    return network, _chip_numbers(slice_), overhead
+
+
 def q2_key(*, hlo_text: str, slice_: Slice, footprint: tuple[object, ...]) -> str:
     """The key of one replay: program, network and placement footprint."""
-    network = json.dumps([list(slice_.shape), list(slice_.wraparound)])
+    network, chips, overhead = _network(slice_)
     program = hashlib.sha256(hlo_text.encode()).hexdigest()
-    overhead = repr(slice_.chip.collective_overhead_s)  # sim.collectives pays it per collective
-    return cache_key("q2", program, network, _chip_numbers(slice_), overhead, repr(footprint))
+    return cache_key("q2", program, network, chips, overhead, repr(footprint))
+
+
+def search_key(
+    *,
+    jobs: Sequence[str],
+    slice_: Slice,
+    per_job: bool,
+    batch_size: int,
+    algorithm: str | Mapping[str, str] | None,
+) -> str:
+    """The key of one placement search: each job's identity (a string naming its
+    program digest, mesh, tree and given orders: :func:`aoizora.rank.search_cache.job_identity`),
+    the slice's network and the search's switches. The deadline is not part of it."""
+    switches = json.dumps(
+        {"per_job": per_job, "batch_size": batch_size, "algorithm": algorithm}, sort_keys=True
+    )
+    return cache_key("search", *_network(slice_), switches, *jobs)
 
 
 class JsonCache:
@@ -219,18 +251,21 @@ class JsonCache:
 
 @dataclass(frozen=True)
 class PlanCaches:
-    """The three caches of one cache directory."""
+    """The four caches of one cache directory."""
 
     stage1: JsonCache
     compiled: JsonCache
     q2: JsonCache
+    search: JsonCache
 
 
 def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
-    """``stage1/``, ``compiled/`` (gzipped) and ``q2/`` under ``cache_dir``."""
+    """``stage1/``, ``compiled/`` (gzipped), ``q2/`` and ``search/`` (gzipped: a
+    report lists every placement it replayed) under ``cache_dir``."""
     root = Path(cache_dir)
     return PlanCaches(
         stage1=JsonCache(root / "stage1"),
         compiled=JsonCache(root / "compiled", compress=True),
         q2=JsonCache(root / "q2"),
+        search=JsonCache(root / "search", compress=True),
     )

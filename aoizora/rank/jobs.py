@@ -76,6 +76,9 @@ class SearchSummary:
 
     ``gap`` = (winner Q2 - ``bound_s``) / winner Q2: 0 when the search proved
     the winner optimal over every compiled sharding's placement family.
+    ``cached``: the report was read from the ``search/`` cache
+    (:mod:`aoizora.rank.search_cache`); ``seconds`` is then the search's that
+    stored it.
     """
 
     num_placements: int
@@ -88,6 +91,7 @@ class SearchSummary:
     seconds: float
     nodes_bounded: int
     fan_out: str
+    cached: bool = False
 
     @classmethod
     def of(cls, report: SearchReport, *, fan_out: str) -> SearchSummary:
@@ -100,7 +104,7 @@ class SearchSummary:
             proven_worse=sum(j.proven_worse for j in jobs),
             open=sum(j.open for j in jobs),
             bound_s=report.bound_s, gap=report.gap, seconds=report.seconds,
-            nodes_bounded=report.nodes_bounded, fan_out=fan_out,
+            nodes_bounded=report.nodes_bounded, fan_out=fan_out, cached=report.cached,
         )  # fmt: skip
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -115,4 +119,5 @@ class SearchSummary:
             "seconds": self.seconds,
             "nodes_bounded": self.nodes_bounded,
             "fan_out": self.fan_out,
+            "cached": self.cached,
         }

@@ -113,7 +113,11 @@ class JobReport:
 
 @dataclass(frozen=True)
 class SearchReport:
-    """The search's answer: the best placement found, the bound and the gap."""
+    """The search's answer: the best placement found, the bound and the gap.
+
+    ``seconds`` and ``nodes_bounded`` are the search's own, also when the report
+    was read back from the cache (``cached=True``, :mod:`aoizora.rank.search_cache`).
+    """
 
     jobs: tuple[JobReport, ...]
     winner_job: int
@@ -121,6 +125,7 @@ class SearchReport:
     bound_s: float
     seconds: float
     nodes_bounded: int
+    cached: bool = False
 
     @property
     def complete(self) -> bool:
