@@ -51,6 +51,7 @@ from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import search_placements
+from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import (
     Stage1Ranking,
     rank_stage1,
@@ -399,9 +400,15 @@ def _rank_all(
         for (cand, result), g in zip(compiled, graphs, strict=True)
     ]
     evaluator = BatchEvaluator(programs, slice_, cache=caches.q2 if caches else None, pool=pool)
-    report = search_placements(
-        jobs, evaluator, per_job=per_candidate, deadline_s=deadline_s, progress=say
-    )
+    if caches is None:
+        report = search_placements(
+            jobs, evaluator, per_job=per_candidate, deadline_s=deadline_s, progress=say
+        )
+    else:  # a finished search is read back, a stopped one resumed (aoizora.rank.search_cache)
+        report = cached_search(
+            jobs, evaluator, cache=caches.search, programs=evaluator.digests,
+            per_job=per_candidate, deadline_s=deadline_s, progress=say,
+        )  # fmt: skip
     scored = []
     for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
         placements = tuple(

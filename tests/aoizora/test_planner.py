@@ -209,6 +209,13 @@ def test_warm_run_is_byte_identical_and_uses_the_cache(
     assert _plan_json(cold) == _plan_json(warm)
     assert all(c.compile.cache_hit for c in warm.scored)
     assert all(e.nodes == () for e in warm.stage1.kept)  # served from the Stage-1 cache
+    # The placement search is read back whole: the same scores, marked cached.
+    assert warm.search is not None and warm.search.cached
+    assert outcome_summary(warm)["search"]["cached"] is True
+    assert [c.placements for c in warm.scored] == [c.placements for c in cold.scored]
+    assert [(c.proven_worse, c.open, c.bound_s) for c in warm.scored] == [
+        (c.proven_worse, c.open, c.bound_s) for c in cold.scored
+    ]
 
 
 def test_report_labels_latencies_as_simulated(cold: PlanOutcome) -> None:
