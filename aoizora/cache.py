@@ -1,6 +1,6 @@
 """Every persistent cache of the planner, with one key scheme, so a repeated plan skips work.
 
-Four kinds of entry live under one cache directory (``--cache-dir``), one JSON file
+Five kinds of entry live under one cache directory (``--cache-dir``), one JSON file
 a key, written atomically:
 
 * ``stage1/`` -- Stage-1 estimates. An estimate depends on the workload (model and
@@ -17,6 +17,9 @@ a key, written atomically:
   slice (shape, wrap-around, chip and link numbers), the placement's network
   footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator
   code (:data:`SOURCES` ``["q2"]``, its C event core included).
+* ``links/`` -- the link utilisation of a what-if winner's full replay
+  (:mod:`aoizora.studies.whatif`): the same inputs as a replay, keyed by the
+  device order itself, and the code that reads the simulator's link records.
 * ``search/`` -- placement-search reports (:mod:`aoizora.rank.search_cache`). A
   report depends on every job searched (its program, mesh, placement tree and
   given orders), the slice, the search's switches and the code that bounds,
@@ -55,6 +58,7 @@ __all__ = [
     "cache_key",
     "code_fingerprint",
     "compile_key",
+    "links_key",
     "lowered_key",
     "plan_caches",
     "q2_key",
@@ -72,6 +76,7 @@ _KINDS = {
     "q2": "aoizora.q2-cache/2",
     "lowered": "aoizora.lowered-index/1",
     "search": "aoizora.search-cache/1",
+    "links": "aoizora.link-utilisation/1",
 }
 # Sources (relative to the repository root) whose code decides each kind of result.
 # A compile result depends only on the StableHLO and the versions, not on our code.
@@ -93,6 +98,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "lowered": ("aoizora/workloads", "aoizora/candidates", "aoizora/tpu.py", "aoizora/compile.py"),
     # What a search finds: its tree and bounds, the replays it asks for, the simulator.
     "search": ("aoizora/rank", "aoizora/placement", "aoizora/hlo", "aoizora/replay.py", "sim"),
+    "links": ("aoizora/hlo", "aoizora/replay.py", "aoizora/studies/whatif.py", "sim"),
 }
 
 
@@ -195,6 +201,12 @@ def q2_key(*, hlo_text: str, slice_: Slice, footprint: tuple[object, ...]) -> st
     return cache_key("q2", program, network, chips, overhead, repr(footprint))
 
 
+def links_key(*, hlo_text: str, slice_: Slice, physical_ids: Sequence[int]) -> str:
+    """The key of one full replay's link utilisation: program, network, device order."""
+    program = hashlib.sha256(hlo_text.encode()).hexdigest()
+    return cache_key("links", program, *_network(slice_), ",".join(map(str, physical_ids)))
+
+
 def search_key(
     *,
     jobs: Sequence[str],
@@ -251,21 +263,23 @@ class JsonCache:
 
 @dataclass(frozen=True)
 class PlanCaches:
-    """The four caches of one cache directory."""
+    """The caches of one cache directory."""
 
     stage1: JsonCache
     compiled: JsonCache
     q2: JsonCache
     search: JsonCache
+    links: JsonCache
 
 
 def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
-    """``stage1/``, ``compiled/`` (gzipped), ``q2/`` and ``search/`` (gzipped: a
-    report lists every placement it replayed) under ``cache_dir``."""
+    """``stage1/``, ``compiled/`` (gzipped), ``q2/``, ``search/`` (gzipped: a
+    report lists every placement it replayed) and ``links/`` under ``cache_dir``."""
     root = Path(cache_dir)
     return PlanCaches(
         stage1=JsonCache(root / "stage1"),
         compiled=JsonCache(root / "compiled", compress=True),
         q2=JsonCache(root / "q2"),
         search=JsonCache(root / "search", compress=True),
+        links=JsonCache(root / "links"),
     )

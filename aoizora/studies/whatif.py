@@ -10,7 +10,8 @@ the question "what would wrap-around links buy us".
 
 Each row reports the best simulated step latency, the speedups over the baselines,
 and the peak and mean link utilisation of the winner's simulated step (bytes a
-link carried / (its bandwidth x the step time), from the simulator's link records).
+link carried / (its bandwidth x the step time), from the simulator's link records;
+kept in the ``links/`` cache, since a full replay of a 256-chip step takes seconds).
 
     >>> from sim.topology import parse_slice_spec
     >>> parse_slice_spec("v5e:4x4+wrap=10").spec
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aoizora.cache import JsonCache, links_key, plan_caches
 from aoizora.errors import AoizoraError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import PlanOutcome, Progress, run_plan
@@ -88,11 +90,27 @@ def _utilisation(sim: SimResult) -> tuple[float, float]:
     return max(values), sum(values) / len(values)
 
 
-def whatif_row(spec: str, outcome: PlanOutcome) -> WhatIfRow:
-    """The row of a finished plan: winner, baselines, link utilisation of its replay."""
-    graph = graph_from_text(outcome.winner.compile.hlo_text)
-    run = replay(graph, outcome.slice_, outcome.winner_placement.order)
-    peak, mean = _utilisation(run.sim)
+def _winner_utilisation(outcome: PlanOutcome, cache: JsonCache | None) -> tuple[float, float]:
+    """Peak and mean link utilisation of the winner's full replay (read from ``cache``
+    when there: a pod-scale replay takes seconds)."""
+    hlo_text = outcome.winner.compile.hlo_text
+    order = outcome.winner_placement.order
+    key = None
+    if cache is not None:
+        key = links_key(hlo_text=hlo_text, slice_=outcome.slice_, physical_ids=order.physical_ids)
+        got = cache.get(key)
+        if got is not None:
+            return float(got["peak"]), float(got["mean"])
+    peak, mean = _utilisation(replay(graph_from_text(hlo_text), outcome.slice_, order).sim)
+    if cache is not None and key is not None:
+        cache.put(key, {"peak": peak, "mean": mean})
+    return peak, mean
+
+
+def whatif_row(spec: str, outcome: PlanOutcome, *, cache: JsonCache | None = None) -> WhatIfRow:
+    """The row of a finished plan: winner, baselines, link utilisation of its replay
+    (``cache``: the ``links/`` cache of :func:`aoizora.cache.plan_caches`)."""
+    peak, mean = _winner_utilisation(outcome, cache)
     return WhatIfRow(
         spec=spec,
         num_chips=outcome.slice_.num_chips,
@@ -144,7 +162,8 @@ def run_whatif(
                 progress=progress,
                 **dict(plan_options or {}),
             )
-            rows.append(whatif_row(spec, outcome))
+            links = plan_caches(cache_dir).links if cache_dir is not None else None
+            rows.append(whatif_row(spec, outcome, cache=links))
         except (AoizoraError, SimError) as exc:
             say(f"== what-if {spec}: failed: {exc}")
             rows.append(

@@ -14,11 +14,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import aoizora.studies.whatif
+from aoizora.cache import JsonCache, links_key
 from aoizora.commands.whatif import render_rows, rows_to_csv
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import run_plan
 from aoizora.replay import replay
-from aoizora.studies.whatif import run_whatif
+from aoizora.studies.whatif import run_whatif, whatif_row
 from aoizora.workloads.base import Workload, user_workload
 from aoizora.workloads.rules import Rules
 from aoizora.workloads.wan import parse_resolution, wan_workload
@@ -101,6 +103,35 @@ def test_run_whatif_rows_match_their_plans(plan_cache_dir: Path) -> None:
     assert [p["slice"] for p in parsed] == specs
     assert float(parsed[0]["step_s"]) == ok.step_s
     assert parsed[2]["error"] == v4.error
+
+
+@pytest.mark.slow
+def test_a_warm_row_reads_the_winners_link_utilisation(
+    plan_cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = "v5e:2x2"
+    outcome = run_plan(
+        wan_workload("wan-tiny", CLIP), parse_slice_spec(spec), top_k=2,
+        cache_dir=str(plan_cache_dir),
+    )  # fmt: skip
+    links = JsonCache(tmp_path)
+    cold = whatif_row(spec, outcome, cache=links)
+    assert cold == whatif_row(spec, outcome)  # the cache changes nothing
+
+    def no_replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the winner was replayed again")
+
+    monkeypatch.setattr(aoizora.studies.whatif, "replay", no_replay)
+    assert whatif_row(spec, outcome, cache=links) == cold
+    with pytest.raises(AssertionError, match="replayed again"):
+        whatif_row(spec, outcome, cache=JsonCache(tmp_path / "empty"))
+    # The key is the device order itself: another placement is another entry.
+    order = outcome.winner_placement.order
+    keys = {
+        links_key(hlo_text=outcome.winner.compile.hlo_text, slice_=outcome.slice_, physical_ids=ids)
+        for ids in (order.physical_ids, tuple(reversed(order.physical_ids)))
+    }
+    assert len(keys) == 2
 
 
 @pytest.mark.slow
