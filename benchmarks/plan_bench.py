@@ -14,7 +14,9 @@ ranking <= 10 ms per (sharding, placement); warm <= 5 s; peak memory <= 8 GiB).
         # for those slices in the cache directory DIR of an earlier `aoizora plan`:
         # gap, CPU ms per (sharding, placement) pair, CPU s per replayed placement
 
-Cold = a fresh, empty cache directory; warm = the same directory again. Every
+Cold = a fresh, empty cache directory; warm = the same directory again, in this
+process (so without Python's start-up and imports; a finished placement search and
+one a deadline stopped are both read from the ``search/`` cache). Every
 line says what it measured; the JSON summary at the end has the raw numbers,
 the machine's load average and the peak resident memory of this process and
 its children (the worker pool).
@@ -119,6 +121,7 @@ def _whatif_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     options = {"workers": args.workers, "search_seconds": args.search_seconds}
     with tempfile.TemporaryDirectory(prefix="aoizora-bench-whatif-") as tmp:
         runs = []
+        answers = []  # each run's rows without plan_s: warm must repeat cold's answer
         for kind in ("cold", "warm"):
             t0 = time.perf_counter()
             rows = run_whatif(
@@ -130,8 +133,13 @@ def _whatif_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
             for r in rows:
                 gap = "n/a" if r.search_gap is None else f"{r.search_gap:.2%}"
                 print(f"  {r.spec}: winner {r.winner} {r.placement}, gap {gap}, error {r.error}")
+            answers.append(
+                [{k: v for k, v in r.to_json_dict().items() if k != "plan_s"} for r in rows]
+            )
+        same = answers[0] == answers[1]
+        print(f"warm whatif rows equal the cold ones (plan_s aside): {same}")
         summary.update(
-            whatif_cold_s=runs[0], whatif_warm_s=runs[1],
+            whatif_cold_s=runs[0], whatif_warm_s=runs[1], whatif_warm_identical=same,
             whatif_rows=[r.to_json_dict() for r in rows],
         )  # fmt: skip
 
