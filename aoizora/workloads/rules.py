@@ -30,6 +30,7 @@ Example (maxdiffusion's Wan rules, excerpt):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -210,7 +211,41 @@ def logical_to_pspec(
         >>> r = Rules.of("x", [("b", ("data", "fsdp")), ("s", "context")])
         >>> logical_to_pspec(("b", "s", None), r, ("data", "fsdp", "context"), (2, 1, 4))
         P('data', 'context', None)
+
+    Answers are memoised (a PartitionSpec is immutable): enumerating a pod's
+    candidates asks the same question of every attention kind of a sharding.
     """
+    names = None if mesh_axis_names is None else tuple(mesh_axis_names)
+    sizes: tuple[object, ...] | None = None
+    if isinstance(mesh_axis_sizes, Mapping):
+        sizes = ("by name", tuple(mesh_axis_sizes.items()))
+    elif mesh_axis_sizes is not None:
+        sizes = ("in order", tuple(mesh_axis_sizes))
+    try:
+        return _memo_pspec(tuple(logical_axes), rules, names, sizes)
+    except TypeError:  # an unhashable argument: answer without the memo
+        return _pspec(logical_axes, rules, mesh_axis_names, mesh_axis_sizes)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _memo_pspec(
+    logical_axes: tuple[str | None, ...],
+    rules: Rules,
+    names: tuple[str, ...] | None,
+    sizes: tuple[object, ...] | None,
+) -> PartitionSpec:
+    given: Any = None if sizes is None else sizes[1]
+    if sizes is not None and sizes[0] == "by name":
+        given = dict(given)
+    return _pspec(logical_axes, rules, names, given)
+
+
+def _pspec(
+    logical_axes: Sequence[str | None],
+    rules: Rules,
+    mesh_axis_names: Sequence[str] | None,
+    mesh_axis_sizes: Sequence[int] | Mapping[str, int] | None,
+) -> PartitionSpec:
     resolved = logical_to_mesh_axes(logical_axes, rules)
     sizes = _size_map(mesh_axis_names, mesh_axis_sizes)
     entries: list[str | tuple[str, ...] | None] = []

@@ -157,3 +157,20 @@ def test_resolution_characterisation(
             used |= set(axes)
     expected = tuple(assigned.get(i) for i in range(len(dims)))
     assert got == expected
+
+
+def test_pspecs_are_memoised_and_still_checked() -> None:
+    # Enumerating a pod's candidates asks each question once per attention kind.
+    sizes = {"data": 2, "model": 1}
+    first = logical_to_pspec(("batch", "mlp"), FLAX, ("data", "model"), sizes)
+    assert first == P("data", None)
+    assert logical_to_pspec(("batch", "mlp"), FLAX, ("data", "model"), dict(sizes)) is first
+    # Sizes by position and by name are answered alike; another size is another answer.
+    assert logical_to_pspec(("batch", "mlp"), FLAX, ("data", "model"), (2, 1)) == first
+    assert logical_to_pspec(("batch", "mlp"), FLAX, ("data", "model"), (2, 4)) == P("data", "model")
+    # Errors are not memoised away: every call still raises.
+    for _ in range(2):
+        with pytest.raises(WorkloadError, match="not in the mesh"):
+            logical_to_pspec(("batch",), FLAX, ("model",), (2,))
+        with pytest.raises(WorkloadError, match="same length"):
+            logical_to_pspec(("batch",), FLAX, ("data", "model"), (2,))
