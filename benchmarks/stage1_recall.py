@@ -27,7 +27,6 @@ always re-scored):
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
@@ -37,6 +36,7 @@ from typing import Any
 from aoizora.planner import PlanOutcome, run_plan
 from aoizora.report.summary import candidate_rows
 from aoizora.workloads.base import Workload
+from aoizora.workloads.factory import load_workload
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
 
@@ -103,9 +103,8 @@ def _print(outcome: PlanOutcome, table: list[dict[str, Any]], label: str, wall_s
 
 def _workload(args: argparse.Namespace) -> tuple[Workload, str]:
     """The Wan model of ``--model``, or the factory ``--workload MODULE:FUNCTION`` returns."""
-    if args.workload:
-        module, _, name = args.workload.partition(":")
-        workload: Workload = getattr(importlib.import_module(module), name)()
+    if args.workload:  # FILE.py:FACTORY or package.module:FACTORY, as `aoizora plan --workload`
+        workload: Workload = load_workload(args.workload)
         return workload, workload.name
     clip = parse_resolution(args.resolution, frames=args.frames)
     return wan_workload(args.model, clip), f"{args.model} {args.resolution} {args.frames}f"

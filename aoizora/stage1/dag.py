@@ -17,6 +17,11 @@ output a :class:`PredictionDag` whose :class:`Node` values are
   (``all_gather``, ``psum`` -> ``all_reduce``, ``ppermute`` ->
   ``collective_permute``, ``all_to_all``, ``reduce_scatter``).
 
+Given ``times``, a dot XLA would run as a *windowed einsum* (its all-gather
+replaced by a loop of collective-permutes and partial dots) gets that loop
+instead of Shardy's all-gather: a region of its own, per
+:mod:`aoizora.stage1.windowed`.
+
 Hand models remain only where Shardy cannot answer, each marked in
 ``Node.reason``:
 
@@ -55,10 +60,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from aoizora.stage1.flops import kernel_cost
+from aoizora.stage1.flops import kernel_cost, op_flops
 from aoizora.stage1.fusion import Kernel, fuse_block, op_class
+from aoizora.stage1.groups import MeshGroups
 from aoizora.stage1.memory import peak_temp_bytes
 from aoizora.stage1.partitioner import as_xla_partitions
 from aoizora.stage1.prediction import RELAYOUT_PASSES, Node, PredictionDag
@@ -72,7 +76,7 @@ from aoizora.stage1.shardy import (
     Stage1Error,
     TensorType,
 )
-from sim.costs import conv_flops, matmul_flops, window_positions
+from aoizora.stage1.windowed import DotTimes, WindowedDot, keeps_window, window_shape
 
 __all__ = ["build_dag"]
 
@@ -110,7 +114,7 @@ class _Ctx:
 
 
 class _Builder:
-    def __init__(self, module: ShardyModule) -> None:
+    def __init__(self, module: ShardyModule, times: DotTimes | None = None) -> None:
         self.m = module
         self.axis_sizes = dict(module.mesh_axes)
         self.axis_order = {name: i for i, (name, _) in enumerate(module.mesh_axes)}
@@ -121,21 +125,61 @@ class _Builder:
         self.warnings: list[str] = []
         self._sharding_cache: dict[int, Sharding] = {}
         self.regions: list[tuple[int, int, int]] = []
-        self._coords_table: np.ndarray | None = None
-        self._varying_cache: dict[tuple[tuple[int, ...], ...], list[tuple[str, int]]] = {}
+        self._groups: MeshGroups | None = None  # built at the first explicit collective
         self._fused: dict[int, dict[int, Kernel]] = {}  # id(block) -> kernels by root op
+        self.uses: dict[int, int] = {}
+        self._dots: list[Op] = []
+        # id(dot) -> its windowed-einsum loop and the mesh axes its ring runs over
+        self.windowed: dict[int, tuple[WindowedDot, tuple[tuple[str, int], ...]]] = {}
+        self.window_gathers: set[int] = set()  # all-gathers a windowed dot replaces
         for fn in module.functions.values():
             self._index(fn.body)
+        if times is not None:
+            self._find_windows(times)
 
     # ---- helpers
     def _index(self, block: Block) -> None:
         for op in block.ops:
             for r in op.results:
                 self.defs[r] = op
+            for v in op.operands:
+                self.uses[v] = self.uses.get(v, 0) + 1
+            if op.name == "stablehlo.dot_general":
+                self._dots.append(op)
             if op.int_value is not None and op.results:
                 self.const_int[op.results[0]] = op.int_value
             for region in op.regions:
                 self._index(region)
+
+    def _find_windows(self, times: DotTimes) -> None:
+        """XLA's windowed-einsum decision for every dot (:mod:`aoizora.stage1.windowed`)."""
+        n = math.prod(size for _, size in self.m.mesh_axes)
+        for op in self._dots:
+            shape = window_shape(
+                op, sharding=self._sharding, gathered_from=self._gathered_from, num_devices=n
+            )
+            if shape is None:
+                continue
+            g, on_contracting = shape
+            w = WindowedDot(
+                gathered=g, at_contracting=on_contracting, partitions=n,
+                other_bytes=self._bytes(op.operands[1 - g]),
+                gathered_bytes=self._bytes(op.operands[g]), out_bytes=self._bytes(op.results[0]),
+                flops=op_flops(op, local_shape=self._local_shape),
+            )  # fmt: skip
+            compute_s = times.compute_s(w.flops, w.other_bytes + w.gathered_bytes + w.out_bytes)
+            gather_s = times.gather_s(n, w.gathered_bytes)
+            if keeps_window(compute_s=compute_s, gather_s=gather_s, partitions=n):
+                axes = self._extents(self.defs[op.operands[g]].collective_axes)
+                self.windowed[id(op)] = (w, tuple(axes))
+                self.window_gathers.add(op.operands[g])
+
+    def _gathered_from(self, v: int) -> int | None:
+        """The value an ``sdy.all_gather`` replicated into ``v`` for its one user, or None."""
+        op = self.defs.get(v)
+        if op is None or op.name != "sdy.all_gather" or self.uses.get(v, 0) != 1:
+            return None
+        return op.operands[0] if self._sharding(v).num_shards == 1 else None
 
     def _type(self, v: int) -> TensorType:
         return self.m.value_types[v]
@@ -289,7 +333,18 @@ class _Builder:
     def _kernel(self, block: Block, kernel: Kernel, ctx: _Ctx) -> None:
         ops = [block.ops[i] for i in kernel.ops]
         deps = self._deps(kernel.inputs)
-        flops = sum(self._matmul_flops(op) for op in ops)
+        flops = sum(op_flops(op, local_shape=self._local_shape) for op in ops)
+        hbm = float(kernel.hbm_bytes)
+        for op in ops:
+            window = self.windowed.get(id(op))
+            if window is not None:
+                deps = self._window_loop(op, window, ctx, deps)
+                w = window[0]
+                # The loop reads both operands and writes the dot's result; what is
+                # left of the kernel reads that result unless the dot is its root.
+                rest = hbm - w.other_bytes - w.gathered_bytes
+                rest += -w.out_bytes if op is ops[-1] else w.out_bytes
+                flops, hbm = max(0.0, flops - w.flops), max(0.0, rest)
         named = [op for op in ops if op_class(op.name) in ("matmul", "root")] or ops
         nid = self._add(
             kind="compute",
@@ -301,37 +356,45 @@ class _Builder:
             op=named[-1],
             reason=f"fused kernel of {len(ops)} op(s): {named[-1].location or named[-1].name}",
             flops=flops,
-            hbm_bytes=kernel.hbm_bytes,
+            hbm_bytes=hbm,
         )
         for op in ops:
             self._set_results(op, (nid,))
 
-    def _matmul_flops(self, op: Op) -> float:
-        """FLOPs per chip of a matmul or convolution (0 for other ops), from local shapes."""
-        if op.name == "stablehlo.dot_general":
-            lhs = self._local_shape(op.operands[0])
-            k = math.prod(lhs[d] for d in op.contracting_dims)
-            return matmul_flops(math.prod(self._local_shape(op.results[0])), k)
-        if op.name == "stablehlo.convolution" and op.convolution is not None:
-            c = op.convolution
-            lhs = self._local_shape(op.operands[0])
-            kernel = self._local_shape(op.operands[1])
-            out = self._local_shape(op.results[0])
-            positions = [
-                window_positions(
-                    lhs[i], out[o], kernel[k], stride=c.strides[d],
-                    padding_low=c.padding_low[d], lhs_dilation=c.lhs_dilation[d],
-                    rhs_dilation=c.rhs_dilation[d],
-                )
-                for d, (i, k, o) in enumerate(c.spatial)
-            ]  # fmt: skip
-            return conv_flops(
-                batch=lhs[c.input_batch],
-                input_features=kernel[c.kernel_input_feature],
-                output_features=kernel[c.kernel_output_feature],
-                positions=positions,
-            )
-        return 0.0
+    def _window_loop(
+        self,
+        op: Op,
+        window: tuple[WindowedDot, tuple[tuple[str, int], ...]],
+        ctx: _Ctx,
+        deps: tuple[int, ...],
+    ) -> tuple[int, ...]:
+        """The windowed-einsum loop of ``op``, a region of its own; returns its last node.
+
+        Each iteration: two permutes (one per ring direction) under the first
+        partial dot, two more under the second, which needs the first's shards.
+        """
+        w, axes = window
+        reason = "windowed einsum of an all-gathered dot (XLA dot_handler)"
+        if w.iterations > 1:  # one more shard moves before the loop (measured at n = 8)
+            self._add(kind="implicit", collective="collective-permute", axes=axes,
+                      nbytes=w.permute_bytes, ctx=ctx, deps=deps, op=op, reason=reason)  # fmt: skip
+        rid = len(self.regions) + 1
+        self.regions.append((rid, ctx.region, w.iterations))
+        inner = _Ctx(ctx.count * w.iterations, ctx.manual, ctx.depth, rid)
+        before: tuple[int, ...] = ()
+        for stage_flops, stage_bytes in w.stages():
+            permutes = tuple(
+                self._add(kind="implicit", collective="collective-permute", axes=axes,
+                          nbytes=w.permute_bytes, ctx=inner, deps=deps, op=op, reason=reason)
+                for _ in range(2)
+            )  # fmt: skip
+            nid = self._add(
+                kind="compute", collective="", axes=(), nbytes=0, ctx=inner,
+                deps=tuple(sorted({*deps, *before})), op=op, reason=reason,
+                flops=stage_flops, hbm_bytes=stage_bytes,
+            )  # fmt: skip
+            before = (*permutes, nid)
+        return (before[-1],)
 
     def _opaque(self, op: Op, ctx: _Ctx) -> None:
         name = op.name
@@ -437,6 +500,10 @@ class _Builder:
 
     # ---- collectives
     def _sdy_collective(self, op: Op, ctx: _Ctx) -> None:
+        if op.results and op.results[0] in self.window_gathers:
+            # A windowed dot's loop moves these shards (_window_loop).
+            self._set_results(op, self._deps(op.operands))
+            return
         collective, counts_result = _SDY[op.name]
         value = op.results[0] if counts_result else op.operands[0]
         axes: Sequence[AxisRef] = op.collective_axes
@@ -449,55 +516,10 @@ class _Builder:
         )  # fmt: skip
         self._set_results(op, (nid,))
 
-    def _device_coords(self) -> np.ndarray:
-        """``coords[d]`` = the mesh coordinates of device id ``d`` (one row per device)."""
-        if self._coords_table is None:
-            sizes = [s for _, s in self.m.mesh_axes]
-            n = math.prod(sizes)
-            pos = np.arange(n, dtype=np.int64)  # the default iota order: id = position
-            ids = self.m.device_ids
-            if ids:  # an explicit device order: device ids[p] sits at mesh position p
-                if sorted(ids) != list(range(n)):
-                    raise Stage1Error(
-                        f"the mesh's device ids {list(ids)[:8]}... are not a permutation of "
-                        f"0..{n - 1} for mesh {dict(self.m.mesh_axes)}"
-                    )
-                pos[np.asarray(ids, dtype=np.int64)] = np.arange(n, dtype=np.int64)
-            self._coords_table = np.stack(np.unravel_index(pos, sizes), axis=1)
-        return self._coords_table
-
     def _varying_axes(self, groups: Sequence[Sequence[int]]) -> list[tuple[str, int]]:
-        """Mesh axes along which the members of a group differ, with the group's extent.
-
-        One pass over a device -> coordinates table (a group of a 256-chip mesh
-        lists 256 devices, and ring attention issues hundreds of them), memoised
-        per distinct group list.
-        """
-        key = tuple(tuple(g) for g in groups)
-        cached = self._varying_cache.get(key)
-        if cached is not None:
-            return cached
-        names = [n for n, _ in self.m.mesh_axes]
-        table = self._device_coords()
-        extent: dict[str, int] = {}
-        for g in key:
-            if not g:
-                continue
-            members = np.asarray(g, dtype=np.int64)
-            if members.min() < 0 or members.max() >= len(table):
-                raise Stage1Error(
-                    f"a collective's replica group names device {int(members.max())} (or "
-                    f"{int(members.min())}), outside the {len(table)}-device mesh "
-                    f"{dict(self.m.mesh_axes)}; groups must list devices of the program's mesh"
-                )
-            coords = table[members]
-            for i, n in enumerate(names):
-                k = len(np.unique(coords[:, i]))
-                if k > 1:
-                    extent[n] = max(extent.get(n, 1), k)
-        out = [(n, extent[n]) for n in self._axis_names(list(extent))]
-        self._varying_cache[key] = out
-        return out
+        if self._groups is None:
+            self._groups = MeshGroups(self.m.mesh_axes, device_ids=self.m.device_ids)
+        return self._groups.varying_axes(groups)
 
     def _explicit_hlo(self, op: Op, ctx: _Ctx, collective: str) -> None:
         if op.source_target_pairs:
@@ -576,11 +598,12 @@ def _moved_axes(src: Sharding, dst: Sharding) -> list[AxisRef]:
     return sorted({x for x in (*a, *b) if a.get(x) != b.get(x)})
 
 
-def build_dag(module: ShardyModule) -> PredictionDag:
+def build_dag(module: ShardyModule, *, times: DotTimes | None = None) -> PredictionDag:
     """Build the prediction DAG and memory estimate of a module read after :data:`PIPELINE`.
 
     Where XLA's partitioner departs from Shardy's reshards the module is first
     rewritten to match it (:func:`aoizora.stage1.partitioner.as_xla_partitions`).
+    ``times`` prices XLA's windowed-einsum cost rule; without it no dot is windowed.
 
     Raises :class:`~aoizora.stage1.shardy.Stage1Error` when the module has no mesh.
     """
@@ -590,7 +613,7 @@ def build_dag(module: ShardyModule) -> PredictionDag:
             "jax.sharding.Mesh, e.g. jax.jit(f, in_shardings=NamedSharding(mesh, P('data')))"
         )
     module = as_xla_partitions(module)
-    b = _Builder(module)
+    b = _Builder(module, times)
     main = module.functions[module.main]
     b.build_function(main, _Ctx(1, frozenset()))
     args = sum(b._bytes(a) for a in main.body.args)

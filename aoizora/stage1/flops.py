@@ -1,9 +1,12 @@
-"""FLOPs and HBM bytes per chip of an opaque kernel (``custom_call``, e.g. Pallas).
+"""FLOPs and HBM bytes per chip of an opaque kernel (``custom_call``, e.g. Pallas), and
+the FLOPs of a matmul or convolution.
 
 :func:`kernel_cost`: the kernel's ``CostEstimate`` when it has one, else, for a
 kernel whose name says attention, :func:`sim.costs.attention_flops` of its
 (q, k, v) operands -- the same count the replay of the compiled step uses.
-Matmuls and convolutions are counted where :mod:`aoizora.stage1.dag` meets them.
+:func:`op_flops`: a ``dot_general`` or ``convolution`` from its local shapes
+(:func:`sim.costs.matmul_flops`, :func:`sim.costs.conv_flops`, as the replay counts
+the compiled kernels).
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aoizora.stage1.shardy import Op, TensorType
-from sim.costs import attention_flops
+from sim.costs import attention_flops, conv_flops, matmul_flops, window_positions
 
-__all__ = ["attention_operands", "kernel_cost"]
+__all__ = ["attention_operands", "kernel_cost", "op_flops"]
 
 # Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
 _ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
@@ -77,3 +80,34 @@ def kernel_cost(
         head_dim=q.shape[-1], value_dim=v.shape[-1],
     )  # fmt: skip
     return flops, float(io)
+
+
+def op_flops(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> float:
+    """FLOPs per chip of a matmul or convolution (0 for other ops), from local shapes.
+
+    ``local_shape(v)`` is value ``v``'s shape on one chip.
+    """
+    if op.name == "stablehlo.dot_general":
+        lhs = local_shape(op.operands[0])
+        k = math.prod(lhs[d] for d in op.contracting_dims)
+        return matmul_flops(math.prod(local_shape(op.results[0])), k)
+    if op.name == "stablehlo.convolution" and op.convolution is not None:
+        c = op.convolution
+        lhs = local_shape(op.operands[0])
+        kernel = local_shape(op.operands[1])
+        out = local_shape(op.results[0])
+        positions = [
+            window_positions(
+                lhs[i], out[o], kernel[k], stride=c.strides[d],
+                padding_low=c.padding_low[d], lhs_dilation=c.lhs_dilation[d],
+                rhs_dilation=c.rhs_dilation[d],
+            )
+            for d, (i, k, o) in enumerate(c.spatial)
+        ]  # fmt: skip
+        return conv_flops(
+            batch=lhs[c.input_batch],
+            input_features=kernel[c.kernel_input_feature],
+            output_features=kernel[c.kernel_output_feature],
+            positions=positions,
+        )
+    return 0.0

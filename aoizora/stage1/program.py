@@ -163,8 +163,12 @@ class Op:
     target_sharding: Sharding | None = None
     # sdy collectives: the mesh axes (or sub-axes) they gather, slice, move or reduce.
     collective_axes: tuple[AxisRef, ...] = ()
-    # stablehlo.dot_general: the lhs contracting dimensions.
+    # stablehlo.dot_general: the lhs contracting dimensions, and the rest of its
+    # dimension numbers (XLA's windowed-einsum rule classifies every dimension).
     contracting_dims: tuple[int, ...] = ()
+    rhs_contracting_dims: tuple[int, ...] = ()
+    lhs_batch_dims: tuple[int, ...] = ()
+    rhs_batch_dims: tuple[int, ...] = ()
     # func.call
     callee: str = ""
     # stablehlo.custom_call

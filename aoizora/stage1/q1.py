@@ -42,6 +42,7 @@ from aoizora.stage1.dag import build_dag
 from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
+from aoizora.stage1.windowed import DotTimes
 from sim.costs import COLLECTIVE_KINDS, best_box, roofline_s
 from sim.costs import collective_time_s as sim_collective_time_s
 from sim.topology import Slice
@@ -237,7 +238,15 @@ def estimate_module(
 ) -> Stage1Estimate:
     """:func:`estimate` on an already read module."""
     _check_axes(module, mesh_axis_sizes)
-    dag: PredictionDag = build_dag(module)
+    # XLA's windowed-einsum cost rule, priced with the same kernel and collective
+    # times as every other node.
+    times = DotTimes(
+        compute_s=lambda flops, nbytes: roofline_s(flops, nbytes, chip=chip),
+        gather_s=lambda n, nbytes: collective_time_s(
+            "all-gather", group_size=n, bytes_per_device=nbytes, chip=chip, slice_=slice_
+        ),
+    )
+    dag: PredictionDag = build_dag(module, times=times)
     compute_s = 0.0
     flops = 0.0
     traffic = 0.0

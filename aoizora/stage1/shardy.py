@@ -396,6 +396,9 @@ class _Reader:
         if name == "stablehlo.dot_general":
             dn = self.stablehlo.DotDimensionNumbers(attrs["dot_dimension_numbers"])
             kw["contracting_dims"] = tuple(int(d) for d in dn.lhs_contracting_dimensions)
+            kw["rhs_contracting_dims"] = tuple(int(d) for d in dn.rhs_contracting_dimensions)
+            kw["lhs_batch_dims"] = tuple(int(d) for d in dn.lhs_batching_dimensions)
+            kw["rhs_batch_dims"] = tuple(int(d) for d in dn.rhs_batching_dimensions)
         if name == "stablehlo.convolution":
             kw["convolution"] = self._convolution(attrs)
         results = tuple(self._new_value(r, result_sh[i], op_index) for i, r in enumerate(o.results))
