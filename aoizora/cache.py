@@ -7,8 +7,8 @@ a key, written atomically:
   clip), the candidate, the slice and its chip numbers, and the code that lowers and
   reads the program (:data:`SOURCES` ``["stage1"]``).
 * ``compiled/`` -- compile results (HLO text, costs, memory; gzipped). A compile
-  depends on the StableHLO, the target, the device order and the jax/jaxlib/libtpu
-  versions. jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve
+  depends on the StableHLO (read :func:`install_neutral`: not where the packages are
+  installed), the target, the device order and the jax/jaxlib/libtpu versions. jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve
   libtpu AOT compiles: reading an entry back fails with "PjRtCompiler must be
   constructed with a Client to call DeserializeLoadedExecutable" (checked with jax
   0.10.2 + libtpu 0.0.52; docs/facts.md, libtpu AOT topologies), and the planner needs
@@ -38,10 +38,12 @@ the fingerprint of the kind's source files and the kind's own parts.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -170,9 +172,55 @@ def stage1_key(*, workload_name: str, candidate_id: str, slice_: Slice) -> str:
     return cache_key("stage1", workload_name, candidate_id, slice_.name, _chip_numbers(slice_))
 
 
-def compile_key(*, lowered_text: str, slice_name: str, backend: str, order: Sequence[int]) -> str:
-    """The key of one compile: the target, the device order and the StableHLO."""
-    return cache_key("compiled", slice_name, backend, ",".join(map(str, order)), lowered_text)
+# A Pallas kernel's Mosaic module rides in its custom call's backend_config as base64 MLIR
+# bytecode (jax ``_src/tpu_custom_call.py``), and the bytecode's debug locations name the
+# kernel's source file: the site-packages of the environment that traced it.
+_KERNEL_BODY = re.compile(r"(\\22body\\22: \\22)([A-Za-z0-9+/=]+)(\\22)")
+
+
+def install_neutral(lowered_text: str) -> str:
+    """``lowered_text`` with each Pallas kernel body replaced by the digest of the kernel
+    printed without debug locations.
+
+    Two environments (a venv moved, another checkout) lower one program to text that
+    differs only in the source paths inside the kernels' bytecode, so a compile key
+    over the raw text missed every cached compile. The key needs only to tell programs
+    apart; the compile itself uses the raw text. A body MLIR cannot read is kept as is.
+
+    >>> install_neutral("no kernel here")
+    'no kernel here'
+    """
+    from jaxlib.mlir import ir
+    from jaxlib.mosaic.python import tpu  # Mosaic's dialect (its memory spaces)
+
+    def neutral(m: re.Match[str]) -> str:
+        try:
+            ctx = ir.Context()
+            tpu.register_dialect(ctx)
+            ctx.allow_unregistered_dialects = True
+            with ctx:
+                module = ir.Module.parse(base64.b64decode(m.group(2), validate=True))
+                asm = str(module.operation.get_asm(enable_debug_info=False))
+        except Exception:  # noqa: BLE001 - not bytecode MLIR reads: keep the raw body
+            return m.group(0)
+        return m.group(1) + "sha256:" + hashlib.sha256(asm.encode()).hexdigest() + m.group(3)
+
+    return _KERNEL_BODY.sub(neutral, lowered_text)
+
+
+def compile_key(
+    *,
+    lowered_text: str,
+    slice_name: str,
+    backend: str,
+    order: Sequence[int],
+    legacy: bool = False,
+) -> str:
+    """The key of one compile: the target, the device order and the StableHLO (made
+    :func:`install_neutral`; ``legacy=True`` gives the raw-text key of caches filled
+    before, which the compile step still reads)."""
+    text = lowered_text if legacy else install_neutral(lowered_text)
+    return cache_key("compiled", slice_name, backend, ",".join(map(str, order)), text)
 
 
 def lowered_key(

@@ -326,6 +326,38 @@ def _cached(
     return dataclasses.replace(hit, candidate_id=candidate.id)
 
 
+def _lookup(
+    cache: JsonCache,
+    lowered_text: str,
+    *,
+    slice_: Slice,
+    backend: str,
+    order: Sequence[int],
+    candidate: Candidate,
+    hbm: int | None,
+    lower_s: float,
+) -> tuple[str, CompileResult | None]:
+    """The compile key of ``lowered_text`` and the cached result under it, if any.
+
+    Caches filled before compile keys were install-neutral
+    (:func:`aoizora.cache.install_neutral`) hold results under the raw text's key;
+    one found there is copied to the new key.
+    """
+    keys = [
+        compile_key(lowered_text=lowered_text, slice_name=slice_.name, backend=backend,
+                    order=order, legacy=legacy)
+        for legacy in (False, True)
+    ]  # fmt: skip
+    key = keys[0]
+    hit = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=lower_s)
+    if hit is None:
+        old = cache.get(keys[1])
+        if old is not None:
+            cache.put(key, old)
+            hit = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=lower_s)
+    return key, hit
+
+
 def _index_key(
     workload: Workload, candidate: Candidate, slice_: Slice, backend: str, order: Sequence[int]
 ) -> str:
@@ -374,10 +406,10 @@ def cached_compile(
         lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
     except Exception:
         return None
-    key = compile_key(
-        lowered_text=lowered.as_text(), slice_name=slice_.name, backend=backend, order=used_order
-    )
-    found = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0)
+    key, found = _lookup(
+        cache, lowered.as_text(), slice_=slice_, backend=backend, order=used_order,
+        candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0,
+    )  # fmt: skip
     if found is not None:
         cache.put(index_key, {"compile_key": key})
     return found
@@ -421,11 +453,10 @@ def compile_candidate(
         lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
         lower_s = time.perf_counter() - t0
         if cache is not None:
-            key = compile_key(
-                lowered_text=lowered.as_text(), slice_name=slice_.name, backend=backend,
-                order=used_order,
+            key, hit = _lookup(
+                cache, lowered.as_text(), slice_=slice_, backend=backend, order=used_order,
+                candidate=candidate, hbm=hbm, lower_s=lower_s,
             )  # fmt: skip
-            hit = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=lower_s)
             if hit is not None:
                 cache.put(index_key, {"compile_key": key})
                 return hit

@@ -238,3 +238,79 @@ def test_a_warm_compile_needs_no_lowering(tmp_path: Path, monkeypatch: pytest.Mo
     other = make_candidate(wl, {"data": 4}, "none", "none")
     assert cached_compile(wl, other, slice_, cache=cache) is None
     assert cached_compile(wl, cand, slice_, cache=cache, order=(0, 1, 2, 3)) is None
+
+
+def _moved_kernels(lowered_text: str, *, new_root: str) -> str:
+    """``lowered_text`` as another environment lowers it: each Pallas kernel body's source
+    paths moved under ``new_root`` (the kernel itself unchanged), re-encoded as bytecode."""
+    import base64
+    import io
+
+    from jaxlib.mlir import ir
+    from jaxlib.mosaic.python import tpu
+
+    from aoizora.cache import _KERNEL_BODY
+
+    def move(m: re.Match[str]) -> str:
+        ctx = ir.Context()
+        tpu.register_dialect(ctx)
+        ctx.allow_unregistered_dialects = True
+        with ctx:
+            module = ir.Module.parse(base64.b64decode(m.group(2)))
+            asm = str(module.operation.get_asm(enable_debug_info=True))
+            paths = set(re.findall(r'"(/[^"]*site-packages)/', asm))
+            assert paths, "the kernel's debug locations name its source file"
+            for p in paths:
+                asm = asm.replace(p, new_root)
+            buf = io.BytesIO()
+            ir.Module.parse(asm).operation.write_bytecode(buf)
+        return m.group(1) + base64.b64encode(buf.getvalue()).decode() + m.group(3)
+
+    return _KERNEL_BODY.sub(move, lowered_text)
+
+
+def test_compile_keys_do_not_depend_on_where_packages_are_installed() -> None:
+    """A splash kernel's bytecode names its source file; the compile key must not."""
+    from aoizora.cache import compile_key, install_neutral
+
+    cand = make_candidate(TINY, {"data": 2, "fsdp": 1, "context": 2, "tensor": 1}, "fsdp", "ring")
+    text = lower(TINY, cand, load_slice("v5e:2x2")).as_text()
+    moved = _moved_kernels(text, new_root="/elsewhere/venv/lib/python3.11/site-packages")
+    assert moved != text and "tpu_custom_call" in text
+    assert install_neutral(moved) == install_neutral(text)
+    parts = {"slice_name": "v5e:2x2", "backend": "tpu", "order": (0, 1, 2, 3)}
+    assert compile_key(lowered_text=moved, **parts) == compile_key(lowered_text=text, **parts)
+    assert compile_key(lowered_text=moved, legacy=True, **parts) != compile_key(
+        lowered_text=text, legacy=True, **parts
+    )
+    # Another program still gets another key.
+    other = make_candidate(TINY, {"data": 2, "fsdp": 1, "context": 2, "tensor": 1}, "fsdp",
+                           "gather_kv")  # fmt: skip
+    other_text = lower(TINY, other, load_slice("v5e:2x2")).as_text()
+    assert compile_key(lowered_text=other_text, **parts) != compile_key(lowered_text=text, **parts)
+
+
+def test_a_cache_filled_under_raw_text_keys_is_still_read(tmp_path: Path) -> None:
+    """Compiles cached before keys were install-neutral are found and moved to the new key."""
+    from aoizora.cache import compile_key
+
+    wl = user_workload(
+        "double", lambda x: x * 2, (jax.ShapeDtypeStruct((8, 16), jnp.float32),),
+        (("batch", None),), out_logical_axes=("batch", None),
+        rule_sets=(Rules.of("dp", [("batch", "data")]),),
+    )  # fmt: skip
+    slice_ = load_slice("v5e:2x2")
+    cand = make_candidate(wl, {"data": 4}, "dp", "none")
+    fresh = JsonCache(tmp_path / "fresh", compress=True)
+    first = compile_candidate(wl, cand, slice_, cache=fresh)
+    assert first.ok
+    text = lower(wl, cand, slice_).as_text()
+    parts = {"slice_name": slice_.name, "backend": first.backend, "order": first.device_order}
+    new_key = compile_key(lowered_text=text, **parts)
+    entry = fresh.get(new_key)
+    assert entry is not None
+    old = JsonCache(tmp_path / "old", compress=True)  # as an older version wrote it
+    old.put(compile_key(lowered_text=text, legacy=True, **parts), entry)
+    found = cached_compile(wl, cand, slice_, cache=old)
+    assert found is not None and found.cache_hit and found.hlo_text == first.hlo_text
+    assert old.get(new_key) == entry  # moved to the new key
