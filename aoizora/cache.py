@@ -8,11 +8,12 @@ a key, written atomically:
   reads the program (:data:`SOURCES` ``["stage1"]``).
 * ``compiled/`` -- compile results (HLO text, costs, memory; gzipped). A compile
   depends on the StableHLO (read :func:`install_neutral`: not where the packages are
-  installed), the target, the device order and the jax/jaxlib/libtpu versions. jax's own persistent cache (``jax_compilation_cache_dir``) cannot serve
-  libtpu AOT compiles: reading an entry back fails with "PjRtCompiler must be
-  constructed with a Client to call DeserializeLoadedExecutable" (checked with jax
-  0.10.2 + libtpu 0.0.52; docs/facts.md, libtpu AOT topologies), and the planner needs
-  only the compile's products.
+  installed), the target, the device order and the jax/jaxlib/libtpu versions. jax's
+  own persistent cache (``jax_compilation_cache_dir``) cannot serve libtpu AOT
+  compiles: reading an entry back fails with "PjRtCompiler must be constructed with a
+  Client to call DeserializeLoadedExecutable" (checked with jax 0.10.2 + libtpu
+  0.0.52; docs/facts.md, libtpu AOT topologies), and the planner needs only the
+  compile's products.
 * ``q2/`` -- simulated step times. A replay depends on the compiled program, the
   slice (shape, wrap-around, chip and link numbers), the placement's network
   footprint (:func:`aoizora.replay.network_footprint`) and the replay and simulator
