@@ -343,15 +343,17 @@ def _lookup(
     (:func:`aoizora.cache.install_neutral`) hold results under the raw text's key;
     one found there is copied to the new key.
     """
-    keys = [
-        compile_key(lowered_text=lowered_text, slice_name=slice_.name, backend=backend,
-                    order=order, legacy=legacy)
-        for legacy in (False, True)
-    ]  # fmt: skip
-    key = keys[0]
+
+    def key_of(*, legacy: bool) -> str:
+        return compile_key(
+            lowered_text=lowered_text, slice_name=slice_.name, backend=backend, order=order,
+            legacy=legacy,
+        )  # fmt: skip
+
+    key = key_of(legacy=False)
     hit = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=lower_s)
-    if hit is None:
-        old = cache.get(keys[1])
+    if hit is None:  # the raw-text key only for a miss
+        old = cache.get(key_of(legacy=True))
         if old is not None:
             cache.put(key, old)
             hit = _cached(cache, key, candidate=candidate, hbm=hbm, lower_s=lower_s)
