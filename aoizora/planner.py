@@ -384,6 +384,7 @@ def _rank_all(
     pool: FanOut,
     per_candidate: bool,
     deadline_s: float | None,
+    gap_tolerance: float,
 ) -> tuple[list[CandidateScores], SearchSummary | None]:
     """The placement search over every compiled candidate (the default order always replayed)."""
     if not compiled:
@@ -402,12 +403,14 @@ def _rank_all(
     evaluator = BatchEvaluator(programs, slice_, cache=caches.q2 if caches else None, pool=pool)
     if caches is None:
         report = search_placements(
-            jobs, evaluator, per_job=per_candidate, deadline_s=deadline_s, progress=say
-        )
+            jobs, evaluator, per_job=per_candidate, deadline_s=deadline_s,
+            gap_tolerance=gap_tolerance, progress=say,
+        )  # fmt: skip
     else:  # a finished search is read back, a stopped one resumed (aoizora.rank.search_cache)
         report = cached_search(
             jobs, evaluator, cache=caches.search, programs=evaluator.digests,
-            per_job=per_candidate, deadline_s=deadline_s, progress=say,
+            per_job=per_candidate, deadline_s=deadline_s, gap_tolerance=gap_tolerance,
+            progress=say,
         )  # fmt: skip
     scored = []
     for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
@@ -479,6 +482,7 @@ def _stage2(
     exhaustive: bool,
     pool: FanOut,
     search_seconds: float | None,
+    search_gap: float,
 ) -> tuple[
     list[tuple[Candidate, CompileResult]],
     list[tuple[str, str]],
@@ -499,6 +503,7 @@ def _stage2(
     scored, search = _rank_all(
         compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
         say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
+        gap_tolerance=search_gap,
     )  # fmt: skip
     timings.append(("rank", time.perf_counter() - t0))
     return compiled, failed, ok_ids, scored, search
@@ -517,6 +522,7 @@ def run_plan(
     workers: int | None = None,
     ray: str | None = None,
     search_seconds: float | None = None,
+    search_gap: float = 0.0,
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
@@ -527,17 +533,15 @@ def run_plan(
     (:mod:`aoizora.cache`). Stage-1 lowering, compiles and exact replays fan out
     over ``workers`` processes (default: the machine's cores) or a Ray cluster at ``ray``
     (``"local"`` starts one); the plan is the same either way.
-    ``search_seconds`` stops the placement search early, with the bound and gap
-    it proved (default: search until the best placement is proven).
-    Raises :class:`PlanError` when no candidate survives.
-    """
+    The placement search stops after ``search_seconds``, or once nothing left can
+    beat the best found by more than the fraction ``search_gap``, with the bound and
+    gap it proved (default: when the best is proven). Raises :class:`PlanError`."""
     say = progress or _quiet
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
     space = _legal_space(workload, slice_, say)
-    # One pool serves Stage 1's lowering, the compiles and the replays.
-    with fan_out(workers=workers, ray=ray) as pool:
+    with fan_out(workers=workers, ray=ray) as pool:  # Stage 1, compiles and replays
         t0 = time.perf_counter()
         ranking, stage1_failed = _run_stage1(
             workload, space, slice_, top_k=top_k, caches=caches, say=say, pool=pool
@@ -550,15 +554,15 @@ def run_plan(
         compiled, failed, compiled_ids, scored, search = _stage2(
             workload, slice_, to_compile, picks=picks, caches=caches,
             say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
-            pool=pool, search_seconds=search_seconds,
+            pool=pool, search_seconds=search_seconds, search_gap=search_gap,
         )  # fmt: skip
     if not scored:
         raise PlanError(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "
             f"failures: {'; '.join(f'{c}: {r}' for c, r in failed[:3])}"
         )
-    # Every compiled candidate is ranked by the same Q2, so a baseline's sharding
-    # may win too (the report says whether the winner came from Stage 1's top-K).
+    # One Q2 ranks every compile, so a baseline's sharding may win too (the report
+    # says whether the winner came from Stage 1's top-K).
     winner = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id, s.best.placement_id))
     logical_best = by_id[ranking.kept[0].candidate_id]
     timings.append(("total", time.perf_counter() - t_start))

@@ -118,7 +118,10 @@ def _plan_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 def _whatif_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     slices = [parse_slice_spec(s) for s in args.whatif_slices.split(",")]
     workload = wan_workload(args.model, parse_resolution(args.resolution, frames=args.frames))
-    options = {"workers": args.workers, "search_seconds": args.search_seconds}
+    options = {
+        "workers": args.workers, "search_seconds": args.search_seconds,
+        "search_gap": args.search_gap,
+    }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="aoizora-bench-whatif-") as tmp:
         runs = []
         answers = []  # each run's rows without plan_s: warm must repeat cold's answer
@@ -176,7 +179,11 @@ def _search_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         load0 = os.getloadavg()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         report = search_placements(
-            jobs, evaluator, deadline_s=args.search_seconds, progress=_progress(args)
+            jobs,
+            evaluator,
+            deadline_s=args.search_seconds,
+            gap_tolerance=args.search_gap,
+            progress=_progress(args),
         )
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         pairs = sum(j.num_placements for j in report.jobs)
@@ -211,6 +218,9 @@ def main() -> int:
     parser.add_argument("--whatif", action="store_true", help="also time the what-if study")
     parser.add_argument("--whatif-slices", default="v5e:8x8,v5e:16x16,v6e:16x16+wrap")
     parser.add_argument("--search-seconds", type=float, default=None)
+    parser.add_argument(
+        "--search-gap", type=float, default=0.0, help="stop a search within this relative gap"
+    )
     parser.add_argument("--no-plan", action="store_true", help="skip the plan figures")
     parser.add_argument(
         "--search-cache", help="time the placement search over the compiles cached in this dir"

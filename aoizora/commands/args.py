@@ -155,11 +155,19 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
         help="stop the placement search after this long and report its bound and gap "
         "(default: search until the best placement is proven)",
     )
+    p.add_argument(
+        "--search-gap",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="stop the placement search once no placement left can be more than this "
+        "fraction faster than the best found, e.g. 0.001 for 0.1%% (default 0: prove the best)",
+    )
 
 
 def check_search_arguments(args: argparse.Namespace) -> None:
     """Reject a non-positive ``--top-k``, ``--max-placements``, ``--workers`` or
-    ``--search-seconds`` (:class:`WorkloadError`)."""
+    ``--search-seconds``, and a ``--search-gap`` outside [0, 1) (:class:`WorkloadError`)."""
     if args.top_k < 1:
         raise WorkloadError(f"--top-k {args.top_k}: must be a positive integer, e.g. --top-k 3")
     if args.max_placements is not None and args.max_placements < 1:
@@ -175,11 +183,22 @@ def check_search_arguments(args: argparse.Namespace) -> None:
             f"--search-seconds {args.search_seconds}: must be a positive number of seconds, "
             "e.g. --search-seconds 120"
         )
+    if not 0.0 <= args.search_gap < 1.0:
+        raise WorkloadError(
+            f"--search-gap {args.search_gap}: must be a fraction in [0, 1), e.g. "
+            "--search-gap 0.001 (0.1%); 0 searches until the best placement is proven"
+        )
 
 
 def fan_out_options(args: argparse.Namespace) -> dict[str, object]:
-    """``workers``, ``ray`` and ``search_seconds`` for :func:`aoizora.planner.run_plan`."""
-    return {"workers": args.workers, "ray": args.ray, "search_seconds": args.search_seconds}
+    """``workers``, ``ray``, ``search_seconds`` and ``search_gap`` for
+    :func:`aoizora.planner.run_plan`."""
+    return {
+        "workers": args.workers,
+        "ray": args.ray,
+        "search_seconds": args.search_seconds,
+        "search_gap": args.search_gap,
+    }
 
 
 def progress_printer(*, quiet: bool) -> Callable[[str], None]:

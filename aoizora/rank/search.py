@@ -11,7 +11,10 @@ better than the best Q2 found so far (the *incumbent*) is proven worse with
 everything under it and never visited. When the heap empties, the best
 placement found is the optimum of the family; when a deadline stops the
 search first, the smallest bound left open says how far from optimal it can
-be (the *gap*).
+be (the *gap*). With ``gap_tolerance`` the search also stops once the gap is
+that small: a node whose bound is within the tolerance of the incumbent is left
+open under its bound, not proven worse, so the reported bound and gap stay true
+(the standard relative-gap stop of branch and bound, e.g. MIP solvers' ``MIPGap``).
 
 Exact replays run in batches of ``batch_size`` leaves (in a process pool or
 on Ray when the caller's ``evaluate`` fans out); the incumbent changes only
@@ -44,7 +47,15 @@ from aoizora.placement.space import Node, PlacementSpace
 from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
 from aoizora.rank.bounds_of_nodes import NodeBounds
 
-__all__ = ["Job", "JobReport", "Leaf", "Scored", "SearchReport", "search_placements"]
+__all__ = [
+    "Job",
+    "JobReport",
+    "Leaf",
+    "Scored",
+    "SearchReport",
+    "check_gap_tolerance",
+    "search_placements",
+]
 
 Progress = Callable[[str], None]
 _EXTRA_COMPLEXITY = (10**6, 10**6, 10**6, 1)  # given orders sort after every described one
@@ -169,10 +180,12 @@ class _Search:
         batch_size: int,
         per_job: bool,
         algorithm: str | Mapping[str, str] | None,
+        gap_tolerance: float = 0.0,
     ) -> None:
         self.evaluate = evaluate
         self.batch_size = batch_size
         self.per_job = per_job
+        self.gap_tolerance = gap_tolerance
         self.heap: list[_Entry] = []
         self.seq = itertools.count()
         self.nodes_bounded = 0
@@ -231,10 +244,12 @@ class _Search:
         """Pop nodes until a batch of new leaves is ready (or nothing is left)."""
         batch: list[Leaf] = []
         keys: dict[tuple[int, tuple[int, ...]], int] = {}  # class -> its place in the batch
+        within_gap: list[_Entry] = []  # open, but at most gap_tolerance better than the best
         while self.heap and len(batch) < self.batch_size:
             if self.past_deadline():
                 break  # what is left stays open, under its bound
-            bound, _, j, item = heapq.heappop(self.heap)
+            entry = heapq.heappop(self.heap)
+            bound, _, j, item = entry
             if bound >= self.incumbent(j):
                 self.prune(j, item)
                 if not self.per_job:  # the heap is ordered: everything left is no better
@@ -242,28 +257,46 @@ class _Search:
                         self.prune(k, rest)
                     self.heap.clear()
                 continue
-            if isinstance(item, Leaf):
-                self.take_leaf(item, batch, keys)
+            if bound >= self.incumbent(j) * (1.0 - self.gap_tolerance):
+                within_gap.append(entry)
+                if not self.per_job:  # the heap is ordered: the gap is within the tolerance
+                    break
                 continue
-            st = self.states[j]
-            space = st.job.space
-            if space.is_leaf(item):
-                leaf = Leaf(j, space.label(item), space.physical_ids(item), space.complexity(item))
-                self.take_leaf(leaf, batch, keys)
-                continue
-            for child in space.children(item):
-                if self.past_deadline():
-                    # Past the deadline a child keeps its parent's bound (every
-                    # placement under the child is under the parent too).
-                    self.push(bound, j, child)
-                    continue
-                self.nodes_bounded += 1
-                child_bound = st.bounds.bound(child)
-                if child_bound >= self.incumbent(j):
-                    self.prune(j, child)
-                else:
-                    self.push(child_bound, j, child)
+            self.split_or_take(bound, j, item, batch, keys)
+        for entry in within_gap:
+            heapq.heappush(self.heap, entry)
         return batch
+
+    def split_or_take(
+        self,
+        bound: float,
+        j: int,
+        item: Node | Leaf,
+        batch: list[Leaf],
+        keys: dict[tuple[int, tuple[int, ...]], int],
+    ) -> None:
+        """Queue the leaf ``item`` for replay, or bound and push the children of a node."""
+        if isinstance(item, Leaf):
+            self.take_leaf(item, batch, keys)
+            return
+        st = self.states[j]
+        space = st.job.space
+        if space.is_leaf(item):
+            leaf = Leaf(j, space.label(item), space.physical_ids(item), space.complexity(item))
+            self.take_leaf(leaf, batch, keys)
+            return
+        for child in space.children(item):
+            if self.past_deadline():
+                # Past the deadline a child keeps its parent's bound (every
+                # placement under the child is under the parent too).
+                self.push(bound, j, child)
+                continue
+            self.nodes_bounded += 1
+            child_bound = st.bounds.bound(child)
+            if child_bound >= self.incumbent(j):
+                self.prune(j, child)
+            else:
+                self.push(child_bound, j, child)
 
     def take_leaf(
         self, leaf: Leaf, batch: list[Leaf], keys: dict[tuple[int, tuple[int, ...]], int]
@@ -314,6 +347,7 @@ def search_placements(
     batch_size: int = 8,
     per_job: bool = False,
     deadline_s: float | None = None,
+    gap_tolerance: float = 0.0,
     algorithm: str | Mapping[str, str] | None = None,
     progress: Progress | None = None,
     progress_every_s: float = 10.0,
@@ -323,15 +357,22 @@ def search_placements(
     ``evaluate`` replays a batch of leaves exactly (in order). ``deadline_s``
     (seconds from the start) stops the search: past it no node is split or
     bounded (children of a node being split keep its bound), the batch
-    already collected is replayed, and the report carries the bound left open. ``progress`` gets a
+    already collected is replayed, and the report carries the bound left open.
+    ``gap_tolerance`` (a fraction, e.g. ``0.001``) stops the search once no open
+    placement can beat the best found by more than that fraction of it; the
+    default 0 searches until the best placement is proven. ``progress`` gets a
     line every ``progress_every_s`` seconds and one at the end.
     """
     if not jobs:
         raise PlacementError("search_placements needs at least one job (a compiled sharding)")
     if batch_size < 1:
         raise PlacementError(f"batch_size={batch_size} must be a positive integer, e.g. 8")
+    check_gap_tolerance(gap_tolerance)
     t0 = time.perf_counter()
-    run = _Search(jobs, evaluate, batch_size=batch_size, per_job=per_job, algorithm=algorithm)
+    run = _Search(
+        jobs, evaluate, batch_size=batch_size, per_job=per_job, algorithm=algorithm,
+        gap_tolerance=gap_tolerance,
+    )  # fmt: skip
     if deadline_s is not None:
         run.stop_at = t0 + deadline_s
     forced = run.seed()
@@ -353,6 +394,15 @@ def search_placements(
     if progress is not None:
         progress(_progress_line(run, report.seconds, final=report))
     return report
+
+
+def check_gap_tolerance(gap_tolerance: float) -> None:
+    """Raise :class:`PlacementError` unless ``0 <= gap_tolerance < 1``."""
+    if not 0.0 <= gap_tolerance < 1.0:
+        raise PlacementError(
+            f"gap tolerance {gap_tolerance!r} must be a fraction in [0, 1), e.g. 0.001 to "
+            "stop once no placement left can be more than 0.1% faster; 0 proves the best"
+        )
 
 
 def _report(run: _Search, seconds: float) -> SearchReport:

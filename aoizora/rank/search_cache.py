@@ -160,9 +160,16 @@ def job_identity(job: Job, *, program_digest: str) -> str:
     )
 
 
-def _reusable(entry: Mapping[str, Any], report: SearchReport, deadline_s: float | None) -> bool:
-    """A complete report always; a stopped one for a deadline no longer than its own."""
-    if report.complete:
+def _reusable(
+    entry: Mapping[str, Any],
+    report: SearchReport,
+    deadline_s: float | None,
+    gap_tolerance: float,
+) -> bool:
+    """A complete report always; one stopped within ``gap_tolerance`` of its best (it
+    answers the request: no placement left open beats it by more); one a deadline
+    stopped for a deadline no longer than its own."""
+    if report.complete or report.gap <= gap_tolerance:
         return True
     searched = entry.get("deadline_s")
     return deadline_s is not None and searched is not None and deadline_s <= float(searched)
@@ -184,7 +191,9 @@ def _hit_line(report: SearchReport, deadline_s: object) -> str:
     simulated = sum(j.simulated for j in jobs)
     worse = sum(j.proven_worse for j in jobs)
     open_ = sum(j.open for j in jobs)
-    ran = "to the end" if report.complete else f"stopped by its {deadline_s} s deadline"
+    ran = "to the end" if report.complete else f"stopped at a {report.gap:.2%} gap"
+    if not report.complete and isinstance(deadline_s, (int, float)):
+        ran += f" (deadline {deadline_s} s)"
     return (
         f"[search] from the cache (a {report.seconds:.1f} s search, {ran}): {simulated} "
         f"simulated, {worse} proven worse, {open_} open of {total} placements; best "
@@ -202,6 +211,7 @@ def cached_search(
     batch_size: int = 8,
     per_job: bool = False,
     deadline_s: float | None = None,
+    gap_tolerance: float = 0.0,
     algorithm: str | Mapping[str, str] | None = None,
     progress: Progress | None = None,
     progress_every_s: float = 10.0,
@@ -210,10 +220,11 @@ def cached_search(
 
     ``programs[i]`` is a digest of job ``i``'s program (the search sees only its
     collective graph). A complete cached report is returned whatever
-    ``deadline_s``; a deadline-stopped one when ``deadline_s`` is given and at
-    most the deadline it ran under. Otherwise the search runs -- resuming a
-    stopped one, since ``evaluate`` reads its replays from the Q2 cache -- and
-    its report is stored with ``deadline_s``. ``progress`` gets one line on a hit.
+    ``deadline_s``; so is one whose gap is at most ``gap_tolerance``; a
+    deadline-stopped one when ``deadline_s`` is given and at most the deadline it
+    ran under. Otherwise the search runs -- resuming a stopped one, since
+    ``evaluate`` reads its replays from the Q2 cache -- and its report is stored
+    with ``deadline_s``. ``progress`` gets one line on a hit.
     """
     if len(programs) != len(jobs):
         raise PlacementError(
@@ -227,13 +238,14 @@ def cached_search(
         slice_=jobs[0].space.slice, per_job=per_job, batch_size=batch_size, algorithm=algorithm,
     )  # fmt: skip
     got = _read(cache, key)
-    if got is not None and _reusable(got[0], got[1], deadline_s):
+    if got is not None and _reusable(got[0], got[1], deadline_s, gap_tolerance):
         if progress is not None:
             progress(_hit_line(got[1], got[0].get("deadline_s")))
         return got[1]
     report = search_placements(
         jobs, evaluate, batch_size=batch_size, per_job=per_job, deadline_s=deadline_s,
-        algorithm=algorithm, progress=progress, progress_every_s=progress_every_s,
+        gap_tolerance=gap_tolerance, algorithm=algorithm, progress=progress,
+        progress_every_s=progress_every_s,
     )  # fmt: skip
     cache.put(key, {"deadline_s": deadline_s, "report": report_to_json(report)})
     return report

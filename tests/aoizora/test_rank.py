@@ -14,6 +14,8 @@ import random
 
 import pytest
 
+from aoizora.cli import main
+from aoizora.errors import PlacementError
 from aoizora.hlo.nodes import CollectiveGraph
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.enumerate import enumerate_placements, raw_placements
@@ -252,3 +254,55 @@ def test_the_planner_runs_the_compiled_core_and_the_python_core_agrees(
     python = run()
     assert calls["python"] == calls["compiled"]  # nothing served from a cache
     assert repr(python) == repr(compiled)  # equal text: equal doubles
+
+
+@pytest.mark.parametrize(("name", "shape"), SEARCH_CASES)
+def test_a_gap_tolerance_stops_within_it_and_its_bound_holds(
+    name: str, shape: tuple[int, ...]
+) -> None:
+    s = load_slice(name)
+    jobs = _jobs(s, shape)
+    truth = [_exhaustive(job.graph, s, shape, False) for job in jobs]
+    optimum = min(min(t.values()) for t in truth)
+
+    def evaluate(batch: list[Leaf]) -> list[float]:
+        return [truth[leaf.job][leaf.physical_ids] for leaf in batch]
+
+    exact = search_placements(jobs, evaluate, batch_size=1)
+    zero = search_placements(jobs, evaluate, batch_size=1, gap_tolerance=0.0)
+    assert zero.jobs == exact.jobs and zero.winner == exact.winner and zero.complete
+    saved: dict[float, int] = {}
+    for tol in (0.01, 0.3):
+        report = search_placements(jobs, evaluate, batch_size=1, gap_tolerance=tol)
+        assert report.gap <= tol and report.bound_s <= optimum  # the bound held
+        assert report.winner.q2_s * (1.0 - tol) <= optimum + 1e-15
+        # Stopping early only cuts the same search short.
+        assert sum(j.simulated for j in report.jobs) <= sum(j.simulated for j in exact.jobs)
+        saved[tol] = saved.get(tol, 0) + sum(j.open for j in report.jobs)
+        for jr, t in zip(report.jobs, truth, strict=True):
+            assert jr.bound_s <= min(t.values()) or jr.open == 0
+        per_job = search_placements(jobs, evaluate, per_job=True, gap_tolerance=tol)
+        for jr, t in zip(per_job.jobs, truth, strict=True):
+            best = jr.scored[0].q2_s
+            assert best * (1.0 - tol) <= min(t.values()) + 1e-15
+            assert min(jr.bound_s, best) <= min(t.values())
+    if len(truth[0]) > 4:  # v5e:2x2 has too few classes to stop any earlier
+        assert saved[0.3] > 0  # a 30% tolerance stops before every class is settled
+
+
+def test_a_gap_tolerance_outside_0_1_is_refused() -> None:
+    s = load_slice("v5e:2x2")
+    jobs = _jobs(s, (2, 2))
+    for bad in (-0.1, 1.0, math.nan):
+        with pytest.raises(PlacementError, match=r"must be a fraction in \[0, 1\)"):
+            search_placements(jobs, lambda batch: [1.0] * len(batch), gap_tolerance=bad)
+
+
+@pytest.mark.parametrize("command", ["plan", "whatif"])
+def test_the_cli_refuses_a_search_gap_outside_0_1(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    where = ["--slice", "v5e:2x2"] if command == "plan" else ["--slices", "v5e:2x2"]
+    code = main([command, "--model", "wan2.1-1.3b", *where, "--search-gap", "1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--search-gap 1.5: must be a fraction in [0, 1)" in err

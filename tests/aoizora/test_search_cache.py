@@ -150,6 +150,28 @@ def test_deadlines_reuse_a_stopped_search_only_for_no_more_time(tmp_path: Path) 
         assert got == dataclasses.replace(resumed, cached=True)
 
 
+def test_a_search_stopped_within_a_gap_serves_that_gap_and_no_smaller(tmp_path: Path) -> None:
+    s = load_slice("v5e:4x4")
+    jobs = _jobs(s, (4, 4))
+    cache = JsonCache(tmp_path)
+    programs = _digests(jobs)
+
+    def run(evaluate: object, gap: float) -> SearchReport:
+        return cached_search(
+            jobs, evaluate, cache=cache, programs=programs, batch_size=1,  # type: ignore[arg-type]
+            gap_tolerance=gap,
+        )  # fmt: skip
+
+    loose = run(_Exact(jobs), 0.3)
+    assert not loose.complete and 0.0 < loose.gap <= 0.3 and not loose.cached
+    for gap in (loose.gap, 0.3, 0.5):  # a gap at least as loose: served from the cache
+        assert run(_refuse, gap) == dataclasses.replace(loose, cached=True)
+    tighter = _Exact(jobs)
+    proven = run(tighter, 0.0)  # a tighter request searches on
+    assert tighter.leaves > 0 and not proven.cached and proven.complete and proven.gap == 0.0
+    assert proven.winner.q2_s >= loose.bound_s  # the loose search's bound held
+
+
 def test_the_key_follows_the_program_the_slice_and_the_switches(tmp_path: Path) -> None:
     s = load_slice("v5e:2x4")
     jobs = _jobs(s, (2, 4))
