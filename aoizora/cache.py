@@ -263,12 +263,14 @@ def search_key(
     per_job: bool,
     batch_size: int,
     algorithm: str | Mapping[str, str] | None,
+    probes: int = 64,
 ) -> str:
     """The key of one placement search: each job's identity (a string naming its
     program digest, mesh, tree and given orders: :func:`aoizora.rank.search_cache.job_identity`),
     the slice's network and the search's switches. The deadline is not part of it."""
     switches = json.dumps(
-        {"per_job": per_job, "batch_size": batch_size, "algorithm": algorithm}, sort_keys=True
+        {"per_job": per_job, "batch_size": batch_size, "algorithm": algorithm, "probes": probes},
+        sort_keys=True,
     )
     return cache_key("search", *_network(slice_), switches, *jobs)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -184,6 +185,26 @@ class PlacementSpace:
             for subs, traversal, offsets in axis_options(choice, directions=self.directions):
                 placed = AxisChoice(axis, subs, traversal, offsets)
                 yield Node(free=rest, chosen=(*node.chosen, placed))
+
+    def random_leaf(self, rng: random.Random) -> Node:
+        """A leaf reached by random decisions from a random root (``rng`` seeded: the
+        same leaf every run). The order of the sub-axes is drawn before the traversal,
+        so an axis over many sub-axes does not build every permutation's options."""
+        node = rng.choice(self._roots)
+        while not self.is_leaf(node):
+            if node.pending is None:
+                node = rng.choice(list(self.children(node)))
+                continue
+            rest = tuple(s for s in node.free if s not in node.pending)
+            order = tuple(rng.sample(node.pending, len(node.pending)))
+            options = axis_options(order, directions=self.directions)
+            if not options:  # this order has no walk of its own (merged sub-axes)
+                node = rng.choice(list(self.children(node)))
+                continue
+            subs, traversal, offsets = rng.choice(options)
+            placed = AxisChoice(self.axis_order[len(node.chosen)], subs, traversal, offsets)
+            node = Node(free=rest, chosen=(*node.chosen, placed))
+        return node
 
     def leaves(self, node: Node | None = None) -> Iterator[Node]:
         """Every leaf under ``node`` (the whole family by default), depth first."""

@@ -5,6 +5,9 @@ Each compiled sharding brings its placement tree
 order of the traffic they carry) and a few given orders (jax's default). One
 heap holds the open nodes of every tree, keyed by a proven lower bound on the
 Q2 of every placement below them (:class:`~aoizora.rank.bounds_of_nodes.NodeBounds`).
+After the given orders it replays a few *probes*: of ``probes`` random
+root-to-leaf walks of each tree, the best two by leaf bound (leaf bounds are
+tight where inner ones are loose), so a big tree has a good incumbent at once.
 The search pops the most promising node; a leaf goes to the exact replay, an
 inner node is split and its children bounded; any node whose bound is no
 better than the best Q2 found so far (the *incumbent*) is proven worse with
@@ -34,6 +37,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +63,7 @@ __all__ = [
 
 Progress = Callable[[str], None]
 _EXTRA_COMPLEXITY = (10**6, 10**6, 10**6, 1)  # given orders sort after every described one
+_PROBES_KEPT = 2  # probe leaves replayed a tree (the best of its random walks by leaf bound)
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,8 @@ class Scored:
 class JobReport:
     """What the search did for one sharding.
 
-    ``num_placements`` counts the family's descriptions plus the extra orders;
+    ``num_placements`` counts the family's descriptions plus the extra orders
+    and the probes replayed;
     each was either replayed (``simulated`` distinct classes), a repeat of a
     class already replayed (``repeats``), ``proven_worse`` by a bound, or left
     open by a deadline (``open``). ``bound_s``: no open placement of this
@@ -235,6 +241,40 @@ class _Search:
                     self.push(st.bounds.bound(root), j, root)
         return forced
 
+    def probe(self, descents: int, keep: int) -> list[Leaf]:
+        """Leaves of each tree worth replaying first: of ``descents`` random
+        root-to-leaf walks (seeded, so the same every run), the ``keep`` best by leaf
+        bound, if that bound beats the incumbent.
+
+        Leaf bounds are tight where inner bounds are not (an axis not yet placed
+        is bounded at one hop), so on a big tree best-first alone widens the top
+        levels and replays nothing; a good incumbent from the probes proves more
+        of the tree worse and is the answer if a deadline stops the search. The
+        probes are extra placements: counted in the job's total, replayed once.
+        """
+        out: list[Leaf] = []
+        for j, st in enumerate(self.states):
+            space = st.job.space
+            n = min(descents, space.count() // 8) if st.job.tree else 0
+            if self.open_bound(j) >= self.incumbent(j):
+                n = 0  # no leaf of this tree can beat the incumbent
+            rng = random.Random(j)
+            seen = {st.class_key(o.physical_ids) for _, o in st.job.extra_orders}
+            found: list[tuple[float, str, Leaf]] = []
+            for _ in range(n):
+                node = space.random_leaf(rng)
+                leaf = Leaf(j, space.label(node), space.physical_ids(node), space.complexity(node))
+                key = st.class_key(leaf.physical_ids)
+                if key not in seen:
+                    seen.add(key)
+                    self.nodes_bounded += 1
+                    found.append((st.bounds.bound(node), leaf.label, leaf))
+            best = sorted(found, key=lambda t: t[:2])[:keep]
+            kept = [leaf for bound, _, leaf in best if bound < self.incumbent(j)]
+            st.total += len(kept)
+            out.extend(kept)
+        return out
+
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
         self.nodes_bounded += 1
@@ -348,6 +388,7 @@ def search_placements(
     per_job: bool = False,
     deadline_s: float | None = None,
     gap_tolerance: float = 0.0,
+    probes: int = 64,
     algorithm: str | Mapping[str, str] | None = None,
     progress: Progress | None = None,
     progress_every_s: float = 10.0,
@@ -358,7 +399,8 @@ def search_placements(
     (seconds from the start) stops the search: past it no node is split or
     bounded (children of a node being split keep its bound), the batch
     already collected is replayed, and the report carries the bound left open.
-    ``gap_tolerance`` (a fraction, e.g. ``0.001``) stops the search once no open
+    ``probes`` random walks a tree seed its probes (0: none). ``gap_tolerance``
+    (a fraction, e.g. ``0.001``) stops the search once no open
     placement can beat the best found by more than that fraction of it; the
     default 0 searches until the best placement is proven. ``progress`` gets a
     line every ``progress_every_s`` seconds and one at the end.
@@ -378,6 +420,9 @@ def search_placements(
     forced = run.seed()
     if forced:
         run.record(forced)
+    probed = run.probe(probes, _PROBES_KEPT)  # after the forced: their Q2 filters the probes
+    if probed:
+        run.record(probed)
     last = t0
     while True:
         batch = run.collect()

@@ -212,6 +212,7 @@ def cached_search(
     per_job: bool = False,
     deadline_s: float | None = None,
     gap_tolerance: float = 0.0,
+    probes: int = 64,
     algorithm: str | Mapping[str, str] | None = None,
     progress: Progress | None = None,
     progress_every_s: float = 10.0,
@@ -236,6 +237,7 @@ def cached_search(
     key = search_key(
         jobs=[job_identity(j, program_digest=d) for j, d in zip(jobs, programs, strict=True)],
         slice_=jobs[0].space.slice, per_job=per_job, batch_size=batch_size, algorithm=algorithm,
+        probes=probes,
     )  # fmt: skip
     got = _read(cache, key)
     if got is not None and _reusable(got[0], got[1], deadline_s, gap_tolerance):
@@ -244,7 +246,7 @@ def cached_search(
         return got[1]
     report = search_placements(
         jobs, evaluate, batch_size=batch_size, per_job=per_job, deadline_s=deadline_s,
-        gap_tolerance=gap_tolerance, algorithm=algorithm, progress=progress,
+        gap_tolerance=gap_tolerance, probes=probes, algorithm=algorithm, progress=progress,
         progress_every_s=progress_every_s,
     )  # fmt: skip
     cache.put(key, {"deadline_s": deadline_s, "report": report_to_json(report)})

@@ -178,13 +178,15 @@ def test_the_key_follows_the_program_the_slice_and_the_switches(tmp_path: Path) 
     cache = JsonCache(tmp_path)
     cached_search(jobs, _Exact(jobs), cache=cache, programs=_digests(jobs))
 
-    def key(jobs: Sequence[Job], programs: Sequence[str], *, per_job: bool = False) -> str:
+    def key(
+        jobs: Sequence[Job], programs: Sequence[str], *, per_job: bool = False, probes: int = 64
+    ) -> str:
         identities = [
             job_identity(j, program_digest=d) for j, d in zip(jobs, programs, strict=True)
         ]
         return search_key(
             jobs=identities, slice_=jobs[0].space.slice, per_job=per_job, batch_size=8,
-            algorithm=None,
+            algorithm=None, probes=probes,
         )  # fmt: skip
 
     base = key(jobs, _digests(jobs))
@@ -195,6 +197,7 @@ def test_the_key_follows_the_program_the_slice_and_the_switches(tmp_path: Path) 
         "slice": key(wrapped, _digests(wrapped)),
         "per_job": key(jobs, _digests(jobs), per_job=True),
         "jobs": key(jobs[:1], _digests(jobs)[:1]),
+        "probes": key(jobs, _digests(jobs), probes=0),
     }
     assert base == key(_jobs(s, (2, 4)), _digests(jobs))  # values, not objects
     assert len({base, *changed.values()}) == 1 + len(changed)
@@ -205,6 +208,8 @@ def test_the_key_follows_the_program_the_slice_and_the_switches(tmp_path: Path) 
         cached_search(wrapped, _refuse, cache=cache, programs=_digests(wrapped))
     with pytest.raises(AssertionError, match="a cached search replayed"):
         cached_search(jobs, _refuse, cache=cache, programs=_digests(jobs), per_job=True)
+    with pytest.raises(AssertionError, match="a cached search replayed"):
+        cached_search(jobs, _refuse, cache=cache, programs=_digests(jobs), probes=0)
     assert cached_search(jobs, _refuse, cache=cache, programs=_digests(jobs)).cached
 
 
