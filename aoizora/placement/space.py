@@ -276,6 +276,13 @@ class PlacementSpace:
             coords = coords + padded.reshape(view)
         return coords.reshape(-1, self.num_dims)
 
+    def chip_coords(self, physical_ids: Sequence[int]) -> list[tuple[int, ...]]:
+        """The chip coordinates of libtpu ids, as :meth:`coords` gives them for a leaf
+        (the two cores of a tpu7x chip share a row; ids there name cores, not chips)."""
+        ids = np.asarray(physical_ids, dtype=np.int64)[:, None]
+        rows = (ids // self.id_strides) % np.asarray(self.grid, dtype=np.int64)
+        return [tuple(r) for r in rows[:, : self._chip_dims].tolist()]
+
     def physical_ids(self, node: Node) -> tuple[int, ...]:
         """libtpu ids of a leaf's chips in mesh-flat order."""
         return tuple((self._device_coords(node) @ self.id_strides).tolist())

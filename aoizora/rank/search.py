@@ -278,7 +278,9 @@ class _Search:
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
         self.nodes_bounded += 1
-        return st.bounds.leaf_bound([st.bounds.slice.coords[i] for i in ids])
+        # Chip coordinates, as the tree's leaves are bounded (on tpu7x an id names a
+        # core, not a chip).
+        return st.bounds.leaf_bound(st.job.space.chip_coords(ids))
 
     def collect(self) -> list[Leaf]:
         """Pop nodes until a batch of new leaves is ready (or nothing is left)."""

@@ -22,6 +22,7 @@ from aoizora.placement.enumerate import enumerate_placements, raw_placements
 from aoizora.placement.space import Node, PlacementSpace
 from aoizora.rank.bounds_of_nodes import NodeBounds, collective_shapes, traffic_order
 from aoizora.rank.exact import ExactQ2
+from aoizora.rank.jobs import mesh_job
 from aoizora.rank.search import Job, Leaf, search_placements
 from aoizora.replay import replay
 from sim.topology import Slice, load_slice
@@ -347,3 +348,34 @@ def test_a_random_leaf_is_a_leaf_of_the_tree_and_the_seed_decides_it() -> None:
     drawn = [space.label(space.random_leaf(random.Random(seed))) for seed in range(40)]
     assert set(drawn) <= labels and len(set(drawn)) > 10
     assert drawn == [space.label(space.random_leaf(random.Random(seed))) for seed in range(40)]
+
+
+@pytest.mark.parametrize("name", ["v5e:2x4", "tpu7x:2x2x1"])
+def test_a_given_order_is_bounded_like_the_same_leaf_of_the_tree(name: str) -> None:
+    # Given orders are libtpu ids; on tpu7x an id names a core, not a chip, so the
+    # bound must read them as device-grid coordinates (it indexed chips before).
+    s = load_slice(name)
+    shape = (2, 4)
+    graph = mesh_program(shape, scale=4)
+    space = PlacementSpace(shape, s)
+    bounds = NodeBounds(graph, space)
+    for leaf in space.leaves():
+        ids = space.physical_ids(leaf)
+        assert space.chip_coords(ids) == [tuple(r) for r in space.coords(leaf).tolist()]
+        assert bounds.leaf_bound(space.chip_coords(ids)) == bounds.bound(leaf)
+    job = mesh_job("j", graph, s, mesh_shape=shape, mesh_axis_names=("a", "b"), max_placements=4)
+    exact = ExactQ2(graph, s)
+
+    def evaluate(batch: list[Leaf]) -> list[float]:
+        return [
+            exact.step_time(
+                DeviceOrder.from_physical_ids(x.physical_ids, mesh_shape=shape, slice_=s)
+            )
+            for x in batch
+        ]
+
+    report = search_placements([job], evaluate)  # --max-placements: listed orders only
+    listed = [
+        evaluate([Leaf(0, label, o.physical_ids, (0, 0, 0, 0))])[0] for label, o in job.extra_orders
+    ]
+    assert report.winner.q2_s == min(listed) and report.complete
