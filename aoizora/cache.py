@@ -1,6 +1,6 @@
 """Every persistent cache of the planner, with one key scheme, so a repeated plan skips work.
 
-Five kinds of entry live under one cache directory (``--cache-dir``), one JSON file
+Six kinds of entry live under one cache directory (``--cache-dir``), one JSON file
 a key, written atomically:
 
 * ``stage1/`` -- Stage-1 estimates. An estimate depends on the workload (model and
@@ -21,6 +21,12 @@ a key, written atomically:
 * ``links/`` -- the link utilisation of a what-if winner's full replay
   (:mod:`aoizora.studies.whatif`): the same inputs as a replay, keyed by the
   device order itself, and the code that reads the simulator's link records.
+* ``shardy/`` -- a candidate's program after Shardy's passes, as MLIR bytecode:
+  what Stage 1 reads. It depends on the workload, the candidate, what the lowering
+  depends on in the target (:func:`shardy_key`) and the code that lowers and runs
+  the passes (:data:`SOURCES` ``["shardy"]``), not on Q1's code or the chip's
+  numbers: a v6e slice reads what a v5e slice of its shape stored, and a change to
+  Q1 re-scores without lowering again.
 * ``search/`` -- placement-search reports (:mod:`aoizora.rank.search_cache`). A
   report depends on every job searched (its program, mesh, placement tree and
   given orders), the slice, the search's switches and the code that bounds,
@@ -66,6 +72,7 @@ __all__ = [
     "plan_caches",
     "q2_key",
     "search_key",
+    "shardy_key",
     "stage1_key",
     "versions",
 ]
@@ -78,6 +85,7 @@ _KINDS = {
     "compiled": "aoizora.compile-cache/1",
     "q2": "aoizora.q2-cache/2",
     "lowered": "aoizora.lowered-index/1",
+    "shardy": "aoizora.shardy-module/1",
     "search": "aoizora.search-cache/1",
     "links": "aoizora.link-utilisation/1",
 }
@@ -99,6 +107,14 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "q2": ("aoizora/hlo", "aoizora/replay.py", "aoizora/rank/exact.py", "sim"),
     # What a candidate lowers to: the workload code, the candidate and mesh building.
     "lowered": ("aoizora/workloads", "aoizora/candidates", "aoizora/tpu.py", "aoizora/compile.py"),
+    # What Stage 1 reads: that lowering after Shardy's passes (aoizora/stage1/shardy.py).
+    "shardy": (
+        "aoizora/workloads",
+        "aoizora/candidates",
+        "aoizora/tpu.py",
+        "aoizora/compile.py",
+        "aoizora/stage1/shardy.py",
+    ),
     # What a search finds: its tree and bounds, the replays it asks for, the simulator.
     "search": ("aoizora/rank", "aoizora/placement", "aoizora/hlo", "aoizora/replay.py", "sim"),
     "links": ("aoizora/hlo", "aoizora/replay.py", "aoizora/studies/whatif.py", "sim"),
@@ -236,6 +252,18 @@ def lowered_key(
     return cache_key("lowered", workload, candidate, slice_name, backend, ",".join(map(str, order)))
 
 
+def shardy_key(*, workload: str, candidate: str, target: str) -> str:
+    """The key of a candidate's module after Shardy's passes (``shardy/``).
+
+    ``workload`` is its ``cache_id``, ``candidate`` its JSON, ``target`` what the
+    lowering depends on besides them (:func:`aoizora.compile.lowering_target`: the
+    backend, the lowering family of the chip and the mesh's device order). Not the
+    slice's name: v5e and v6e slices of one shape share the entry, because jax lowers
+    a program alike for them (docs/facts.md, lowering families).
+    """
+    return cache_key("shardy", workload, candidate, target)
+
+
 def _network(slice_: Slice) -> tuple[str, str, str]:
     """Shape and wrap-around, chip and link numbers, the per-collective overhead."""
     network = json.dumps([list(slice_.shape), list(slice_.wraparound)])
@@ -321,11 +349,13 @@ class PlanCaches:
     q2: JsonCache
     search: JsonCache
     links: JsonCache
+    shardy: JsonCache
 
 
 def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
     """``stage1/``, ``compiled/`` (gzipped), ``q2/``, ``search/`` (gzipped: a
-    report lists every placement it replayed) and ``links/`` under ``cache_dir``."""
+    report lists every placement it replayed), ``links/`` and ``shardy/`` (gzipped)
+    under ``cache_dir``."""
     root = Path(cache_dir)
     return PlanCaches(
         stage1=JsonCache(root / "stage1"),
@@ -333,4 +363,5 @@ def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
         q2=JsonCache(root / "q2"),
         search=JsonCache(root / "search", compress=True),
         links=JsonCache(root / "links"),
+        shardy=JsonCache(root / "shardy", compress=True),
     )

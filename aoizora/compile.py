@@ -30,7 +30,7 @@ from jax.sharding import Mesh, NamedSharding
 from aoizora.cache import JsonCache, compile_key, lowered_key
 from aoizora.candidates.space import Candidate, candidate_to_json
 from aoizora.errors import CompileError, PlacementError
-from aoizora.tpu import fallback_note, slice_backend, topology_devices
+from aoizora.tpu import fallback_note, lowering_family, slice_backend, topology_devices
 from aoizora.workloads.base import Backend, BuildContext, Workload
 from aoizora.workloads.rules import is_logical_axes, logical_to_pspec
 from sim.topology import Slice
@@ -40,6 +40,7 @@ __all__ = [
     "CompileResult",
     "make_mesh",
     "lower",
+    "lowering_target",
     "cached_compile",
     "compile_candidate",
     "compiled_hlo",
@@ -162,6 +163,17 @@ def lower(
             f"lowering {workload.name} candidate {candidate.id} for {slice_.name} failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def lowering_target(candidate: Candidate, slice_: Slice) -> str:
+    """What :func:`lower` depends on in ``slice_``, as a key part: the lowering family
+    (:func:`aoizora.tpu.lowering_family`) and the device ids of the default mesh in
+    mesh-flat order. Slices with the same target lower a candidate to the same text,
+    so Stage 1 reads one lowering for both (``shardy/`` in :mod:`aoizora.cache`).
+    """
+    mesh = make_mesh(candidate, topology_devices(slice_))
+    ids = ",".join(str(int(d.id)) for d in mesh.devices.flat)
+    return f"{lowering_family(slice_)}|{ids}"
 
 
 @dataclass(frozen=True)

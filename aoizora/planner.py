@@ -41,7 +41,13 @@ from typing import Any
 from aoizora.cache import JsonCache, PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
-from aoizora.compile import CompileResult, cached_compile, compile_candidate, lower
+from aoizora.compile import (
+    CompileResult,
+    cached_compile,
+    compile_candidate,
+    lower,
+    lowering_target,
+)
 from aoizora.errors import PlanError
 from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
@@ -255,7 +261,8 @@ def _run_stage1(
     ``pool``): Q1, the HBM check and the top-K."""
     sweep = score_candidates(
         workload, space.legal, slice_, lower=lower, cache=caches.stage1 if caches else None,
-        pool=pool, progress=say,
+        pool=pool, progress=say, modules=caches.shardy if caches else None,
+        target=lowering_target,
     )  # fmt: skip
     failed = list(sweep.failed)
     if not sweep.estimates and not sweep.over_hbm:

@@ -12,6 +12,8 @@ only by :mod:`sim.topology`.
   libtpu it falls back to host CPU devices and says so loudly (a warning, and
   ``backend="cpu"`` plus a note that :mod:`aoizora.compile` puts in every result).
 * :func:`slice_backend` -- ``"tpu"`` or ``"cpu"`` (the fallback).
+* :func:`lowering_family` -- which slices jax lowers a program for alike
+  (v5e and v6e: one family), so Stage 1 reads one lowering for both.
 * :func:`default_device_order` -- maxdiffusion's device order for a mesh shape
   (``mesh_utils.create_device_mesh``), the baselines' placement.
 * :func:`check_slice` -- fail fast, before any work, when libtpu cannot describe a
@@ -60,6 +62,7 @@ __all__ = [
     "is_libtpu_chatter",
     "libtpu_describes",
     "libtpu_topology_name",
+    "lowering_family",
     "slice_backend",
     "topology_devices",
 ]
@@ -69,6 +72,32 @@ def libtpu_topology_name(slice_: Slice) -> str:
     """The name libtpu knows ``slice_`` by: generation and shape (wrap overrides do not
     change the compiled program, only the simulated network)."""
     return f"{slice_.chip.generation}:{'x'.join(str(n) for n in slice_.shape)}"
+
+
+# Chip generations whose devices jax lowers a program for identically. jax 0.10.2
+# reads a TPU device only in Pallas/Mosaic's get_tpu_info() (jax/_src/pallas/mosaic/
+# tpu_info.py, lowering.py): the generation compared with 4 and 7, the vreg shape
+# (8 sublanes x 128 lanes since v4), SparseCore facts (SparseCore kernels only) and the
+# TensorCores a device has. v5e and v6e agree on all of them (one core a device,
+# generation 5 and 6); v4 and v5p devices are two-core megacores, tpu7x is generation 7.
+# docs/facts.md, lowering families; tests/aoizora/stage1/test_sweep.py lowers every
+# attention kind for both and compares the text.
+_LOWERING_FAMILIES: dict[str, str] = {"v5e": "v5e/v6e", "v6e": "v5e/v6e"}
+
+
+def lowering_family(slice_: Slice) -> str:
+    """The slices jax lowers a program for alike, with ``slice_``: ``"tpu:v5e/v6e"``
+    for v5e and v6e, ``"tpu:<generation>"`` for any other TPU, ``"cpu"`` on the
+    libtpu-missing fallback. (The mesh's device order is the other part of the target.)
+
+    >>> from sim.topology import load_slice
+    >>> lowering_family(load_slice("v6e:2x2")) == lowering_family(load_slice("v5e:2x4"))
+    True
+    """
+    if slice_backend(slice_) != "tpu":
+        return "cpu"
+    generation = slice_.chip.generation
+    return f"tpu:{_LOWERING_FAMILIES.get(generation, generation)}"
 
 
 def _cpu_fallback_message(name: str, exc: BaseException) -> str:

@@ -63,6 +63,9 @@ __all__ = [
     "ShardyModule",
     "PIPELINE",
     "SDY_COLLECTIVES",
+    "module_bytecode",
+    "propagated_module",
+    "read_bytecode",
     "read_lowered",
     "read_mlir_module",
 ]
@@ -465,8 +468,8 @@ def read_mlir_module(module: Any) -> ShardyModule:
         return _Reader(ir=ir, sdy=sdy, stablehlo=stablehlo).read(op)
 
 
-def read_lowered(lowered: Any, *, verify: bool = False) -> ShardyModule:
-    """Run :data:`PIPELINE` on a copy of ``lowered``'s StableHLO and read it.
+def propagated_module(lowered: Any, *, verify: bool = False) -> Any:
+    """A copy of ``lowered``'s StableHLO module (``ir.Module``) after :data:`PIPELINE`.
 
     ``verify=True`` runs MLIR's verifier after every pass (slower, same result;
     for debugging a pass).
@@ -476,8 +479,7 @@ def read_lowered(lowered: Any, *, verify: bool = False) -> ShardyModule:
     mutate in place, so we clone it first: a later ``lowered.compile()`` must see the
     user's module untouched.
     """
-    from jaxlib.mlir import ir, passmanager
-    from jaxlib.mlir.dialects import sdy, stablehlo
+    from jaxlib.mlir import passmanager
 
     try:
         module = lowered.compiler_ir("stablehlo")
@@ -498,4 +500,39 @@ def read_lowered(lowered: Any, *, verify: bool = False) -> ShardyModule:
             pm.run(copy.operation)
         except Exception as e:  # noqa: BLE001 - MLIR raises a generic error
             raise Stage1Error(f"Shardy's passes failed on the lowered module: {e}") from e
-        return _Reader(ir=ir, sdy=sdy, stablehlo=stablehlo).read(copy.operation)
+    return copy
+
+
+def read_lowered(lowered: Any, *, verify: bool = False) -> ShardyModule:
+    """Run :data:`PIPELINE` on a copy of ``lowered``'s StableHLO and read it
+    (:func:`propagated_module`, then :func:`read_mlir_module`)."""
+    return read_mlir_module(propagated_module(lowered, verify=verify))
+
+
+def module_bytecode(module: Any) -> bytes:
+    """``module`` (an ``ir.Module``, e.g. from :func:`propagated_module`) as MLIR
+    bytecode: a tenth to a fiftieth of its text on Wan 2.1 14B (docs/stage1.md)."""
+    import io
+
+    out = io.BytesIO()
+    with module.context:
+        module.operation.write_bytecode(out)
+    return out.getvalue()
+
+
+def read_bytecode(data: bytes) -> ShardyModule:
+    """Read a module stored by :func:`module_bytecode`: the same :class:`ShardyModule`
+    as reading the module itself (``tests/aoizora/stage1/test_sweep.py``).
+
+    Raises :class:`Stage1Error` if ``data`` is not MLIR bytecode MLIR can parse.
+    """
+    from jax.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
+
+    # jax's context registers every dialect its lowering emits (stablehlo, sdy, ...).
+    with jax_mlir.make_ir_context():
+        try:
+            module = ir.Module.parse(data)
+        except Exception as e:  # noqa: BLE001 - MLIR raises a generic error
+            raise Stage1Error(f"stored module ({len(data)} B) is not MLIR bytecode: {e}") from e
+        return read_mlir_module(module)

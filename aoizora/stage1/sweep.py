@@ -18,6 +18,13 @@ the reason it failed), in candidate order, however the work ran:
    the splash-attention mask info of a local shape -- serve the whole chunk).
    Results come back in candidate order, so the estimates, and the plan, are
    the same serial or parallel.
+   With a ``modules`` cache and a ``target``, a candidate's program after Shardy's
+   passes is stored as MLIR bytecode (:func:`aoizora.cache.shardy_key`), and read
+   back instead of lowering again wherever the lowering target is the same: a
+   v6e slice reuses a v5e slice's of the same shape (docs/facts.md, lowering
+   families), and a change to Q1's code re-scores without lowering. Lowering,
+   Shardy's passes and reading them are four fifths of Stage 1's time
+   (``benchmarks/stage1_speed.py --phases``); parsing the bytecode is a fiftieth of that.
 
 >>> from aoizora.workloads.wan import wan_workload, parse_resolution
 >>> from aoizora.candidates.space import enumerate_candidates
@@ -33,32 +40,51 @@ the reason it failed), in candidate order, however the work ran:
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aoizora.cache import JsonCache, stage1_key
-from aoizora.candidates.space import Candidate, argument_bytes_per_chip
+from aoizora.cache import JsonCache, shardy_key, stage1_key
+from aoizora.candidates.space import Candidate, argument_bytes_per_chip, candidate_to_json
 from aoizora.errors import AoizoraError
 from aoizora.fanout import FanOut
+from aoizora.stage1.program import ShardyModule
 from aoizora.stage1.q1 import (
     Stage1Estimate,
-    estimate,
     estimate_from_json,
+    estimate_module,
     estimate_to_json,
     human_bytes,
+)
+from aoizora.stage1.shardy import (
+    Stage1Error,
+    module_bytecode,
+    propagated_module,
+    read_bytecode,
+    read_mlir_module,
 )
 from aoizora.workloads.base import Workload
 from sim.topology import Slice
 
-__all__ = ["Lower", "Stage1Sweep", "over_hbm_reason", "score_candidate", "score_candidates"]
+__all__ = [
+    "Lower",
+    "LoweringTarget",
+    "Stage1Sweep",
+    "over_hbm_reason",
+    "score_candidate",
+    "score_candidates",
+]
 
 # How to trace and lower one candidate for a slice, no compile: the planner passes
 # aoizora.compile.lower. Stage 1 comes before compiling in the pipeline, so it does
 # not import it (tests/test_layout.py); a module-level function pickles by reference
 # to the workers.
 Lower = Callable[[Workload, Candidate, Slice], Any]
+# What the lowering depends on in the slice, as a key part: aoizora.compile.lowering_target.
+LoweringTarget = Callable[[Candidate, Slice], str]
 
 # Chunks per worker: enough to even out the load (a ring-attention candidate costs
 # ten times a gather_kv one), few enough that a chunk shares its jax caches.
@@ -72,13 +98,16 @@ class Stage1Sweep:
     ``estimates`` are the scored candidates; ``failed`` ``(candidate id, error)``
     of those whose lowering or estimate failed; ``over_hbm`` ``(candidate id,
     reason)`` of those whose arguments alone exceed the device's HBM (not
-    lowered); ``cache_hits`` how many estimates came from the cache.
+    lowered); ``cache_hits`` how many estimates came from the cache;
+    ``module_hits`` how many of the others were scored from a stored module,
+    not lowered.
     """
 
     estimates: tuple[Stage1Estimate, ...]
     failed: tuple[tuple[str, str], ...]
     over_hbm: tuple[tuple[str, str], ...]
     cache_hits: int = 0
+    module_hits: int = 0
 
 
 def over_hbm_reason(workload: Workload, candidate: Candidate, hbm_bytes: float) -> str | None:
@@ -93,6 +122,58 @@ def over_hbm_reason(workload: Workload, candidate: Candidate, hbm_bytes: float) 
     )
 
 
+@dataclass(frozen=True)
+class _Modules:
+    """Where Stage 1 stores and finds programs after Shardy's passes."""
+
+    cache: JsonCache
+    target: LoweringTarget
+
+
+def _stored_module(
+    workload: Workload, candidate: Candidate, slice_: Slice, *, lower: Lower, modules: _Modules
+) -> tuple[ShardyModule, bool]:
+    """The candidate's module after Shardy's passes, from ``modules`` when stored (and
+    ``True``), else lowered, passed and stored (and ``False``)."""
+    key = shardy_key(
+        workload=workload.cache_id,
+        candidate=json.dumps(candidate_to_json(candidate), sort_keys=True),
+        target=modules.target(candidate, slice_),
+    )
+    got = modules.cache.get(key)
+    if got is not None:
+        try:
+            return read_bytecode(base64.b64decode(got["mlir_bytecode_base64"])), True
+        except (Stage1Error, KeyError, TypeError, ValueError):
+            pass  # an unreadable entry: lower again and overwrite it
+    module = propagated_module(lower(workload, candidate, slice_))
+    data = base64.b64encode(module_bytecode(module)).decode("ascii")
+    modules.cache.put(key, {"mlir_bytecode_base64": data})
+    return read_mlir_module(module), False
+
+
+def _score(
+    workload: Workload,
+    candidate: Candidate,
+    slice_: Slice,
+    *,
+    lower: Lower,
+    modules: _Modules | None = None,
+) -> tuple[Stage1Estimate, bool]:
+    """:func:`score_candidate`, and whether its module came from ``modules``."""
+    if modules is None:
+        module, stored = propagated_module(lower(workload, candidate, slice_)), False
+        read = read_mlir_module(module)
+    else:
+        read, stored = _stored_module(workload, candidate, slice_, lower=lower, modules=modules)
+    est = estimate_module(
+        read, mesh_axis_sizes=candidate.mesh_sizes,
+        # a program runs on one device (tpu7x: half a chip)
+        chip=slice_.chip.per_device(), candidate_id=candidate.id, slice_=slice_,
+    )  # fmt: skip
+    return est, stored
+
+
 def score_candidate(
     workload: Workload, candidate: Candidate, slice_: Slice, *, lower: Lower
 ) -> Stage1Estimate:
@@ -100,27 +181,25 @@ def score_candidate(
 
     Raises :class:`~aoizora.errors.AoizoraError` when lowering or the estimate fails.
     """
-    return estimate(
-        lower(workload, candidate, slice_), mesh_axis_sizes=candidate.mesh_sizes,
-        # a program runs on one device (tpu7x: half a chip)
-        chip=slice_.chip.per_device(), candidate_id=candidate.id, slice_=slice_,
-    )  # fmt: skip
+    return _score(workload, candidate, slice_, lower=lower)[0]
 
 
-_Scored = tuple[str, "Stage1Estimate | str", float]  # (id, estimate or error, seconds)
+# (id, estimate or error, seconds, whether the module was read from the modules cache)
+_Scored = tuple[str, "Stage1Estimate | str", float, bool]
+_Task = tuple[Workload, tuple[Candidate, ...], Slice, Lower, "_Modules | None"]
 
 
-def _score_chunk(task: tuple[Workload, tuple[Candidate, ...], Slice, Lower]) -> list[_Scored]:
+def _score_chunk(task: _Task) -> list[_Scored]:
     """Score a chunk of candidates in one process (a fan-out task)."""
-    workload, candidates, slice_, lower = task
+    workload, candidates, slice_, lower, modules = task
     out: list[_Scored] = []
     for cand in candidates:
         t0 = time.perf_counter()
         try:
-            out.append((cand.id, score_candidate(workload, cand, slice_, lower=lower), 0.0))
+            est, stored = _score(workload, cand, slice_, lower=lower, modules=modules)
+            out.append((cand.id, est, time.perf_counter() - t0, stored))
         except AoizoraError as exc:
-            out.append((cand.id, str(exc), 0.0))
-        out[-1] = (*out[-1][:2], time.perf_counter() - t0)
+            out.append((cand.id, str(exc), time.perf_counter() - t0, False))
     return out
 
 
@@ -137,43 +216,35 @@ def _chunks(items: Sequence[Candidate], n: int) -> list[tuple[Candidate, ...]]:
 
 
 def _scored(
-    workload: Workload, todo: Sequence[Candidate], slice_: Slice, lower: Lower, pool: FanOut | None
+    task: tuple[Workload, Slice, Lower, _Modules | None],
+    todo: Sequence[Candidate],
+    pool: FanOut | None,
 ) -> Iterator[_Scored]:
     """Every candidate of ``todo`` scored, in order: serially, or over ``pool``."""
+    workload, slice_, lower, modules = task
     if pool is None or pool.label == "serial" or len(todo) < 2:
         for cand in todo:
-            yield from _score_chunk((workload, (cand,), slice_, lower))
+            yield from _score_chunk((workload, (cand,), slice_, lower, modules))
         return
     workers = pool.workers if pool.workers > 1 else 2  # a Ray cluster: still chunk
     chunks = _chunks(todo, workers * _CHUNKS_PER_WORKER)
-    for done in pool.imap(_score_chunk, [(workload, c, slice_, lower) for c in chunks]):
+    tasks = [(workload, c, slice_, lower, modules) for c in chunks]
+    for done in pool.imap(_score_chunk, tasks):
         yield from done
 
 
-def score_candidates(
+def _split(
     workload: Workload,
     candidates: Sequence[Candidate],
     slice_: Slice,
     *,
-    lower: Lower,
-    cache: JsonCache | None = None,
-    pool: FanOut | None = None,
-    progress: Callable[[str], None] | None = None,
-    skip_over_hbm: bool = True,
-) -> Stage1Sweep:
-    """Stage 1 for every candidate (see the module docstring), results in candidate order.
-
-    ``lower`` traces and lowers one candidate (:data:`Lower`); ``pool`` fans that
-    out (``None`` or a serial pool: this process); ``progress`` receives one line
-    per candidate; ``skip_over_hbm=False`` lowers and scores even the candidates
-    proven over HBM (for checks).
-    """
-    say = progress or (lambda _: None)
+    cache: JsonCache | None,
+    skip_over_hbm: bool,
+) -> tuple[list[tuple[str, str]], dict[str, Stage1Estimate], list[Candidate], dict[str, str]]:
+    """``(over HBM, cached estimates, to score, estimate keys)`` of ``candidates``."""
     hbm = slice_.chip.per_device().hbm_bytes
-    n = len(candidates)
     over: list[tuple[str, str]] = []
     found: dict[str, Stage1Estimate] = {}
-    failed: dict[str, str] = {}
     todo: list[Candidate] = []
     keys: dict[str, str] = {}
     for cand in candidates:
@@ -189,14 +260,46 @@ def score_candidates(
             found[cand.id] = estimate_from_json(cached)
         else:
             todo.append(cand)
+    return over, found, todo, keys
+
+
+def score_candidates(
+    workload: Workload,
+    candidates: Sequence[Candidate],
+    slice_: Slice,
+    *,
+    lower: Lower,
+    cache: JsonCache | None = None,
+    pool: FanOut | None = None,
+    progress: Callable[[str], None] | None = None,
+    skip_over_hbm: bool = True,
+    modules: JsonCache | None = None,
+    target: LoweringTarget | None = None,
+) -> Stage1Sweep:
+    """Stage 1 for every candidate (see the module docstring), results in candidate order.
+
+    ``lower`` traces and lowers one candidate (:data:`Lower`); ``pool`` fans that
+    out (``None`` or a serial pool: this process); ``progress`` receives one line
+    per candidate; ``skip_over_hbm=False`` lowers and scores even the candidates
+    proven over HBM (for checks). ``modules`` stores and serves programs after
+    Shardy's passes under ``target`` (:data:`LoweringTarget`; both or neither).
+    """
+    say = progress or (lambda _: None)
+    n = len(candidates)
+    over, found, todo, keys = _split(
+        workload, candidates, slice_, cache=cache, skip_over_hbm=skip_over_hbm
+    )
     hits = len(found)
     if over:
         say(f"stage 1: {len(over)} of {n} candidates need more than HBM for their arguments alone")
     if hits:
         say(f"stage 1: {hits} of {n} estimates from the cache")
+    stored = None if modules is None or target is None else _Modules(modules, target)
+    failed: dict[str, str] = {}
+    module_hits = 0
     width = len(str(len(todo)))
-    scored = _scored(workload, todo, slice_, lower, pool)
-    for i, (cid, got, seconds) in enumerate(scored, start=1):
+    scored = _scored((workload, slice_, lower, stored), todo, pool)
+    for i, (cid, got, seconds, reused) in enumerate(scored, start=1):
         head = f"[stage 1 {i:{width}d}/{len(todo)}] {cid}"
         if isinstance(got, str):
             failed[cid] = got
@@ -205,11 +308,14 @@ def score_candidates(
         if cache is not None:
             cache.put(keys[cid], estimate_to_json(got))
         found[cid] = got
-        say(f"{head}: Q1 {got.q1_s * 1e3:.2f} ms ({seconds:.2f} s)")
+        module_hits += reused
+        how = ", stored module" if reused else ""
+        say(f"{head}: Q1 {got.q1_s * 1e3:.2f} ms ({seconds:.2f} s{how})")
     order = [c.id for c in candidates]
     return Stage1Sweep(
         estimates=tuple(found[c] for c in order if c in found),
         failed=tuple((c, failed[c]) for c in order if c in failed),
         over_hbm=tuple(over),
         cache_hits=hits,
+        module_hits=module_hits,
     )

@@ -15,10 +15,11 @@ import pytest
 
 from aoizora.cache import JsonCache
 from aoizora.candidates.space import Candidate, argument_bytes_per_chip, enumerate_candidates
-from aoizora.compile import lower
+from aoizora.compile import lower, lowering_target
 from aoizora.fanout import fan_out
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
 from aoizora.stage1.sweep import _chunks, score_candidate, score_candidates
+from aoizora.tpu import lowering_family
 from aoizora.workloads.base import Workload
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import Slice, load_slice
@@ -93,3 +94,62 @@ def test_chunks_cover_every_item_in_order() -> None:
         assert [x for c in chunks for x in c] == items
         assert len(chunks) == min(n, len(items))
         assert max(map(len, chunks)) - min(map(len, chunks)) <= 1
+
+
+def test_v5e_and_v6e_lower_every_candidate_alike(setup: tuple) -> None:
+    # The fact the shardy/ cache shares entries on: jax lowers a program for a v5e
+    # and a v6e device alike, Pallas kernels (splash attention's Mosaic bodies)
+    # included. A jax release that read more of the device would fail here.
+    wl, v5e, legal, _ = setup
+    v6e = load_slice("v6e:2x2")
+    for cand in _each_kind(legal):
+        assert lowering_target(cand, v5e) == lowering_target(cand, v6e), cand.id
+        assert lower(wl, cand, v5e).as_text() == lower(wl, cand, v6e).as_text(), cand.id
+    # Another generation is its own family: its lowerings are never shared.
+    assert lowering_family(v5e) == lowering_family(v6e) == "tpu:v5e/v6e"
+    assert lowering_family(load_slice("tpu7x:2x2x1")) == "tpu:tpu7x"
+
+
+def _each_kind(legal: list[Candidate]) -> list[Candidate]:
+    """The first candidate of every attention kind (gather_kv, ring, ulysses, usp)."""
+    firsts = {c.attention: c for c in reversed(legal)}
+    assert {"gather_kv", "ring"} <= set(firsts) and any(k.startswith("usp") for k in firsts)
+    return [c for c in legal if firsts[c.attention] is c]
+
+
+def _refuse(workload: Workload, candidate: Candidate, slice_: Slice) -> object:
+    raise AssertionError(f"{candidate.id} was lowered; its stored module should serve")
+
+
+def test_a_stored_module_scores_another_generation_like_lowering_it(
+    setup: tuple, tmp_path: Path
+) -> None:
+    wl, v5e, every, plain = setup
+    legal = _each_kind(every)
+    plain5 = [e for e in plain if e.candidate_id in {c.id for c in legal}]
+    v6e = load_slice("v6e:2x2")
+    modules = JsonCache(tmp_path, compress=True)
+    stored = dict(modules=modules, target=lowering_target)
+    cold = score_candidates(wl, legal, v5e, lower=lower, **stored)  # type: ignore[arg-type]
+    assert cold.module_hits == 0 and cold.estimates == tuple(plain5)
+    # v6e reads every module v5e stored and lowers nothing; its estimates are those
+    # of lowering for v6e from scratch (independent path), and v6e's own numbers.
+    plain6 = [score_candidate(wl, c, v6e, lower=lower) for c in legal]
+    assert [e.q1_s for e in plain6] != [e.q1_s for e in plain5]
+    lines: list[str] = []
+    warm = score_candidates(
+        wl, legal, v6e, lower=_refuse, progress=lines.append, **stored  # type: ignore[arg-type]
+    )
+    assert warm.module_hits == len(legal) and warm.failed == ()
+    assert warm.estimates == tuple(plain6)
+    assert sum("stored module" in ln for ln in lines) == len(legal)
+    # An unreadable entry is lowered again (and rewritten), not trusted.
+    for path in tmp_path.rglob("*.json.gz"):
+        path.write_bytes(b"not gzip")
+    again = score_candidates(wl, legal, v6e, lower=lower, **stored)  # type: ignore[arg-type]
+    assert again.module_hits == 0 and again.estimates == tuple(plain6)
+    for path in sorted(tmp_path.rglob("*.json.gz"))[:1]:
+        key = path.name.split(".")[0]
+        modules.put(key, {"mlir_bytecode_base64": "bm90IGJ5dGVjb2Rl"})  # "not bytecode"
+    last = score_candidates(wl, legal, v6e, lower=lower, **stored)  # type: ignore[arg-type]
+    assert last.module_hits == len(legal) - 1 and last.estimates == tuple(plain6)
