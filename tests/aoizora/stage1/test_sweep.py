@@ -129,8 +129,7 @@ def test_a_stored_module_scores_another_generation_like_lowering_it(
     plain5 = [e for e in plain if e.candidate_id in {c.id for c in legal}]
     v6e = load_slice("v6e:2x2")
     modules = JsonCache(tmp_path, compress=True)
-    stored = dict(modules=modules, target=lowering_target)
-    cold = score_candidates(wl, legal, v5e, lower=lower, **stored)  # type: ignore[arg-type]
+    cold = score_candidates(wl, legal, v5e, lower=lower, modules=modules, target=lowering_target)
     assert cold.module_hits == 0 and cold.estimates == tuple(plain5)
     # v6e reads every module v5e stored and lowers nothing; its estimates are those
     # of lowering for v6e from scratch (independent path), and v6e's own numbers.
@@ -138,7 +137,13 @@ def test_a_stored_module_scores_another_generation_like_lowering_it(
     assert [e.q1_s for e in plain6] != [e.q1_s for e in plain5]
     lines: list[str] = []
     warm = score_candidates(
-        wl, legal, v6e, lower=_refuse, progress=lines.append, **stored  # type: ignore[arg-type]
+        wl,
+        legal,
+        v6e,
+        lower=_refuse,
+        progress=lines.append,
+        modules=modules,
+        target=lowering_target,
     )
     assert warm.module_hits == len(legal) and warm.failed == ()
     assert warm.estimates == tuple(plain6)
@@ -146,10 +151,10 @@ def test_a_stored_module_scores_another_generation_like_lowering_it(
     # An unreadable entry is lowered again (and rewritten), not trusted.
     for path in tmp_path.rglob("*.json.gz"):
         path.write_bytes(b"not gzip")
-    again = score_candidates(wl, legal, v6e, lower=lower, **stored)  # type: ignore[arg-type]
+    again = score_candidates(wl, legal, v6e, lower=lower, modules=modules, target=lowering_target)
     assert again.module_hits == 0 and again.estimates == tuple(plain6)
     for path in sorted(tmp_path.rglob("*.json.gz"))[:1]:
         key = path.name.split(".")[0]
         modules.put(key, {"mlir_bytecode_base64": "bm90IGJ5dGVjb2Rl"})  # "not bytecode"
-    last = score_candidates(wl, legal, v6e, lower=lower, **stored)  # type: ignore[arg-type]
+    last = score_candidates(wl, legal, v6e, lower=lower, modules=modules, target=lowering_target)
     assert last.module_hits == len(legal) - 1 and last.estimates == tuple(plain6)
