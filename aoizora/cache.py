@@ -259,7 +259,7 @@ def shardy_key(*, workload: str, candidate: str, target: str) -> str:
     lowering depends on besides them (:func:`aoizora.compile.lowering_target`: the
     backend, the lowering family of the chip and the mesh's device order). Not the
     slice's name: v5e and v6e slices of one shape share the entry, because jax lowers
-    a program alike for them (docs/facts.md, lowering families).
+    a program alike for them (docs/facts.md, Shardy from Python).
     """
     return cache_key("shardy", workload, candidate, target)
 

@@ -80,8 +80,8 @@ def libtpu_topology_name(slice_: Slice) -> str:
 # (8 sublanes x 128 lanes since v4), SparseCore facts (SparseCore kernels only) and the
 # TensorCores a device has. v5e and v6e agree on all of them (one core a device,
 # generation 5 and 6); v4 and v5p devices are two-core megacores, tpu7x is generation 7.
-# docs/facts.md, lowering families; tests/aoizora/stage1/test_sweep.py lowers every
-# attention kind for both and compares the text.
+# docs/facts.md, Shardy from Python; tests/aoizora/stage1/test_sweep.py lowers
+# every attention kind for both and compares the text.
 _LOWERING_FAMILIES: dict[str, str] = {"v5e": "v5e/v6e", "v6e": "v5e/v6e"}
 
 

@@ -21,8 +21,9 @@ the reason it failed), in candidate order, however the work ran:
    With a ``modules`` cache and a ``target``, a candidate's program after Shardy's
    passes is stored as MLIR bytecode (:func:`aoizora.cache.shardy_key`), and read
    back instead of lowering again wherever the lowering target is the same: a
-   v6e slice reuses a v5e slice's of the same shape (docs/facts.md, lowering
-   families), and a change to Q1's code re-scores without lowering. Lowering,
+   v6e slice reuses a v5e slice's of the same shape
+   (docs/facts.md, Shardy from Python), and a change to Q1's code re-scores
+   without lowering. Lowering,
    Shardy's passes and reading them are four fifths of Stage 1's time
    (``benchmarks/stage1_speed.py --phases``); parsing the bytecode is a fiftieth of that.
 
