@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -146,6 +147,23 @@ def _jobs(s: Slice, shape: tuple[int, ...], *, directions: bool = False) -> list
     return jobs
 
 
+def _replays(
+    graphs: list[CollectiveGraph], s: Slice, shape: tuple[int, ...]
+) -> Callable[[list[Leaf]], list[float]]:
+    """A search's evaluate: each leaf's exact Q2 (``ExactQ2``) under its job's graph."""
+    exact = [ExactQ2(graph, s) for graph in graphs]
+
+    def evaluate(batch: list[Leaf]) -> list[float]:
+        return [
+            exact[leaf.job].step_time(
+                DeviceOrder.from_physical_ids(leaf.physical_ids, mesh_shape=shape, slice_=s)
+            )
+            for leaf in batch
+        ]
+
+    return evaluate
+
+
 @pytest.mark.parametrize(("name", "shape"), SEARCH_CASES)
 def test_search_returns_the_exhaustive_optimum(name: str, shape: tuple[int, ...]) -> None:
     s = load_slice(name)
@@ -186,16 +204,8 @@ def test_search_with_directions_matches_every_class() -> None:
 def test_a_deadline_leaves_a_bound_and_a_gap() -> None:
     s = load_slice("v5e:4x4")
     jobs = _jobs(s, (4, 4))
-    exact = [ExactQ2(job.graph, s) for job in jobs]
+    evaluate = _replays([job.graph for job in jobs], s, (4, 4))
     lines: list[str] = []
-
-    def evaluate(batch: list[Leaf]) -> list[float]:
-        return [
-            exact[leaf.job].step_time(
-                DeviceOrder.from_physical_ids(leaf.physical_ids, mesh_shape=(4, 4), slice_=s)
-            )
-            for leaf in batch
-        ]
 
     report = search_placements(
         jobs, evaluate, batch_size=1, deadline_s=0.0, progress=lines.append, progress_every_s=0.0
@@ -318,15 +328,7 @@ def test_probes_beat_a_bad_given_order_before_any_node_is_split(shape: tuple[int
     random.Random(3).shuffle(ids)
     bad = DeviceOrder.from_physical_ids(tuple(ids), mesh_shape=shape, slice_=s)
     job = Job("j", graph, space, (("scrambled", bad),), ("scrambled",))
-    exact = ExactQ2(graph, s)
-
-    def evaluate(batch: list[Leaf]) -> list[float]:
-        return [
-            exact.step_time(
-                DeviceOrder.from_physical_ids(x.physical_ids, mesh_shape=shape, slice_=s)
-            )
-            for x in batch
-        ]
+    evaluate = _replays([graph], s, shape)
 
     optimum = search_placements([job], evaluate).winner.q2_s
     alone = search_placements([job], evaluate, deadline_s=0.0, probes=0)
@@ -364,15 +366,7 @@ def test_a_given_order_is_bounded_like_the_same_leaf_of_the_tree(name: str) -> N
         assert space.chip_coords(ids) == [tuple(r) for r in space.coords(leaf).tolist()]
         assert bounds.leaf_bound(space.chip_coords(ids)) == bounds.bound(leaf)
     job = mesh_job("j", graph, s, mesh_shape=shape, mesh_axis_names=("a", "b"), max_placements=4)
-    exact = ExactQ2(graph, s)
-
-    def evaluate(batch: list[Leaf]) -> list[float]:
-        return [
-            exact.step_time(
-                DeviceOrder.from_physical_ids(x.physical_ids, mesh_shape=shape, slice_=s)
-            )
-            for x in batch
-        ]
+    evaluate = _replays([graph], s, shape)
 
     report = search_placements([job], evaluate)  # --max-placements: listed orders only
     listed = [
