@@ -36,13 +36,15 @@ block padding is masked with segment ids.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec
 
 from aoizora.errors import WorkloadError
@@ -182,6 +184,60 @@ def _xla_attention(
     return out.astype(q.dtype), None
 
 
+def _splash_kernel(
+    heads: int, sq_p: int, skv_p: int, bq: int, bkv: int, *, with_lse: bool
+) -> Callable[..., object]:
+    """Splash attention over ``heads`` full (unmasked) ``sq_p`` x ``skv_p`` masks.
+
+    The program it lowers to is ``make_splash_mha``'s, byte for byte
+    (``tests/aoizora/stage1/test_sweep.py``). Call it inside the trace, as
+    ``make_splash_mha`` would be: its mask-info arrays are made there
+    (``jnp.array``) and lower to constants of this program (a kernel kept from an
+    earlier trace would hold arrays jax passes as extra arguments instead).
+    """
+    kernels = _splash_kernels_on_host(heads, sq_p, skv_p, bq, bkv)
+    kernel: Callable[..., object] = jax.tree.map(jnp.array, kernels[with_lse])
+    return kernel
+
+
+# jax keeps a mask's block info in an lru_cache of 12 entries
+# (splash_attention_mask_info._process_mask, jax 0.10.2), and building it walks every
+# (q block, kv block) pair: about 0.12 s for a 720p local sequence. A Stage-1 sweep of
+# Wan 2.1 14B 720p on v5e:4x4 meets 23 local shapes in 47 lookups, so jax's cache
+# rebuilt half of them. The mask info depends only on these numbers: keep it per
+# shape, as numpy arrays (see _splash_kernel).
+@functools.lru_cache(maxsize=256)
+def _splash_kernels_on_host(heads: int, sq_p: int, skv_p: int, bq: int, bkv: int) -> Any:
+    """The kernels without and with residuals (``with_lse``), their mask-info arrays
+    on the host (numpy) and shared: within one trace jax makes one constant of an
+    array however many kernels use it, as it does for jax's own cached mask info."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as sk,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as sm,
+    )
+
+    mask = sm.MultiHeadMask(tuple(sm.FullMask((sq_p, skv_p)) for _ in range(heads)))
+    # Called inside a trace: evaluate now, so the arrays are values, not its tracers.
+    with jax.ensure_compile_time_eval():
+        plain, lse = (
+            sk.make_splash_mha(
+                mask,
+                head_shards=1,  # already inside shard_map: the kernel sees local shapes only
+                q_seq_shards=1,
+                block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
+                save_residuals=residuals,
+            )
+            for residuals in (False, True)
+        )
+        leaves = [np.asarray(x) for x in jax.tree.leaves(plain)]
+    return (
+        jax.tree.unflatten(jax.tree.structure(plain), leaves),
+        jax.tree.unflatten(jax.tree.structure(lse), leaves),
+    )
+
+
 def _splash_attention(
     q: jax.Array,
     k: jax.Array,
@@ -193,9 +249,6 @@ def _splash_attention(
 ) -> tuple[jax.Array, jax.Array | None]:
     from jax.experimental.pallas.ops.tpu.splash_attention import (
         splash_attention_kernel as sk,
-    )
-    from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_mask as sm,
     )
 
     _, heads, sq, _ = q.shape
@@ -217,14 +270,7 @@ def _splash_attention(
         valid = jnp.ones((skv,), jnp.bool_) if kv_valid is None else kv_valid
         kv_ids = jnp.pad(valid.astype(jnp.int32), (0, skv_p - skv))
         segment_ids = sk.SegmentIds(q=q_ids, kv=kv_ids)
-    mask = sm.MultiHeadMask(tuple(sm.FullMask((sq_p, skv_p)) for _ in range(heads)))
-    splash = sk.make_splash_mha(
-        mask,
-        head_shards=1,  # already inside shard_map: the kernel sees local shapes only
-        q_seq_shards=1,
-        block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
-        save_residuals=with_lse,
-    )
+    splash = _splash_kernel(heads, sq_p, skv_p, bq, bkv, with_lse=with_lse)
     fn: Callable[..., object] = jax.vmap(splash, in_axes=(0, 0, 0, None))
     result = fn(q, k, v, segment_ids)
     if with_lse:
