@@ -23,9 +23,9 @@ the reason it failed), in candidate order, however the work ran:
    back instead of lowering again wherever the lowering target is the same: a
    v6e slice reuses a v5e slice's of the same shape
    (docs/facts.md, Shardy from Python), and a change to Q1's code re-scores
-   without lowering. Lowering,
-   Shardy's passes and reading them are four fifths of Stage 1's time
-   (``benchmarks/stage1_speed.py --phases``); parsing the bytecode is a fiftieth of that.
+   without lowering. Lowering, Shardy's passes and reading them are four fifths
+   of Stage 1's time (``benchmarks/stage1_speed.py --phases``); parsing the
+   bytecode is a fiftieth of that.
 
 >>> from aoizora.workloads.wan import wan_workload, parse_resolution
 >>> from aoizora.candidates.space import enumerate_candidates
