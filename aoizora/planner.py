@@ -45,7 +45,7 @@ from aoizora.compile import (
     CompileResult,
     cached_compile,
     compile_candidate,
-    lower,
+    lower_to_read,
     lowering_target,
 )
 from aoizora.errors import PlanError
@@ -260,7 +260,7 @@ def _run_stage1(
     """Stage 1 over every legal candidate (:mod:`aoizora.stage1.sweep`, fanned out over
     ``pool``): Q1, the HBM check and the top-K."""
     sweep = score_candidates(
-        workload, space.legal, slice_, lower=lower, cache=caches.stage1 if caches else None,
+        workload, space.legal, slice_, lower=lower_to_read, cache=caches.stage1 if caches else None,
         pool=pool, progress=say, modules=caches.shardy if caches else None,
         target=lowering_target,
     )  # fmt: skip

@@ -6,9 +6,10 @@ caches:
 
 * **plain** -- every candidate lowered and scored one after another in one
   process, MLIR's verifier after every Shardy pass (Stage 1 before issue 11);
-* **fast** -- :func:`aoizora.stage1.sweep.score_candidates`: candidates whose
-  arguments alone exceed HBM are not lowered, Shardy's passes run without the
-  verifier, the rest fan out over ``--workers`` processes.
+* **fast** -- :func:`aoizora.stage1.sweep.score_candidates` as the planner runs it:
+  candidates whose arguments alone exceed HBM are not lowered, Pallas kernels
+  lower without their bodies (:func:`aoizora.compile.lower_to_read`), Shardy's
+  passes run without the verifier, the rest fan out over ``--workers`` processes.
 
 It prints wall and CPU seconds of each (CPU includes the worker processes) and
 their ratios, and checks that the fast path's estimates equal the plain path's
@@ -21,8 +22,8 @@ steadier number).
 
 ``--fast-only`` times the fast path alone (the plain path takes tens of minutes
 on 256 chips); ``--slice`` takes what-if specs too (``v6e:16x16+wrap``).
-``--phases`` instead splits the plain path's time by phase (trace, lower,
-Shardy's passes, reading the module, DAG + Q1), serially in this process.
+``--phases`` instead splits the fast path's per-candidate time by phase (trace,
+lower, Shardy's passes, reading the module, DAG + Q1), serially in this process.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.candidates.space import Candidate, enumerate_candidates
-from aoizora.compile import _jitted, lower, make_mesh
+from aoizora.compile import _jitted, lower, lower_to_read, make_mesh
 from aoizora.fanout import fan_out
 from aoizora.stage1.q1 import estimate_module
 from aoizora.stage1.shardy import PIPELINE, read_lowered, read_mlir_module
@@ -71,7 +72,8 @@ def _phases(workload: Workload, slice_: Slice, legal: list[Candidate]) -> None:
     load0 = os.getloadavg()[0]
     for cand in legal:
         mesh = make_mesh(cand, devices, None)
-        jitted = _jitted(workload, cand, mesh, slice_backend(slice_))
+        backend = slice_backend(slice_)
+        jitted = _jitted(workload, cand, mesh, backend, kernel_bodies=False)
         traced = _timed(totals, "trace", lambda j=jitted: j.trace(*workload.abstract_args))
         lowered = _timed(totals, "lower", traced.lower)
         module = lowered.compiler_ir("stablehlo")
@@ -92,8 +94,9 @@ def _phases(workload: Workload, slice_: Slice, legal: list[Candidate]) -> None:
     wall = sum(w for w, _ in totals.values())
     cpu = sum(c for _, c in totals.values())
     print(
-        f"{workload.name} on {slice_.name}: {len(legal)} candidates, plain path by phase "
-        f"(load average {load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
+        f"{workload.name} on {slice_.name}: {len(legal)} candidates, fast path's lowering "
+        f"by phase, serial (load average {load0:.1f} -> {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores)"
     )
     for phase, (w, c) in totals.items():
         print(f"  {phase:8s} {w:7.1f} s wall  {c:7.1f} s CPU  ({c / len(legal):.3f} s CPU each)")
@@ -116,7 +119,7 @@ def _run_path(
             rows[c.id] = [e.q1_s, e.memory_bytes_per_chip, len(e.nodes)]
     else:
         with fan_out(workers=workers) as pool:
-            sweep = score_candidates(workload, legal, slice_, lower=lower, pool=pool)
+            sweep = score_candidates(workload, legal, slice_, lower=lower_to_read, pool=pool)
         rows = {e.candidate_id: [e.q1_s, e.memory_bytes_per_chip, len(e.nodes)]
                 for e in sweep.estimates}  # fmt: skip
         skipped = [c for c, _ in sweep.over_hbm]

@@ -36,18 +36,17 @@ block padding is masked with segment ids.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import PartitionSpec
 
 from aoizora.errors import WorkloadError
+from aoizora.workloads.splash import splash_attention
 
 __all__ = [
     "ATTENTION_KINDS",
@@ -63,7 +62,9 @@ __all__ = [
 ]
 
 AttentionKind = Literal["gather_kv", "ulysses", "ring"]
-Kernel = Literal["splash", "xla"]
+# "opaque_splash": splash without its Mosaic body, for programs that are read, not
+# compiled (Stage 1; aoizora.workloads.splash).
+Kernel = Literal["splash", "opaque_splash", "xla"]
 # The kinds without a parameter; Ulysses x ring kinds are usp_kind(U) (attention_kinds).
 ATTENTION_KINDS: tuple[str, ...] = ("gather_kv", "ulysses", "ring")
 _USP_PREFIX = "usp_u"
@@ -110,9 +111,6 @@ def attention_kinds(num_heads: int) -> tuple[str, ...]:
     )
 
 
-# Splash tile sizes: maxdiffusion's base_wan_14b.yml uses 512 for every block on v5e.
-_MAX_BLOCK = 512
-_MIN_BLOCK = 128  # the kernel's lane width; shorter sequences are padded up to it
 # Finite "minus infinity": keeps fully masked rows NaN-free (splash uses the same idea,
 # DEFAULT_MASK_VALUE = -0.7 * float32 max).
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -129,14 +127,6 @@ def spec_axes(entry: str | tuple[str, ...] | None) -> tuple[str, ...]:
     if isinstance(entry, str):
         return (entry,)
     return tuple(entry)
-
-
-def _round_up(n: int, m: int) -> int:
-    return -(-n // m) * m
-
-
-def _block(n: int) -> int:
-    return min(_MAX_BLOCK, _round_up(n, _MIN_BLOCK))
 
 
 def local_attention(
@@ -157,9 +147,13 @@ def local_attention(
     scale = 1.0 / math.sqrt(q.shape[-1])
     if kernel == "xla":
         return _xla_attention(q, k, v, kv_valid, scale=scale, with_lse=with_lse)
-    if kernel == "splash":
-        return _splash_attention(q, k, v, kv_valid, scale=scale, with_lse=with_lse)
-    raise WorkloadError(f"attention kernel {kernel!r} is unknown; use 'splash' or 'xla'")
+    if kernel in ("splash", "opaque_splash"):
+        return splash_attention(
+            q, k, v, kv_valid, scale=scale, with_lse=with_lse, body=kernel == "splash"
+        )
+    raise WorkloadError(
+        f"attention kernel {kernel!r} is unknown; use 'splash', 'opaque_splash' or 'xla'"
+    )
 
 
 def _xla_attention(
@@ -182,103 +176,6 @@ def _xla_attention(
     if with_lse:
         return out, (m + jnp.log(denom))[..., 0]
     return out.astype(q.dtype), None
-
-
-def _splash_kernel(
-    heads: int, sq_p: int, skv_p: int, bq: int, bkv: int, *, with_lse: bool
-) -> Callable[..., object]:
-    """Splash attention over ``heads`` full (unmasked) ``sq_p`` x ``skv_p`` masks.
-
-    The program it lowers to is ``make_splash_mha``'s, byte for byte
-    (``tests/aoizora/stage1/test_sweep.py``). Call it inside the trace, as
-    ``make_splash_mha`` would be: its mask-info arrays are made there
-    (``jnp.array``) and lower to constants of this program (a kernel kept from an
-    earlier trace would hold arrays jax passes as extra arguments instead).
-    """
-    kernels = _splash_kernels_on_host(heads, sq_p, skv_p, bq, bkv)
-    kernel: Callable[..., object] = jax.tree.map(jnp.array, kernels[with_lse])
-    return kernel
-
-
-# jax keeps a mask's block info in an lru_cache of 12 entries
-# (splash_attention_mask_info._process_mask, jax 0.10.2), and building it walks every
-# (q block, kv block) pair: about 0.12 s for a 720p local sequence. A Stage-1 sweep of
-# Wan 2.1 14B 720p on v5e:4x4 meets 23 local shapes in 47 lookups, so jax's cache
-# rebuilt half of them. The mask info depends only on these numbers: keep it per
-# shape, as numpy arrays (see _splash_kernel).
-@functools.lru_cache(maxsize=256)
-def _splash_kernels_on_host(heads: int, sq_p: int, skv_p: int, bq: int, bkv: int) -> Any:
-    """The kernels without and with residuals (``with_lse``), their mask-info arrays
-    on the host (numpy) and shared: within one trace jax makes one constant of an
-    array however many kernels use it, as it does for jax's own cached mask info."""
-    from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_kernel as sk,
-    )
-    from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_mask as sm,
-    )
-
-    mask = sm.MultiHeadMask(tuple(sm.FullMask((sq_p, skv_p)) for _ in range(heads)))
-    # Called inside a trace: evaluate now, so the arrays are values, not its tracers.
-    with jax.ensure_compile_time_eval():
-        plain, lse = (
-            sk.make_splash_mha(
-                mask,
-                head_shards=1,  # already inside shard_map: the kernel sees local shapes only
-                q_seq_shards=1,
-                block_sizes=sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv),
-                save_residuals=residuals,
-            )
-            for residuals in (False, True)
-        )
-        leaves = [np.asarray(x) for x in jax.tree.leaves(plain)]
-    return (
-        jax.tree.unflatten(jax.tree.structure(plain), leaves),
-        jax.tree.unflatten(jax.tree.structure(lse), leaves),
-    )
-
-
-def _splash_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    kv_valid: jax.Array | None,
-    *,
-    scale: float,
-    with_lse: bool,
-) -> tuple[jax.Array, jax.Array | None]:
-    from jax.experimental.pallas.ops.tpu.splash_attention import (
-        splash_attention_kernel as sk,
-    )
-
-    _, heads, sq, _ = q.shape
-    skv = k.shape[2]
-    bq, bkv = _block(sq), _block(skv)
-    sq_p, skv_p = _round_up(sq, bq), _round_up(skv, bkv)
-    q = q * jnp.asarray(scale, q.dtype)  # splash does not scale the logits itself
-    needs_ids = kv_valid is not None or sq_p != sq or skv_p != skv
-    if sq_p != sq:
-        q = jnp.pad(q, ((0, 0), (0, 0), (0, sq_p - sq), (0, 0)))
-    if skv_p != skv:
-        k = jnp.pad(k, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
-        v = jnp.pad(v, ((0, 0), (0, 0), (0, skv_p - skv), (0, 0)))
-    segment_ids = None
-    if needs_ids:
-        # Real tokens are segment 1, padding segment 0: a query attends only keys
-        # of its own segment, so real queries never see padded keys.
-        q_ids = (jnp.arange(sq_p) < sq).astype(jnp.int32)
-        valid = jnp.ones((skv,), jnp.bool_) if kv_valid is None else kv_valid
-        kv_ids = jnp.pad(valid.astype(jnp.int32), (0, skv_p - skv))
-        segment_ids = sk.SegmentIds(q=q_ids, kv=kv_ids)
-    splash = _splash_kernel(heads, sq_p, skv_p, bq, bkv, with_lse=with_lse)
-    fn: Callable[..., object] = jax.vmap(splash, in_axes=(0, 0, 0, None))
-    result = fn(q, k, v, segment_ids)
-    if with_lse:
-        assert isinstance(result, tuple)
-        out, (lse,) = result
-        return out[:, :, :sq].astype(jnp.float32), lse[:, :, :sq]
-    assert isinstance(result, jax.Array)
-    return result[:, :, :sq], None
 
 
 def _merge(

@@ -68,13 +68,16 @@ class BuildContext:
     ``mesh`` is the :class:`jax.sharding.Mesh` the step will be compiled for (its
     axis names are the candidate's); ``attention`` the candidate's attention kind
     (``"none"`` for workloads without attention); ``backend`` the compile target:
-    ``"tpu"`` uses Pallas kernels, ``"cpu"`` plain XLA ops.
+    ``"tpu"`` uses Pallas kernels, ``"cpu"`` plain XLA ops. ``kernel_bodies=False``
+    lowers Pallas kernels without their bodies (:mod:`aoizora.workloads.opaque`): a
+    program to read (Stage 1), not to compile.
     """
 
     mesh: jax.sharding.Mesh
     rules: Rules
     attention: str
     backend: Backend
+    kernel_bodies: bool = True
 
     @property
     def mesh_sizes(self) -> dict[str, int]:

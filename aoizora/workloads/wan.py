@@ -542,6 +542,8 @@ def wan_workload(
             k = "splash" if ctx.backend == "tpu" else "xla"
         else:
             k = kernel
+        if k == "splash" and not ctx.kernel_bodies:
+            k = "opaque_splash"
         step = wan_step(cfg, clip, ctx, kernel=k, scan_layers=scan_layers)
         if cfg.experts is None:
             return step

@@ -15,13 +15,11 @@ import pytest
 
 from aoizora.cache import JsonCache
 from aoizora.candidates.space import Candidate, argument_bytes_per_chip, enumerate_candidates
-from aoizora.compile import lower, lowering_target
+from aoizora.compile import lower, lower_to_read, lowering_target
 from aoizora.fanout import fan_out
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
 from aoizora.stage1.sweep import _chunks, score_candidate, score_candidates
 from aoizora.tpu import lowering_family
-from aoizora.workloads import attention
-from aoizora.workloads.attention import _splash_kernels_on_host
 from aoizora.workloads.base import Workload
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import Slice, load_slice
@@ -48,10 +46,14 @@ def test_argument_bytes_are_the_estimates_own(setup: tuple) -> None:
 
 
 def test_fanned_out_estimates_equal_the_plain_path(setup: tuple) -> None:
+    # The planner's path: fanned out, and Pallas kernels lowered without their bodies
+    # (lower_to_read); the plain path lowers them with bodies, as a compile does.
     wl, sl, legal, plain = setup
     lines: list[str] = []
     with fan_out(workers=2) as pool:
-        sweep = score_candidates(wl, legal, sl, lower=lower, pool=pool, progress=lines.append)
+        sweep = score_candidates(
+            wl, legal, sl, lower=lower_to_read, pool=pool, progress=lines.append
+        )
     assert sweep.over_hbm == () and sweep.failed == ()
     assert sweep.estimates == tuple(plain)  # nodes, Q1, memory: every field
     assert [e.q1_s for e in sweep.estimates] == [e.q1_s for e in plain]
@@ -160,33 +162,3 @@ def test_a_stored_module_scores_another_generation_like_lowering_it(
         modules.put(key, {"mlir_bytecode_base64": "bm90IGJ5dGVjb2Rl"})  # "not bytecode"
     last = score_candidates(wl, legal, v6e, lower=lower, modules=modules, target=lowering_target)
     assert last.module_hits == len(legal) - 1 and last.estimates == tuple(plain6)
-
-
-def _jax_own_kernel(
-    heads: int, sq_p: int, skv_p: int, bq: int, bkv: int, *, with_lse: bool
-) -> object:
-    """A new kernel from jax's own ``make_splash_mha`` each call (no cache of ours)."""
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
-    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
-
-    mask = sm.MultiHeadMask(tuple(sm.FullMask((sq_p, skv_p)) for _ in range(heads)))
-    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
-    return sk.make_splash_mha(
-        mask, head_shards=1, q_seq_shards=1, block_sizes=sizes, save_residuals=with_lse
-    )
-
-
-def test_kept_splash_mask_info_lowers_like_jax_own_kernel(
-    setup: tuple, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Stage 1 keeps each local shape's mask info across candidates; the program must
-    # be the one jax's make_splash_mha gives, byte for byte (ring attention calls two
-    # kernels of one shape in a trace: jax makes one constant of their mask info).
-    wl, sl, every, _ = setup
-    legal = _each_kind(every)
-    before = _splash_kernels_on_host.cache_info()
-    kept = [lower(wl, c, sl).as_text() for c in legal]  # the fixture built them all
-    assert _splash_kernels_on_host.cache_info().hits > before.hits
-    assert _splash_kernels_on_host.cache_info().misses == before.misses
-    monkeypatch.setattr(attention, "_splash_kernel", _jax_own_kernel)
-    assert [lower(wl, c, sl).as_text() for c in legal] == kept
