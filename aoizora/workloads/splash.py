@@ -92,11 +92,11 @@ def _downcast(array: np.ndarray) -> np.ndarray:
 # Called for every attention of every candidate; Stage 1 of Wan 2.1 14B 720p on
 # v5e:4x4 meets 23 local shapes in 47 calls.
 @functools.lru_cache(maxsize=256)
-def _kernels_on_host(heads: int, q_length: int, kv_length: int, bq: int, bkv: int) -> Any:
+def _kernels_on_host(q_length: int, kv_length: int, bq: int, bkv: int) -> Any:
     """The kernels without and with residuals, their mask info on the host (numpy)
     and shared: within one trace jax makes one constant of an array however many
-    kernels use it, as it does for ``make_splash_mha``'s mask info."""
-    del heads  # one mask for every head: the mask info has one head shard
+    kernels use it, as it does for ``make_splash_mha``'s mask info. One mask serves
+    every head (the mask info has one head shard): the head count is no part of the key."""
     info = full_mask_info(q_length, kv_length, bq, bkv)
     sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
     # make_splash_mha's arguments to the kernel (jax _make_splash_attention).
@@ -113,7 +113,7 @@ def _kernels_on_host(heads: int, q_length: int, kv_length: int, bq: int, bkv: in
             residual_checkpoint_name=None,
             mask_function=None,
             interpret=False,
-        )  # fmt: skip
+        )
         for residuals in (False, True)
     )
 
@@ -125,7 +125,8 @@ def _kernel(heads: int, q_length: int, kv_length: int, bq: int, bkv: int, *, wit
     the mask info constants of this program (a kernel kept from an earlier trace
     would hold arrays jax passes as extra arguments instead).
     """
-    return jax.tree.map(jnp.array, _kernels_on_host(heads, q_length, kv_length, bq, bkv)[with_lse])
+    del heads  # make_splash_mha's mask has one per head; their mask info is one
+    return jax.tree.map(jnp.array, _kernels_on_host(q_length, kv_length, bq, bkv)[with_lse])
 
 
 def _run(kernel: Any, q: jax.Array, k: jax.Array, v: jax.Array, ids: Any) -> Any:
@@ -138,14 +139,15 @@ def _sds(x: Any) -> jax.ShapeDtypeStruct:
 
 @functools.lru_cache(maxsize=256)
 def _kernel_free(
-    shape: tuple[int, int, int, int, int], with_lse: bool, args: tuple[Any, ...]
+    blocks: tuple[int, int, int, int], with_lse: bool, args: tuple[Any, ...]
 ) -> KernelFree:
-    """The kernel's program without its body, for a local shape and argument types.
+    """The kernel's program without its body, for padded lengths and blocks and the
+    argument types.
 
     The mask info enters as arguments, so each caller's trace makes its constants
     as the kernel with a body does.
     """
-    kernel = _kernels_on_host(*shape)[with_lse]
+    kernel = _kernels_on_host(*blocks)[with_lse]
     leaves, tree = jax.tree.flatten(kernel)
 
     def run(info: list[jax.Array], *qkv_ids: Any) -> Any:
@@ -154,9 +156,9 @@ def _kernel_free(
     return trace_without_kernel_bodies(run, [_sds(x) for x in leaves], *args)
 
 
-def _call_without_body(shape: tuple[int, int, int, int, int], with_lse: bool, *args: Any) -> Any:
-    program = _kernel_free(shape, with_lse, jax.tree.map(_sds, args))
-    leaves = jax.tree.leaves(_kernels_on_host(*shape)[with_lse])
+def _call_without_body(blocks: tuple[int, int, int, int], with_lse: bool, *args: Any) -> Any:
+    program = _kernel_free(blocks, with_lse, jax.tree.map(_sds, args))
+    leaves = jax.tree.leaves(_kernels_on_host(*blocks)[with_lse])
     return program([jnp.array(x) for x in leaves], *args)
 
 
@@ -196,11 +198,11 @@ def splash_attention(
         valid = jnp.ones((skv,), jnp.bool_) if kv_valid is None else kv_valid
         kv_ids = jnp.pad(valid.astype(jnp.int32), (0, skv_p - skv))
         ids = sk.SegmentIds(q=q_ids, kv=kv_ids)
-    shape = (heads, sq_p, skv_p, bq, bkv)
+    blocks = (sq_p, skv_p, bq, bkv)
     if body:
-        result = _run(_kernel(*shape, with_lse=with_lse), q, k, v, ids)
+        result = _run(_kernel(heads, *blocks, with_lse=with_lse), q, k, v, ids)
     else:
-        result = _call_without_body(shape, with_lse, q, k, v, ids)
+        result = _call_without_body(blocks, with_lse, q, k, v, ids)
     if with_lse:
         out, (lse,) = result
         return out[:, :, :sq].astype(jnp.float32), lse[:, :, :sq]
