@@ -7,10 +7,10 @@ batch. Two things make it cheap to trace many times, as Stage 1 does:
 
 * **The mask info in closed form** (:func:`full_mask_info`; docs/facts.md, Splash attention).
   jax's ``process_mask`` walks every (q block, kv block) pair of the mask in
-  Python, about 0.4 s for a 720p local sequence, and keeps 12 results. For a full mask
-  the answer is known: every block is full and step (i, j) loads kv block j. The
-  kernels of each local shape are kept on the host (numpy), shared by the
-  kernels with and without residuals.
+  Python, about 0.4 s for a 720p local sequence, and keeps 12 results. For a
+  full mask the answer is known: every block is full and step (i, j) loads kv
+  block j. The kernels of each local shape are kept on the host (numpy), shared
+  by the kernels with and without residuals.
 * **Kernels without bodies** (``body=False``): the kernel's operands and results
   around an opaque call (:mod:`aoizora.workloads.opaque`), traced once per local
   shape. For lowering only: Stage 1 reads these programs; they cannot be
@@ -156,10 +156,12 @@ def _kernel_free(
     return trace_without_kernel_bodies(run, [_sds(x) for x in leaves], *args)
 
 
-def _call_without_body(blocks: tuple[int, int, int, int], with_lse: bool, *args: Any) -> Any:
+def _call_without_body(
+    blocks: tuple[int, int, int, int], with_lse: bool, kernel: Any, *args: Any
+) -> Any:
+    """``kernel`` (from :func:`_kernel`) called on ``args``, without its body."""
     program = _kernel_free(blocks, with_lse, jax.tree.map(_sds, args))
-    leaves = jax.tree.leaves(_kernels_on_host(*blocks)[with_lse])
-    return program([jnp.array(x) for x in leaves], *args)
+    return program(jax.tree.leaves(kernel), *args)
 
 
 def splash_attention(
@@ -199,10 +201,11 @@ def splash_attention(
         kv_ids = jnp.pad(valid.astype(jnp.int32), (0, skv_p - skv))
         ids = sk.SegmentIds(q=q_ids, kv=kv_ids)
     blocks = (sq_p, skv_p, bq, bkv)
+    kernel = _kernel(heads, *blocks, with_lse=with_lse)
     if body:
-        result = _run(_kernel(heads, *blocks, with_lse=with_lse), q, k, v, ids)
+        result = _run(kernel, q, k, v, ids)
     else:
-        result = _call_without_body(blocks, with_lse, q, k, v, ids)
+        result = _call_without_body(blocks, with_lse, kernel, q, k, v, ids)
     if with_lse:
         out, (lse,) = result
         return out[:, :, :sq].astype(jnp.float32), lse[:, :, :sq]
