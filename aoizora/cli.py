@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from aoizora.errors import AoizoraError
+from aoizora.interrupts import Interrupted, finished, install_handlers
 from sim.errors import SimError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -49,15 +50,26 @@ def _named_command(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+    """Run the CLI; returns the process exit code.
+
+    Run as the program (``argv`` None), SIGINT and SIGTERM end any command with one
+    line on stderr and exit code 130 or 143 (:mod:`aoizora.interrupts`); called with
+    ``argv`` (tests, scripts) the caller's signal handling is left alone."""
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_named_command(argv))
-    args = parser.parse_args(argv)
+    command = _named_command(argv)
+    if as_program:  # first thing, before jax or libtpu start (libtpu installs its own)
+        install_handlers(f"aoizora {command or ''}".strip())
     try:
+        parser = build_parser(command)
+        args = parser.parse_args(argv)
         code: int = args.func(args)
     except (AoizoraError, SimError) as exc:
-        print(f"aoizora {args.command}: error: {exc}", file=sys.stderr)
+        print(f"aoizora {command}: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        finished(exc.signum)
+        return exc.exit_code
     return code
 
 

@@ -24,6 +24,7 @@ is) reaches a worker intact.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from aoizora.errors import AoizoraError
+from aoizora.interrupts import on_hard_exit, worker_start
 from sim.engine import note_core_fallback
 
 __all__ = ["FanOut", "default_workers", "fan_out"]
@@ -50,6 +52,10 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _nothing() -> None:
+    pass
+
+
 def _run_pickled(payload: bytes) -> bytes:
     fn, item = cloudpickle.loads(payload)
     return cloudpickle.dumps(fn(item))
@@ -62,6 +68,7 @@ class FanOut:
         self.workers = workers
         self.ray_address = ray_address
         self._pool: ProcessPoolExecutor | None = None
+        self._unregister: Callable[[], None] = _nothing
         self._ray: Any = None
         self._remote: Any = None
         if ray_address is not None:
@@ -72,7 +79,13 @@ class FanOut:
             # pure-Python core (rather than once in every worker).
             note_core_fallback()
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+            # Workers ignore Ctrl-C (the parent decides) and die with this process,
+            # however it ends (aoizora.interrupts.worker_start).
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=worker_start,
+                initargs=(os.getpid(),),
+            )  # fmt: skip
+            self._unregister = on_hard_exit(self.kill)
 
     @property
     def label(self) -> str:
@@ -96,14 +109,34 @@ class FanOut:
             for item in items:
                 yield fn(item)
         else:
-            payloads = [cloudpickle.dumps((fn, item)) for item in items]
-            for b in self._pool.map(_run_pickled, payloads):
-                yield cloudpickle.loads(b)
+            # submit, not Executor.map: map cancels its pending futures when the caller
+            # stops early, and an interrupted pool then marks those same futures broken
+            # (InvalidStateError in its manager thread, CPython 3.11).
+            futures = [
+                self._pool.submit(_run_pickled, cloudpickle.dumps((fn, item))) for item in items
+            ]
+            for future in futures:
+                yield cloudpickle.loads(future.result())
 
-    def close(self) -> None:
+    def kill(self) -> None:
+        """Kill the pool's workers now (their running tasks are lost, never half-written:
+        every cache entry is written atomically)."""
+        if self._pool is None:
+            return
+        # concurrent.futures has no public way to stop a running task before 3.14's
+        # terminate_workers(); its process table is the documented-in-source _processes.
+        for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                proc.kill()
+
+    def close(self, *, kill: bool = False) -> None:
+        """Shut the pool down: wait for running tasks, or with ``kill`` end them first."""
         if self._pool is not None:
+            if kill:
+                self.kill()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+            self._unregister()
 
 
 def _start_ray(address: str) -> Any:
@@ -135,5 +168,9 @@ def fan_out(*, workers: int | None = None, ray: str | None = None) -> Iterator[F
     pool = FanOut(workers=n, ray_address=ray)
     try:
         yield pool
-    finally:
-        pool.close()
+    except BaseException:
+        # An error or an interrupt (aoizora.interrupts.Interrupted, KeyboardInterrupt):
+        # no running task is waited for.
+        pool.close(kill=True)
+        raise
+    pool.close()

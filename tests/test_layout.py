@@ -23,7 +23,7 @@ MAX_MODULE_LINES = 650
 # names it or a package above it; it may import its own stage and earlier ones.
 STAGES: tuple[tuple[str, ...], ...] = (
     ("sim",),
-    ("aoizora.errors", "aoizora.metrics", "aoizora.cache", "aoizora.fanout"),
+    ("aoizora.errors", "aoizora.metrics", "aoizora.interrupts", "aoizora.cache", "aoizora.fanout"),
     ("aoizora.workloads",),
     ("aoizora.tpu",),
     ("aoizora.candidates",),

@@ -1,0 +1,253 @@
+"""Ending on SIGINT and SIGTERM: promptly, in one line, with no process left behind.
+
+The command line (:mod:`aoizora.cli`) calls :func:`install_handlers` first thing:
+
+* SIGINT (Ctrl-C) and SIGTERM (``kill``, ``timeout``, a job scheduler, a container
+  stop) raise :class:`Interrupted` in the main thread. It unwinds every ``with``
+  block -- the worker pool (:mod:`aoizora.fanout`) is killed on the way out -- and
+  the CLI prints one line (:func:`interrupted_line`: what was interrupted, and that
+  finished work is cached and a rerun resumes) and exits 130 or 143 (128 + the
+  signal's number, what a shell reports for a death by that signal).
+* The main thread runs a Python handler only between bytecodes. When it sits in a
+  long native call that releases the GIL (an XLA compile in ``--workers 1``), a
+  watchdog thread woken through :func:`signal.set_wakeup_fd` ends the process
+  after :data:`GRACE_S` itself: it kills the registered worker pools, prints the
+  line and leaves with :func:`os._exit`.
+* libtpu installs its own failure-signal handlers when its plugin starts; on
+  SIGTERM they print a stack trace and "RAW: Remote crash gathering disabled for
+  SIGTERM" before the process dies. libtpu reads the absl flag
+  ``--install_signal_handlers=false`` from ``LIBTPU_INIT_ARGS`` and then installs
+  none (docs/facts.md, libtpu signal handlers; ``tests/aoizora/test_interrupts.py``
+  checks it): :func:`quiet_libtpu` adds it before libtpu starts, here and in
+  every worker.
+
+Workers (:func:`worker_start`, the pool's initializer) ignore SIGINT -- Ctrl-C
+reaches the whole process group and the parent decides -- and die with their
+parent, also when it is killed with SIGKILL: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``
+on Linux, and everywhere a thread that checks every :data:`PARENT_POLL_S` whether
+the parent is still the one that started the worker. A worker that has died
+holds no file descriptor, so a caller reading the parent's stdout and stderr
+sees them close when the parent ends.
+
+What is running is named with :func:`phase` (``with phase("compiles for v5e:2x2")``),
+so the line can say what was interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+__all__ = [
+    "GRACE_S",
+    "PARENT_POLL_S",
+    "Interrupted",
+    "current_phase",
+    "finished",
+    "install_handlers",
+    "interrupted_line",
+    "on_hard_exit",
+    "phase",
+    "quiet_libtpu",
+    "set_resume_note",
+    "worker_start",
+]
+
+GRACE_S = 1.0  # how long the main thread may take to unwind before the watchdog ends it
+PARENT_POLL_S = 0.5  # how often a worker checks that its parent is alive (non-Linux)
+LIBTPU_QUIET_FLAG = "--install_signal_handlers=false"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: raised in the main thread, caught by the CLI.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: ``except Exception`` blocks
+    (a failed candidate, a bad cache entry) do not swallow it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+
+class _State:
+    """What the handlers share: the phase, the note, who prints the line, what to kill."""
+
+    def __init__(self) -> None:
+        self.prog = "aoizora"
+        self.phase = "start-up"
+        self.resume_note = "nothing was written; rerun the command"
+        self.received: int | None = None
+        self.interrupted_phase: str | None = None  # the phase when the signal came
+        self.printed = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.killers: list[Callable[[], None]] = []
+
+
+_state = _State()
+
+
+@contextlib.contextmanager
+def phase(what: str) -> Iterator[None]:
+    """Name what runs inside the block (``"Stage 1 on v5e:2x2"``) for the interrupt line."""
+    before, _state.phase = _state.phase, what
+    try:
+        yield
+    finally:
+        _state.phase = before
+
+
+def current_phase() -> str:
+    """What :func:`phase` last named (``"start-up"`` before any)."""
+    return _state.phase
+
+
+def set_resume_note(note: str) -> None:
+    """What the interrupt line says about finished work, e.g. ``"finished work is cached
+    in ~/.cache/aoizora and a rerun resumes from it"``."""
+    _state.resume_note = note
+
+
+def interrupted_line(signum: int) -> str:
+    """The one line on stderr: the command, the signal, the phase and the resume note.
+
+    >>> set_resume_note("rerun it")
+    >>> with phase("the placement search on v5e:2x2"):
+    ...     interrupted_line(signal.SIGTERM)
+    'aoizora: interrupted by SIGTERM during the placement search on v5e:2x2; rerun it'
+    """
+    name = signal.Signals(signum).name
+    during = _state.interrupted_phase or _state.phase
+    return f"{_state.prog}: interrupted by {name} during {during}; {_state.resume_note}"
+
+
+def on_hard_exit(kill: Callable[[], None]) -> Callable[[], None]:
+    """Register ``kill`` (e.g. a pool's) for the watchdog's exit; returns the unregister."""
+    _state.killers.append(kill)
+
+    def unregister() -> None:
+        with contextlib.suppress(ValueError):
+            _state.killers.remove(kill)
+
+    return unregister
+
+
+def quiet_libtpu() -> None:
+    """Ask libtpu (through ``LIBTPU_INIT_ARGS``) not to install its signal handlers.
+
+    Only a libtpu that has not started yet reads it; other flags there are kept."""
+    args = os.environ.get("LIBTPU_INIT_ARGS", "")
+    if "install_signal_handlers" not in args:
+        os.environ["LIBTPU_INIT_ARGS"] = f"{args} {LIBTPU_QUIET_FLAG}".strip()
+
+
+def _say_once(signum: int) -> None:
+    with _state.lock:
+        if _state.printed:
+            return
+        _state.printed = True
+    with contextlib.suppress(Exception):  # a closed stderr must not stop the exit
+        sys.stderr.write(interrupted_line(signum) + "\n")
+        sys.stderr.flush()
+
+
+def finished(signum: int) -> None:
+    """The CLI caught :class:`Interrupted`: print the line (once), stop the watchdog."""
+    _say_once(signum)
+    _state.done.set()
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    if _state.received is not None:
+        return  # already unwinding; the watchdog bounds how long that takes
+    _state.received = signum
+    _state.interrupted_phase = _state.phase
+    raise Interrupted(signum)
+
+
+def _hard_exit(signum: int) -> None:
+    for kill in list(_state.killers):
+        with contextlib.suppress(Exception):
+            kill()
+    _say_once(signum)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    os._exit(128 + signum)
+
+
+def _watchdog(read_fd: int) -> None:
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        hits = [b for b in data if b in _SIGNALS]
+        if hits and not _state.done.wait(GRACE_S):
+            _hard_exit(_state.received or hits[0])
+
+
+def install_handlers(prog: str) -> None:
+    """SIGINT and SIGTERM end this process (the main thread) as described above.
+
+    Call it from the main thread, before jax or libtpu start."""
+    _state.prog = prog
+    quiet_libtpu()
+    for sig in _SIGNALS:
+        signal.signal(sig, _handler)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    watchdog = threading.Thread(
+        target=_watchdog, args=(read_fd,), name="aoizora-interrupt", daemon=True
+    )
+    watchdog.start()
+
+
+# -- workers -------------------------------------------------------------------------
+
+
+def _die_with_parent_linux() -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills this process when its parent
+    (the thread that spawned it) ends, however it ends."""
+    if not sys.platform.startswith("linux"):
+        return
+    name = ctypes.util.find_library("c")
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(name, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    event = threading.Event()
+    while not event.wait(PARENT_POLL_S):
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def worker_start(parent_pid: int) -> None:
+    """A pool worker's initializer: ignore Ctrl-C, quiet libtpu, die with ``parent_pid``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_libtpu()
+    _die_with_parent_linux()
+    if os.getppid() != parent_pid:  # the parent ended before the line above ran
+        os._exit(1)
+    threading.Thread(
+        target=_watch_parent, args=(parent_pid,), name="aoizora-parent-watch", daemon=True
+    ).start()
