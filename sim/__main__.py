@@ -9,6 +9,7 @@ Bad input exits with status 2 and one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,15 +58,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = replay(read_flow_file(args.file))
     except SimError as exc:
         return _fail(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C: one line, 128 + SIGINT, as aoizora's commands
+        sys.stderr.write(f"python -m sim: interrupted by SIGINT replaying {args.file!r}\n")
+        return 130
     except RecursionError:
         return _fail(f"{args.file!r} is nested too deeply to be a flow file")
     text = format_output(output)
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    try:
-        Path(args.out).write_text(text, encoding="utf-8")
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:  # whole or not at all: a kill leaves the old file, never half a new one
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         return _fail(f"cannot write {args.out!r}: {exc.strerror or exc}")
     return 0
 

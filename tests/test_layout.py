@@ -23,7 +23,14 @@ MAX_MODULE_LINES = 650
 # names it or a package above it; it may import its own stage and earlier ones.
 STAGES: tuple[tuple[str, ...], ...] = (
     ("sim",),
-    ("aoizora.errors", "aoizora.metrics", "aoizora.interrupts", "aoizora.cache", "aoizora.fanout"),
+    (
+        "aoizora.errors",
+        "aoizora.metrics",
+        "aoizora.interrupts",
+        "aoizora.atomic",
+        "aoizora.cache",
+        "aoizora.fanout",
+    ),
     ("aoizora.workloads",),
     ("aoizora.tpu",),
     ("aoizora.candidates",),

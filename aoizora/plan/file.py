@@ -62,6 +62,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from aoizora.atomic import write_atomic
 from aoizora.errors import PlanError, WorkloadError
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.plan.fields import (
@@ -434,7 +435,7 @@ class Plan:
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`to_json` to ``path`` (UTF-8)."""
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        write_atomic(path, self.to_json())  # a kill leaves the old plan or the new one
 
     @classmethod
     def from_json(cls, text: str) -> Plan:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from aoizora.atomic import write_atomic
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import PlanOutcome
 from aoizora.replay import replay
@@ -93,8 +94,6 @@ def write_report_dir(outcome: PlanOutcome, directory: Path) -> tuple[Path, ...]:
         )
     )
     summary = directory / "summary.json"
-    summary.write_text(
-        json.dumps(outcome_summary(outcome), indent=2, sort_keys=True) + "\n", encoding="utf-8"
-    )
+    write_atomic(summary, json.dumps(outcome_summary(outcome), indent=2, sort_keys=True) + "\n")
     written.append(summary)
     return tuple(written)

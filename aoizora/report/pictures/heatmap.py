@@ -31,6 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle
 
+from aoizora.atomic import write_atomic_with
 from sim.records import SimResult
 
 __all__ = ["LinkLoad", "LinkLoadMap", "link_loads", "plot_link_heatmap"]
@@ -247,5 +248,7 @@ def plot_link_heatmap(
     )
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi, metadata=_PNG_METADATA)
+    write_atomic_with(
+        out, lambda tmp: fig.savefig(tmp, dpi=dpi, metadata=_PNG_METADATA, format="png")
+    )
     return out

@@ -26,6 +26,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from aoizora.atomic import write_atomic_with
 from aoizora.errors import PlanError
 
 __all__ = ["RankingEntry", "RankingRow", "plot_ranking", "ranking_rows"]
@@ -158,5 +159,7 @@ def plot_ranking(
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi, metadata=_PNG_METADATA)
+    write_atomic_with(
+        out, lambda tmp: fig.savefig(tmp, dpi=dpi, metadata=_PNG_METADATA, format="png")
+    )
     return out

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aoizora.atomic import write_atomic
 from sim.records import SimResult
 from sim.routing import route_link_ids
 from sim.topology import Slice
@@ -221,5 +222,5 @@ def write_chrome_trace(trace: dict[str, Any], path: str | Path) -> Path:
     """Write ``trace`` as compact JSON (stable key order; same input, same bytes)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(trace, separators=(",", ":")) + "\n", encoding="utf-8")
+    write_atomic(out, json.dumps(trace, separators=(",", ":")) + "\n")
     return out
