@@ -58,6 +58,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from aoizora.atomic import write_atomic
 from sim.topology import Slice
 
 __all__ = [
@@ -292,14 +293,19 @@ def search_key(
     batch_size: int,
     algorithm: str | Mapping[str, str] | None,
     probes: int = 64,
+    budget: int | None = None,
 ) -> str:
     """The key of one placement search: each job's identity (a string naming its
     program digest, mesh, tree and given orders: :func:`aoizora.rank.search_cache.job_identity`),
-    the slice's network and the search's switches. The deadline is not part of it."""
+    the slice's network and the search's switches, its work budget (``None``: none)
+    included. The deadline is not part of it."""
     switches = json.dumps(
-        {"per_job": per_job, "batch_size": batch_size, "algorithm": algorithm, "probes": probes},
+        {
+            "per_job": per_job, "batch_size": batch_size, "algorithm": algorithm,
+            "probes": probes, "budget": budget,
+        },
         sort_keys=True,
-    )
+    )  # fmt: skip
     return cache_key("search", *_network(slice_), switches, *jobs)
 
 
@@ -334,10 +340,8 @@ class JsonCache:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         raw = json.dumps({"format": _FORMAT, "value": value}, sort_keys=True).encode("utf-8")
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
         # mtime=0: the same value gives the same bytes.
-        tmp.write_bytes(gzip.compress(raw, mtime=0) if self.compress else raw)
-        tmp.replace(path)
+        write_atomic(path, gzip.compress(raw, mtime=0) if self.compress else raw)
 
 
 @dataclass(frozen=True)

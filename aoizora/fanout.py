@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -35,7 +36,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from aoizora.errors import AoizoraError
-from aoizora.interrupts import on_hard_exit, worker_start
+from aoizora.interrupts import on_hard_exit, reassert_handlers, worker_start
 from sim.engine import note_core_fallback
 
 __all__ = ["FanOut", "default_workers", "fan_out"]
@@ -71,9 +72,13 @@ class FanOut:
         self._unregister: Callable[[], None] = _nothing
         self._ray: Any = None
         self._remote: Any = None
+        self._ray_processes: list[tuple[int, str]] = []  # what a local Ray started
         if ray_address is not None:
-            self._ray = _start_ray(ray_address)
+            self._ray, started = _start_ray(ray_address)
             self._remote = self._ray.remote(_run_pickled)
+            if started and ray_address == "local":
+                self._ray_processes = _descendants(os.getpid())
+                self._unregister = on_hard_exit(self.kill)
         elif workers > 1:
             # Workers replay placements: say here, once, if they will run sim's
             # pure-Python core (rather than once in every worker).
@@ -120,7 +125,10 @@ class FanOut:
 
     def kill(self) -> None:
         """Kill the pool's workers now (their running tasks are lost, never half-written:
-        every cache entry is written atomically)."""
+        every cache entry is written atomically), or the local Ray cluster this pool
+        started, every process of it."""
+        for pid, start in self._ray_processes:
+            _kill_if_same(pid, start)
         if self._pool is None:
             return
         # concurrent.futures has no public way to stop a running task before 3.14's
@@ -130,7 +138,14 @@ class FanOut:
                 proc.kill()
 
     def close(self, *, kill: bool = False) -> None:
-        """Shut the pool down: wait for running tasks, or with ``kill`` end them first."""
+        """Shut the pool down: wait for running tasks, or with ``kill`` end them first.
+        A local Ray cluster this pool started is shut down, and what Ray leaves of it
+        (its agents exit only when they next poll the raylet) is killed."""
+        if self._ray_processes:
+            self._ray.shutdown()
+            self.kill()
+            self._ray_processes = []
+            self._unregister()
         if self._pool is not None:
             if kill:
                 self.kill()
@@ -139,7 +154,44 @@ class FanOut:
             self._unregister()
 
 
-def _start_ray(address: str) -> Any:
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """Every process below ``root`` with its start time (``/proc``; none elsewhere), so a
+    later kill cannot hit a new process that reused a pid."""
+    parents: dict[int, int] = {}
+    starts: dict[int, str] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                parents[int(entry)], starts[int(entry)] = stat
+    found: list[tuple[int, str]] = []
+    frontier = [root]
+    while frontier:
+        kids = [pid for pid, parent in parents.items() if parent in frontier]
+        found.extend((pid, starts[pid]) for pid in kids)
+        frontier = kids
+    return sorted(found)
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time) of ``pid`` from ``/proc/PID/stat``, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), fields[19]
+
+
+def _kill_if_same(pid: int, start: str) -> None:
+    got = _stat(pid)
+    if got is not None and got[1] == start:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _start_ray(address: str) -> tuple[Any, bool]:
+    """Ray, connected or started; and whether this call started it."""
     try:
         import ray  # the optional extra aoizora[ray]
     except ImportError:
@@ -147,12 +199,14 @@ def _start_ray(address: str) -> Any:
             "--ray needs Ray, which is not installed; install the extra with "
             "pip install 'aoizora[ray]' (ray==2.60.0), or drop --ray to use a local process pool"
         ) from None
-    if not ray.is_initialized():
-        if address == "local":
-            ray.init(num_cpus=default_workers(), include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
-    return ray
+    if ray.is_initialized():
+        return ray, False
+    if address == "local":
+        ray.init(num_cpus=default_workers(), include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    reassert_handlers()  # ray.init replaces the SIGTERM handler with a noisy one
+    return ray, True
 
 
 @contextmanager

@@ -42,11 +42,13 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
 __all__ = [
     "GRACE_S",
+    "PAUSE_ENV",
     "PARENT_POLL_S",
     "Interrupted",
     "current_phase",
@@ -54,8 +56,10 @@ __all__ = [
     "install_handlers",
     "interrupted_line",
     "on_hard_exit",
+    "pause_point",
     "phase",
     "quiet_libtpu",
+    "reassert_handlers",
     "set_resume_note",
     "worker_start",
 ]
@@ -63,6 +67,7 @@ __all__ = [
 GRACE_S = 1.0  # how long the main thread may take to unwind before the watchdog ends it
 PARENT_POLL_S = 0.5  # how often a worker checks that its parent is alive (non-Linux)
 LIBTPU_QUIET_FLAG = "--install_signal_handlers=false"
+PAUSE_ENV = "AOIZORA_PAUSE_AT"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -97,6 +102,7 @@ class _State:
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.killers: list[Callable[[], None]] = []
+        self.installed = False
 
 
 _state = _State()
@@ -145,6 +151,18 @@ def on_hard_exit(kill: Callable[[], None]) -> Callable[[], None]:
             _state.killers.remove(kill)
 
     return unregister
+
+
+def pause_point(name: str) -> None:
+    """A test seam: when ``$AOIZORA_PAUSE_AT`` is ``name``, say so on stderr and wait
+    there for a signal (the tests interrupt a phase too short to catch otherwise, e.g.
+    the placement search of a tiny model, between two batches of replays)."""
+    if os.environ.get(PAUSE_ENV) != name:
+        return
+    sys.stderr.write(f"[pause] {name}: waiting for a signal (${PAUSE_ENV})\n")
+    sys.stderr.flush()
+    while True:
+        time.sleep(0.05)
 
 
 def quiet_libtpu() -> None:
@@ -203,11 +221,20 @@ def _watchdog(read_fd: int) -> None:
             _hard_exit(_state.received or hits[0])
 
 
+def reassert_handlers() -> None:
+    """Put this module's handlers back after a library replaced them (Ray's ``ray.init``
+    installs its own SIGTERM handler); nothing unless :func:`install_handlers` ran."""
+    if _state.installed and threading.current_thread() is threading.main_thread():
+        for sig in _SIGNALS:
+            signal.signal(sig, _handler)
+
+
 def install_handlers(prog: str) -> None:
     """SIGINT and SIGTERM end this process (the main thread) as described above.
 
     Call it from the main thread, before jax or libtpu start."""
     _state.prog = prog
+    _state.installed = True
     quiet_libtpu()
     for sig in _SIGNALS:
         signal.signal(sig, _handler)

@@ -9,11 +9,9 @@ sharding, physical placement) pair has the lowest simulated step latency:
    candidates over the chip's HBM; keep the top-K by Q1.
 3. **Stage 2**: compile the top-K (plus the baselines' candidates, so they are
    ranked by the same Q2) for the real TPU target (:mod:`aoizora.compile`),
-   build each collective graph from the compiled HLO (:mod:`aoizora.hlo`),
-   enumerate the distinct placements of its mesh on the slice modulo the
-   slice's symmetries (:mod:`aoizora.placement.enumerate`), and score every
-   (candidate, placement) pair by Q2 = the simulated step latency
-   (:mod:`aoizora.replay` over :mod:`sim`). One compile serves every placement
+   build each collective graph from the compiled HLO (:mod:`aoizora.hlo`) and
+   search the placements of its mesh on the slice (:mod:`aoizora.rank`) by Q2 =
+   the simulated step latency (:mod:`aoizora.replay`). One compile serves every placement
    (the device order changes at most which collectives libtpu overlaps with
    compute: docs/facts.md, Placement and compilation).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
@@ -51,12 +49,18 @@ from aoizora.compile import (
 from aoizora.errors import PlanError
 from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
+from aoizora.interrupts import phase
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
-from aoizora.rank.search import search_placements
+from aoizora.rank.search import (
+    DEFAULT_SEARCH_BUDGET,
+    DEFAULT_SEARCH_GAP,
+    SearchBudget,
+    search_placements,
+)
 from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import (
     Stage1Ranking,
@@ -89,6 +93,15 @@ Progress = Callable[[str], None]
 
 def _quiet(_: str) -> None:
     pass
+
+
+@dataclass(frozen=True)
+class _Search:
+    """When the placement search stops (:func:`run_plan`'s ``search_*`` arguments)."""
+
+    seconds: float | None
+    gap: float
+    budget: SearchBudget | None
 
 
 @dataclass(frozen=True)
@@ -235,7 +248,8 @@ class PlanOutcome:
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
     check_slice(slice_)  # a slice libtpu cannot describe fails now, not in Stage 1
     # The mesh spans devices: one per chip, two per tpu7x chip.
-    space = enumerate_candidates(workload, slice_.num_devices)
+    with phase(f"the candidate enumeration on {slice_.name}"):
+        space = enumerate_candidates(workload, slice_.num_devices)
     if not space.legal:
         reasons = "; ".join(f"{r.candidate.id}: {r.reason}" for r in space.rejected[:3])
         raise PlanError(
@@ -259,11 +273,12 @@ def _run_stage1(
 ) -> tuple[Stage1Ranking, list[tuple[str, str]]]:
     """Stage 1 over every legal candidate (:mod:`aoizora.stage1.sweep`, fanned out over
     ``pool``): Q1, the HBM check and the top-K."""
-    sweep = score_candidates(
-        workload, space.legal, slice_, lower=lower_to_read, cache=caches.stage1 if caches else None,
-        pool=pool, progress=say, modules=caches.shardy if caches else None,
-        target=lowering_target,
-    )  # fmt: skip
+    with phase(f"Stage 1 on {slice_.name}"):
+        sweep = score_candidates(
+            workload, space.legal, slice_, lower=lower_to_read, pool=pool, progress=say,
+            cache=caches.stage1 if caches else None, modules=caches.shardy if caches else None,
+            target=lowering_target,
+        )  # fmt: skip
     failed = list(sweep.failed)
     if not sweep.estimates and not sweep.over_hbm:
         raise PlanError(
@@ -390,8 +405,7 @@ def _rank_all(
     say: Progress,
     pool: FanOut,
     per_candidate: bool,
-    deadline_s: float | None,
-    gap_tolerance: float,
+    search: _Search,
 ) -> tuple[list[CandidateScores], SearchSummary | None]:
     """The placement search over every compiled candidate (the default order always replayed)."""
     if not compiled:
@@ -408,16 +422,18 @@ def _rank_all(
         for (cand, result), g in zip(compiled, graphs, strict=True)
     ]
     evaluator = BatchEvaluator(programs, slice_, cache=caches.q2 if caches else None, pool=pool)
+    total = sum(j.space.count() if j.tree else 0 for j in jobs)
+    say(f"[search] {total} placements of {len(jobs)} compiled shardings on {slice_.name} ...")
     if caches is None:
         report = search_placements(
-            jobs, evaluator, per_job=per_candidate, deadline_s=deadline_s,
-            gap_tolerance=gap_tolerance, progress=say,
+            jobs, evaluator, per_job=per_candidate, deadline_s=search.seconds,
+            gap_tolerance=search.gap, budget=search.budget, progress=say,
         )  # fmt: skip
     else:  # a finished search is read back, a stopped one resumed (aoizora.rank.search_cache)
         report = cached_search(
             jobs, evaluator, cache=caches.search, programs=evaluator.digests,
-            per_job=per_candidate, deadline_s=deadline_s, gap_tolerance=gap_tolerance,
-            progress=say,
+            per_job=per_candidate, deadline_s=search.seconds, gap_tolerance=search.gap,
+            budget=search.budget, progress=say,
         )  # fmt: skip
     scored = []
     for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
@@ -446,7 +462,7 @@ def _rank_all(
             f"{jr.open} open of {jr.num_placements}; best {placements[0].q2_s * 1e3:.2f} ms "
             f"({placements[0].placement_id})"
         )
-    return scored, SearchSummary.of(report, fan_out=pool.label)
+    return scored, SearchSummary.of(report, fan_out=pool.label, budget=search.budget)
 
 
 def _baseline_scores(
@@ -488,8 +504,7 @@ def _stage2(
     max_placements: int | None,
     exhaustive: bool,
     pool: FanOut,
-    search_seconds: float | None,
-    search_gap: float,
+    search: _Search,
 ) -> tuple[
     list[tuple[Candidate, CompileResult]],
     list[tuple[str, str]],
@@ -502,18 +517,19 @@ def _stage2(
     Returns the feasible compiles, the failures, the ids of every compile that
     produced a program, the scores and the search summary."""
     t0 = time.perf_counter()
-    compiled, failed, ok_ids = _compile_all(
-        workload, slice_, to_compile, caches=caches, say=say, pool=pool
-    )
+    with phase(f"the compiles for {slice_.name}"):
+        compiled, failed, ok_ids = _compile_all(
+            workload, slice_, to_compile, caches=caches, say=say, pool=pool
+        )
     timings.append(("compile", time.perf_counter() - t0))
     t0 = time.perf_counter()
-    scored, search = _rank_all(
-        compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
-        say=say, pool=pool, per_candidate=exhaustive, deadline_s=search_seconds,
-        gap_tolerance=search_gap,
-    )  # fmt: skip
+    with phase(f"the placement search on {slice_.name}"):
+        scored, summary = _rank_all(
+            compiled, slice_, picks=picks, max_placements=max_placements, caches=caches,
+            say=say, pool=pool, per_candidate=exhaustive, search=search,
+        )  # fmt: skip
     timings.append(("rank", time.perf_counter() - t0))
-    return compiled, failed, ok_ids, scored, search
+    return compiled, failed, ok_ids, scored, summary
 
 
 def run_plan(
@@ -529,7 +545,8 @@ def run_plan(
     workers: int | None = None,
     ray: str | None = None,
     search_seconds: float | None = None,
-    search_gap: float = 0.0,
+    search_gap: float = DEFAULT_SEARCH_GAP,
+    search_budget: SearchBudget | None = DEFAULT_SEARCH_BUDGET,
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
@@ -540,9 +557,9 @@ def run_plan(
     (:mod:`aoizora.cache`). Stage-1 lowering, compiles and exact replays fan out
     over ``workers`` processes (default: the machine's cores) or a Ray cluster at ``ray``
     (``"local"`` starts one); the plan is the same either way.
-    The placement search stops after ``search_seconds``, or once nothing left can
-    beat the best found by more than the fraction ``search_gap``, with the bound and
-    gap it proved (default: when the best is proven). Raises :class:`PlanError`."""
+    The placement search stops at ``search_budget`` (work, counted: the same plan on a
+    busy or an idle machine; None: no limit), ``search_seconds`` (wall clock) or within
+    ``search_gap`` of the best, with its proven bound and gap. Raises :class:`PlanError`."""
     say = progress or _quiet
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
@@ -561,7 +578,7 @@ def run_plan(
         compiled, failed, compiled_ids, scored, search = _stage2(
             workload, slice_, to_compile, picks=picks, caches=caches,
             say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
-            pool=pool, search_seconds=search_seconds, search_gap=search_gap,
+            pool=pool, search=_Search(search_seconds, search_gap, search_budget),
         )  # fmt: skip
     if not scored:
         raise PlanError(

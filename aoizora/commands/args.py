@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from aoizora.errors import WorkloadError
+from aoizora.interrupts import set_resume_note
 from aoizora.workloads.wan_config import WAN_CONFIGS
 from sim.topology import Slice
 
@@ -24,8 +25,16 @@ __all__ = [
     "check_slices",
     "fan_out_options",
     "progress_printer",
+    "resume_from_cache",
+    "search_budget_work",
     "workload_from_args",
 ]
+
+# The planner's defaults (aoizora.rank.search.DEFAULT_SEARCH_BUDGET / DEFAULT_SEARCH_GAP,
+# checked equal by tests/aoizora/test_search_budget.py), written out: importing the search
+# (numpy, the placement code) would slow down every command's start and its refusals.
+DEFAULT_BUDGET_WORK = 500_000_000
+DEFAULT_GAP = 0.001
 
 DEFAULT_CACHE_DIR = os.path.join(
     os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache")),
@@ -117,6 +126,11 @@ def add_cache_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def resume_from_cache(cache_dir: str) -> None:
+    """Say on an interrupt that finished work is in ``cache_dir`` and a rerun resumes."""
+    set_resume_note(f"finished work is cached in {cache_dir} and a rerun resumes from it")
+
+
 def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> None:
     """``--top-k``, ``--max-placements``, ``--cache-dir``, ``--quiet``: how the planner searches."""
     p.add_argument(
@@ -149,19 +163,29 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
         "needs the extra aoizora[ray])",
     )
     p.add_argument(
+        "--search-budget",
+        default=None,
+        metavar="WORK",
+        help="stop the placement search after this much work and report its bound and gap; "
+        "counted, not timed, so the answer is the same on a busy or an idle machine "
+        f"(default {DEFAULT_BUDGET_WORK:,}: about two CPU minutes at most here; 'unlimited': "
+        "none; docs/placements.md)",
+    )
+    p.add_argument(
         "--search-seconds",
         type=float,
         default=None,
-        help="stop the placement search after this long and report its bound and gap "
-        "(default: search until the best placement is proven)",
+        help="also stop the placement search after this many seconds of wall clock (off by "
+        "default: where it stops then depends on the machine's load)",
     )
     p.add_argument(
         "--search-gap",
         type=float,
-        default=0.0,
+        default=None,
         metavar="FRACTION",
         help="stop the placement search once no placement left can be more than this "
-        "fraction faster than the best found, e.g. 0.001 for 0.1%% (default 0: prove the best)",
+        f"fraction faster than the best found (default {DEFAULT_GAP}: 0.1%%); 0 proves the "
+        "best, with no work budget unless --search-budget is given",
     )
 
 
@@ -183,21 +207,46 @@ def check_search_arguments(args: argparse.Namespace) -> None:
             f"--search-seconds {args.search_seconds}: must be a positive number of seconds, "
             "e.g. --search-seconds 120"
         )
-    if not 0.0 <= args.search_gap < 1.0:
+    if args.search_gap is not None and not 0.0 <= args.search_gap < 1.0:
         raise WorkloadError(
             f"--search-gap {args.search_gap}: must be a fraction in [0, 1), e.g. "
             "--search-gap 0.001 (0.1%); 0 searches until the best placement is proven"
         )
+    search_budget_work(args)  # a bad --search-budget fails here, before any work
+
+
+def search_budget_work(args: argparse.Namespace) -> int | None:
+    """The work budget ``--search-budget`` asks for (``None``: unlimited): the default,
+    unless ``--search-gap 0`` asks for the best proven and no budget is given."""
+    text = args.search_budget
+    if text is None:
+        return None if args.search_gap == 0.0 else DEFAULT_BUDGET_WORK
+    if text.strip().lower() == "unlimited":
+        return None
+    try:
+        work = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        work = 0
+    if work < 1:
+        raise WorkloadError(
+            f"--search-budget {text!r}: must be a positive number of work units or "
+            f"'unlimited', e.g. --search-budget {DEFAULT_BUDGET_WORK} (the default)"
+        )
+    return work
 
 
 def fan_out_options(args: argparse.Namespace) -> dict[str, object]:
-    """``workers``, ``ray``, ``search_seconds`` and ``search_gap`` for
+    """``workers``, ``ray``, ``search_seconds``, ``search_gap`` and ``search_budget`` for
     :func:`aoizora.planner.run_plan`."""
+    from aoizora.rank.search import SearchBudget  # needed only once the input is checked
+
+    work = search_budget_work(args)
     return {
         "workers": args.workers,
         "ray": args.ray,
         "search_seconds": args.search_seconds,
-        "search_gap": args.search_gap,
+        "search_gap": DEFAULT_GAP if args.search_gap is None else args.search_gap,
+        "search_budget": None if work is None else SearchBudget(work=work),
     }
 
 

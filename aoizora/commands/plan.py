@@ -31,6 +31,7 @@ from aoizora.commands.args import (
     check_slices,
     fan_out_options,
     progress_printer,
+    resume_from_cache,
     workload_from_args,
 )
 
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.topology import load_slice
 
     check_search_arguments(args)
+    resume_from_cache(args.cache_dir)
     slice_ = load_slice(args.slice_name)
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.

@@ -21,7 +21,8 @@ import json
 import sys
 from typing import Any
 
-from aoizora.commands.args import add_cache_argument
+from aoizora.commands.args import add_cache_argument, resume_from_cache
+from aoizora.interrupts import phase
 from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
@@ -113,8 +114,10 @@ def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Predict, report, and return 1 when the gate fails."""
+    resume_from_cache(args.cache_dir)
     rows = read_measurements(args.file)
-    report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
+    with phase(f"the predictions of {args.file}"):
+        report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
     thresholds = Thresholds(
         min_spearman=args.min_spearman,
         min_top1=args.min_top1,

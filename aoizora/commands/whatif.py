@@ -25,6 +25,7 @@ from aoizora.commands.args import (
     check_slices,
     fan_out_options,
     progress_printer,
+    resume_from_cache,
     workload_from_args,
 )
 
@@ -89,6 +90,8 @@ def _header(names: list[str]) -> tuple[str, ...]:
         "chips",
         "best step (sim)",
         *(labels[n] for n in names),
+        "bound (sim)",
+        "gap",
         "peak link util",
         "mean link util",
         "winner",
@@ -97,13 +100,16 @@ def _header(names: list[str]) -> tuple[str, ...]:
 
 def _cells(row: Any, names: list[str]) -> tuple[str, ...]:
     if row.error is not None:
-        blank = ("",) * (len(names) + 2)
+        blank = ("",) * (len(names) + 4)
         return (row.spec, _chips(row), "failed", *blank, row.error[:80])
+    bound = None if row.search_bound_s is None else min(row.search_bound_s, row.step_s or 0.0)
     return (
         row.spec,
         _chips(row),
         _fmt(row.step_s),
         *(_speedup(row.speedup_over(n)) for n in names),
+        _fmt(bound),
+        _fmt(row.search_gap, 100, " %"),
         _fmt(row.peak_link_utilisation, 100, " %"),
         _fmt(row.mean_link_utilisation, 100, " %"),
         f"{row.winner} @ {row.placement}",
@@ -111,7 +117,9 @@ def _cells(row: Any, names: list[str]) -> tuple[str, ...]:
 
 
 def render_rows(rows: Any) -> str:
-    """The comparison table, one line per slice, one speedup column per baseline."""
+    """The comparison table, one line per slice, one speedup column per baseline, and the
+    placement search's proven bound and gap (no placement of the slice is faster than
+    the bound; 0 % when the winner is proven best)."""
     names = _baseline_names(rows)
     header = _header(names)
     cells = [header, *(_cells(r, names) for r in rows)]
@@ -143,6 +151,8 @@ def rows_to_csv(rows: Any) -> str:
             "placement",
             "plan_s",
             "error",
+            "search_bound_s",
+            "search_gap",
         ]
     )
     for r in rows:
@@ -164,6 +174,8 @@ def rows_to_csv(rows: Any) -> str:
                 r.placement,
                 r.plan_s,
                 r.error,
+                r.search_bound_s,
+                r.search_gap,
             ]
         )
     return out.getvalue()
@@ -172,6 +184,7 @@ def rows_to_csv(rows: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from aoizora.atomic import write_atomic
     from aoizora.errors import WorkloadError
     from sim.topology import parse_slice_spec
 
@@ -179,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
+    resume_from_cache(args.cache_dir)
     slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
     check_slices(slices)  # and so do slices libtpu cannot describe
     # Only now import the planner (and jax): bad input above is refused in milliseconds.
@@ -195,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         plan_options=fan_out_options(args),
     )
     if args.csv:
-        Path(args.csv).write_text(rows_to_csv(rows), encoding="utf-8")
+        write_atomic(Path(args.csv), rows_to_csv(rows))
     if args.json:
         print(json.dumps([r.to_json_dict() for r in rows], indent=2, sort_keys=True))
     else:

@@ -19,7 +19,7 @@ from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.enumerate import enumerate_placements
 from aoizora.placement.space import PlacementSpace
 from aoizora.rank.bounds_of_nodes import collective_shapes, traffic_order
-from aoizora.rank.search import Job, SearchReport
+from aoizora.rank.search import Job, SearchBudget, SearchReport
 from aoizora.tpu import default_device_order
 from sim.topology import Slice
 
@@ -78,7 +78,10 @@ class SearchSummary:
     the winner optimal over every compiled sharding's placement family.
     ``cached``: the report was read from the ``search/`` cache
     (:mod:`aoizora.rank.search_cache`); ``seconds`` is then the search's that
-    stored it.
+    stored it. ``work`` is what the search spent of its ``budget`` (work units,
+    :class:`~aoizora.rank.search.SearchBudget`; ``None``: unlimited) and
+    ``stopped_by`` what ended it before the optimum was proven (``"budget"``,
+    ``"deadline"``, ``"gap"``; ``None`` when it was proven).
     """
 
     num_placements: int
@@ -92,9 +95,14 @@ class SearchSummary:
     nodes_bounded: int
     fan_out: str
     cached: bool = False
+    work: int = 0
+    budget: int | None = None
+    stopped_by: str | None = None
 
     @classmethod
-    def of(cls, report: SearchReport, *, fan_out: str) -> SearchSummary:
+    def of(
+        cls, report: SearchReport, *, fan_out: str, budget: SearchBudget | None = None
+    ) -> SearchSummary:
         """The totals of a :class:`~aoizora.rank.search.SearchReport`."""
         jobs = report.jobs
         return cls(
@@ -105,6 +113,8 @@ class SearchSummary:
             open=sum(j.open for j in jobs),
             bound_s=report.bound_s, gap=report.gap, seconds=report.seconds,
             nodes_bounded=report.nodes_bounded, fan_out=fan_out, cached=report.cached,
+            work=report.work, budget=None if budget is None else budget.work,
+            stopped_by=report.stopped_by,
         )  # fmt: skip
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -120,4 +130,7 @@ class SearchSummary:
             "nodes_bounded": self.nodes_bounded,
             "fan_out": self.fan_out,
             "cached": self.cached,
+            "work": self.work,
+            "budget": self.budget,
+            "stopped_by": self.stopped_by,
         }

@@ -30,6 +30,14 @@ symmetry class) are counted, not replayed.
 ``per_job=True`` keeps one incumbent per sharding, so every sharding's best
 placement is exact (the planner's ``--exhaustive`` needs each one's best);
 by default the incumbent is global, which proves far more of the space worse.
+
+A :class:`SearchBudget` bounds the search by the *work* it does, counted, not
+timed, so a budget stops the same search at the same node on a busy machine and
+an idle one: bounding a node of a sharding costs its :func:`program_size` (the
+point-to-point transfers its collectives make, plus a fixed share for the work
+every node costs) and replaying one of its placements :data:`REPLAY_COST` times
+that. Both grow with the program's group sizes as their CPU time does
+(docs/placements.md, "The work budget").
 """
 
 from __future__ import annotations
@@ -46,24 +54,78 @@ import numpy as np
 
 from aoizora.errors import PlacementError
 from aoizora.hlo.graph import CollectiveGraph
+from aoizora.interrupts import pause_point
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.space import Node, PlacementSpace
 from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
 from aoizora.rank.bounds_of_nodes import NodeBounds
 
 __all__ = [
+    "DEFAULT_SEARCH_BUDGET",
+    "DEFAULT_SEARCH_GAP",
+    "REPLAY_COST",
     "Job",
     "JobReport",
     "Leaf",
     "Scored",
+    "SearchBudget",
     "SearchReport",
     "check_gap_tolerance",
+    "program_size",
     "search_placements",
 ]
 
 Progress = Callable[[str], None]
 _EXTRA_COMPLEXITY = (10**6, 10**6, 10**6, 1)  # given orders sort after every described one
 _PROBES_KEPT = 2  # probe leaves replayed a tree (the best of its random walks by leaf bound)
+# What bounding one node costs besides its transfers (numpy calls, heap, bookkeeping), in
+# transfers: measured ~1 ms a node for small programs against ~0.17 us a transfer for
+# large ones on this 2-core machine (docs/placements.md, "The work budget").
+NODE_OVERHEAD = 6_000
+REPLAY_COST = 100  # an exact replay costs this many bounded nodes of its program
+
+
+def program_size(graph: CollectiveGraph) -> int:
+    """The point-to-point transfers ``graph``'s collectives make once: ``n (n - 1)`` a
+    group of ``n`` devices (every member sends to every other, as a ring's steps or an
+    all-to-all do), one a collective-permute pair. Placement-independent: the work
+    budget's measure of how big a program is.
+
+    >>> from aoizora.hlo.graph import graph_from_text
+    >>> program_size(graph_from_text(""))
+    0
+    """
+    total = 0
+    for c in graph.collectives:
+        total += len(c.pairs) if c.pairs else sum(len(g) * (len(g) - 1) for g in c.groups)
+    return total
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """The work a search may do before it stops with its best placement, bound and gap.
+
+    ``work`` counts :func:`program_size` + ``NODE_OVERHEAD`` for every node bounded and
+    :data:`REPLAY_COST` times that for every placement replayed (from the Q2 cache
+    or not: a resumed search counts what a cold one does). The search checks it
+    between nodes, so it may overshoot by one batch of replays.
+    """
+
+    work: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.work, bool) or not isinstance(self.work, int) or self.work < 1:
+            raise PlacementError(
+                f"search budget {self.work!r} must be a positive number of work units, "
+                f"e.g. {DEFAULT_SEARCH_BUDGET.work}"
+            )
+
+
+# About 2 CPU minutes for the largest programs measured (256-member rings on v5e:16x16),
+# seconds on 16 chips; docs/placements.md, "The work budget".
+DEFAULT_SEARCH_BUDGET = SearchBudget(work=500_000_000)
+# The default stop: nothing left open can beat the best found by more than 0.1 %.
+DEFAULT_SEARCH_GAP = 0.001
 
 
 @dataclass(frozen=True)
@@ -134,6 +196,9 @@ class SearchReport:
 
     ``seconds`` and ``nodes_bounded`` are the search's own, also when the report
     was read back from the cache (``cached=True``, :mod:`aoizora.rank.search_cache`).
+    ``work`` is what it spent of its :class:`SearchBudget`; ``stopped_by`` says what
+    ended it before the optimum was proven: ``"budget"``, ``"deadline"``, ``"gap"``
+    (within the gap tolerance), or ``None``.
     """
 
     jobs: tuple[JobReport, ...]
@@ -143,6 +208,8 @@ class SearchReport:
     seconds: float
     nodes_bounded: int
     cached: bool = False
+    work: int = 0
+    stopped_by: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -165,6 +232,7 @@ class _JobState:
     repeats: int = 0
     proven_worse: int = 0
     total: int = 0
+    node_cost: int = NODE_OVERHEAD  # work units a node bound costs (program_size + overhead)
 
     def best(self) -> float:
         return min((s.q2_s for s in self.scored.values()), default=math.inf)
@@ -187,8 +255,12 @@ class _Search:
         per_job: bool,
         algorithm: str | Mapping[str, str] | None,
         gap_tolerance: float = 0.0,
+        budget: SearchBudget | None = None,
     ) -> None:
         self.evaluate = evaluate
+        self.budget = budget
+        self.work = 0  # work units spent (SearchBudget)
+        self.stopped_by: str | None = None
         self.batch_size = batch_size
         self.per_job = per_job
         self.gap_tolerance = gap_tolerance
@@ -200,7 +272,8 @@ class _Search:
             bounds = NodeBounds(job.graph, job.space, algorithm=algorithm)
             perms = np.asarray(slice_automorphisms(job.space.slice), dtype=np.int64)
             total = (job.space.count() if job.tree else 0) + len(job.extra_orders)
-            self.states.append(_JobState(job, bounds, perms, total=total))
+            cost = program_size(job.graph) + NODE_OVERHEAD
+            self.states.append(_JobState(job, bounds, perms, total=total, node_cost=cost))
         self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
         self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
         self.stop_at = math.inf  # perf_counter() time past which no node is split or bounded
@@ -210,9 +283,23 @@ class _Search:
     def incumbent(self, j: int) -> float:
         return self.best[j] if self.per_job else min(self.best, default=math.inf)
 
-    def past_deadline(self) -> bool:
-        """Past ``stop_at`` with a placement replayed (a search always finds one)."""
-        return time.perf_counter() >= self.stop_at and min(self.best, default=math.inf) < math.inf
+    def past_limit(self) -> bool:
+        """Past ``stop_at`` or the budget, with a placement replayed (a search always
+        finds one); says which in ``stopped_by``."""
+        if min(self.best, default=math.inf) == math.inf:
+            return False
+        if self.budget is not None and self.work >= self.budget.work:
+            self.stopped_by = "budget"
+            return True
+        if time.perf_counter() >= self.stop_at:
+            self.stopped_by = "deadline"
+            return True
+        return False
+
+    def bounded(self, j: int) -> None:
+        """Count one node bound of job ``j`` (its work too)."""
+        self.nodes_bounded += 1
+        self.work += self.states[j].node_cost
 
     # -- the heap ------------------------------------------------------------------
 
@@ -237,7 +324,7 @@ class _Search:
                 self.push(bound, j, leaf)
             if job.tree:
                 for root in job.space.roots():
-                    self.nodes_bounded += 1
+                    self.bounded(j)
                     self.push(st.bounds.bound(root), j, root)
         return forced
 
@@ -267,7 +354,7 @@ class _Search:
                 key = st.class_key(leaf.physical_ids)
                 if key not in seen:
                     seen.add(key)
-                    self.nodes_bounded += 1
+                    self.bounded(j)
                     found.append((st.bounds.bound(node), leaf.label, leaf))
             best = sorted(found, key=lambda t: t[:2])[:keep]
             kept = [leaf for bound, _, leaf in best if bound < self.incumbent(j)]
@@ -277,7 +364,7 @@ class _Search:
 
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
-        self.nodes_bounded += 1
+        self.bounded(j)
         # Chip coordinates, as the tree's leaves are bounded (on tpu7x an id names a
         # core, not a chip).
         return st.bounds.leaf_bound(st.job.space.chip_coords(ids))
@@ -288,7 +375,7 @@ class _Search:
         keys: dict[tuple[int, tuple[int, ...]], int] = {}  # class -> its place in the batch
         within_gap: list[_Entry] = []  # open, but at most gap_tolerance better than the best
         while self.heap and len(batch) < self.batch_size:
-            if self.past_deadline():
+            if self.past_limit():
                 break  # what is left stays open, under its bound
             entry = heapq.heappop(self.heap)
             bound, _, j, item = entry
@@ -300,6 +387,7 @@ class _Search:
                     self.heap.clear()
                 continue
             if bound >= self.incumbent(j) * (1.0 - self.gap_tolerance):
+                self.stopped_by = "gap"
                 within_gap.append(entry)
                 if not self.per_job:  # the heap is ordered: the gap is within the tolerance
                     break
@@ -328,12 +416,12 @@ class _Search:
             self.take_leaf(leaf, batch, keys)
             return
         for child in space.children(item):
-            if self.past_deadline():
-                # Past the deadline a child keeps its parent's bound (every
-                # placement under the child is under the parent too).
+            if self.past_limit():
+                # Past the deadline or the budget a child keeps its parent's bound
+                # (every placement under the child is under the parent too).
                 self.push(bound, j, child)
                 continue
-            self.nodes_bounded += 1
+            self.bounded(j)
             child_bound = st.bounds.bound(child)
             if child_bound >= self.incumbent(j):
                 self.prune(j, child)
@@ -365,6 +453,7 @@ class _Search:
         for leaf, q2 in zip(batch, q2s, strict=True):
             st = self.states[leaf.job]
             st.simulated += 1
+            self.work += REPLAY_COST * st.node_cost
             key = st.class_key(leaf.physical_ids)
             st.scored[key] = Scored(leaf, float(q2), self.raw.pop((leaf.job, key), 1))
             self.best[leaf.job] = min(self.best[leaf.job], float(q2))
@@ -390,6 +479,7 @@ def search_placements(
     per_job: bool = False,
     deadline_s: float | None = None,
     gap_tolerance: float = 0.0,
+    budget: SearchBudget | None = None,
     probes: int = 64,
     algorithm: str | Mapping[str, str] | None = None,
     progress: Progress | None = None,
@@ -397,10 +487,12 @@ def search_placements(
 ) -> SearchReport:
     """The best placement over every job's family: exact, or with a proven gap.
 
-    ``evaluate`` replays a batch of leaves exactly (in order). ``deadline_s``
-    (seconds from the start) stops the search: past it no node is split or
-    bounded (children of a node being split keep its bound), the batch
+    ``evaluate`` replays a batch of leaves exactly (in order). ``budget`` (work,
+    :class:`SearchBudget`; ``None``: no limit) and ``deadline_s`` (seconds from the
+    start, so it depends on the machine's load) stop the search: past either no node
+    is split or bounded (children of a node being split keep its bound), the batch
     already collected is replayed, and the report carries the bound left open.
+    The given orders and the probes are replayed whatever the budget.
     ``probes`` random walks a tree seed its probes (0: none). ``gap_tolerance``
     (a fraction, e.g. ``0.001``) stops the search once no open
     placement can beat the best found by more than that fraction of it; the
@@ -415,7 +507,7 @@ def search_placements(
     t0 = time.perf_counter()
     run = _Search(
         jobs, evaluate, batch_size=batch_size, per_job=per_job, algorithm=algorithm,
-        gap_tolerance=gap_tolerance,
+        gap_tolerance=gap_tolerance, budget=budget,
     )  # fmt: skip
     if deadline_s is not None:
         run.stop_at = t0 + deadline_s
@@ -425,7 +517,10 @@ def search_placements(
     probed = run.probe(probes, _PROBES_KEPT)  # after the forced: their Q2 filters the probes
     if probed:
         run.record(probed)
-    last = t0
+    last = time.perf_counter()
+    if progress is not None:  # the given orders and probes can take minutes on 256 chips
+        progress(_progress_line(run, last - t0))
+    pause_point("search")  # a test seam (aoizora.interrupts), a no-op otherwise
     while True:
         batch = run.collect()
         if not batch:
@@ -436,6 +531,7 @@ def search_placements(
             last = now
             progress(_progress_line(run, now - t0))
         if deadline_s is not None and now - t0 >= deadline_s:
+            run.stopped_by = "deadline"
             break
     report = _report(run, time.perf_counter() - t0)
     if progress is not None:
@@ -472,7 +568,11 @@ def _report(run: _Search, seconds: float) -> SearchReport:
         raise PlacementError("the search replayed no placement (every job was empty)")
     _, _, _, wj, winner = min(candidates, key=lambda c: c[:3])
     bound = min([winner.q2_s, *(r.bound_s for r in jobs)])
-    return SearchReport(tuple(jobs), wj, winner, bound, seconds, run.nodes_bounded)
+    complete = all(r.open == 0 for r in jobs)
+    return SearchReport(
+        tuple(jobs), wj, winner, bound, seconds, run.nodes_bounded, work=run.work,
+        stopped_by=None if complete else run.stopped_by,
+    )  # fmt: skip
 
 
 def _progress_line(run: _Search, seconds: float, *, final: SearchReport | None = None) -> str:
@@ -484,8 +584,14 @@ def _progress_line(run: _Search, seconds: float, *, final: SearchReport | None =
     bound = min([best, *(b for b, _, _, _ in run.heap)])
     gap = 0.0 if best <= 0 or math.isinf(best) else max(0.0, (best - bound) / best)
     head = "[search] done" if final is not None else "[search]"
+    spent = f"{run.work:,} work" + (f" of {run.budget.work:,}" if run.budget else "")
+    why = ""
+    if final is not None and final.stopped_by is not None:
+        why = {"budget": "; the work budget is spent", "deadline": "; the deadline passed",
+               "gap": "; within the gap asked for"}.get(final.stopped_by, "")  # fmt: skip
     return (
-        f"{head} {seconds:.1f} s: {simulated} simulated, {repeats} repeats, {worse} proven "
-        f"worse, {total - simulated - repeats - worse} open of {total} placements; best "
-        f"{best * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms, gap {gap * 100:.2f}%"
+        f"{head} {seconds:.1f} s, {run.nodes_bounded} nodes bounded, {spent}: {simulated} "
+        f"simulated, {repeats} repeats, {worse} proven worse, "
+        f"{total - simulated - repeats - worse} open of {total} placements; best "
+        f"{best * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms, gap {gap * 100:.2f}%{why}"
     )

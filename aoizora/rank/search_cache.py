@@ -3,13 +3,15 @@
 :func:`cached_search` wraps :func:`~aoizora.rank.search.search_placements`
 with the planner's ``search/`` cache (:func:`aoizora.cache.search_key`: every
 job's program digest, mesh, placement tree and given orders, the slice and
-the search's switches; the deadline is stored beside the report, not in the key).
+the search's switches, its work budget included; the deadline is stored beside the
+report, not in the key).
 
 * A *complete* report (nothing left open: the optimum is proven) is returned
-  whatever the deadline asked for.
-* An *incomplete* one (a deadline stopped it) is returned when the deadline
-  asked for is at most the one it ran under: a search given no more time
-  would stop no further.
+  whatever the deadline asked for; so is one that stopped within the gap asked
+  for, and one its work budget stopped (the same budget stops the same search
+  at the same node: the report is the search's answer, however long it took).
+* One a deadline stopped is returned when the deadline asked for is at most the
+  one it ran under: a search given no more time would stop no further.
 * Otherwise the search runs and its report replaces the entry. This is how a
   stopped search resumes: its exact replays are in the ``q2/`` cache
   (:class:`~aoizora.rank.evaluate.BatchEvaluator`), so the re-run reaches the
@@ -41,7 +43,15 @@ from typing import Any
 
 from aoizora.cache import JsonCache, search_key
 from aoizora.errors import PlacementError
-from aoizora.rank.search import Job, JobReport, Leaf, Scored, SearchReport, search_placements
+from aoizora.rank.search import (
+    Job,
+    JobReport,
+    Leaf,
+    Scored,
+    SearchBudget,
+    SearchReport,
+    search_placements,
+)
 
 __all__ = ["cached_search", "job_identity", "report_from_json", "report_to_json"]
 
@@ -108,6 +118,8 @@ def report_to_json(report: SearchReport) -> dict[str, Any]:
         "bound_s": _float_to_json(report.bound_s),
         "seconds": report.seconds,
         "nodes_bounded": report.nodes_bounded,
+        "work": report.work,
+        "stopped_by": report.stopped_by,
     }
 
 
@@ -128,6 +140,9 @@ def report_from_json(data: Mapping[str, Any], *, cached: bool = False) -> Search
     winner_job = int(data["winner_job"])
     if not 0 <= winner_job < len(jobs):
         raise ValueError(f"winner_job {winner_job} is not one of the {len(jobs)} jobs")
+    stopped_by = data["stopped_by"]
+    if stopped_by not in (None, "budget", "deadline", "gap"):
+        raise ValueError(f"stopped_by {stopped_by!r} is not budget, deadline, gap or null")
     return SearchReport(
         jobs=jobs,
         winner_job=winner_job,
@@ -136,6 +151,8 @@ def report_from_json(data: Mapping[str, Any], *, cached: bool = False) -> Search
         seconds=_float_from_json(data["seconds"]),
         nodes_bounded=int(data["nodes_bounded"]),
         cached=cached,
+        work=int(data["work"]),
+        stopped_by=stopped_by,
     )
 
 
@@ -167,9 +184,10 @@ def _reusable(
     gap_tolerance: float,
 ) -> bool:
     """A complete report always; one stopped within ``gap_tolerance`` of its best (it
-    answers the request: no placement left open beats it by more); one a deadline
-    stopped for a deadline no longer than its own."""
-    if report.complete or report.gap <= gap_tolerance:
+    answers the request: no placement left open beats it by more); one its budget
+    stopped (the key holds the budget); one a deadline stopped for a deadline no
+    longer than its own."""
+    if report.complete or report.gap <= gap_tolerance or report.stopped_by == "budget":
         return True
     searched = entry.get("deadline_s")
     return deadline_s is not None and searched is not None and deadline_s <= float(searched)
@@ -192,7 +210,9 @@ def _hit_line(report: SearchReport, deadline_s: object) -> str:
     worse = sum(j.proven_worse for j in jobs)
     open_ = sum(j.open for j in jobs)
     ran = "to the end" if report.complete else f"stopped at a {report.gap:.2%} gap"
-    if not report.complete and isinstance(deadline_s, (int, float)):
+    if report.stopped_by == "budget":
+        ran += f" (work budget, {report.work:,} work)"
+    elif not report.complete and isinstance(deadline_s, (int, float)):
         ran += f" (deadline {deadline_s} s)"
     return (
         f"[search] from the cache (a {report.seconds:.1f} s search, {ran}): {simulated} "
@@ -212,6 +232,7 @@ def cached_search(
     per_job: bool = False,
     deadline_s: float | None = None,
     gap_tolerance: float = 0.0,
+    budget: SearchBudget | None = None,
     probes: int = 64,
     algorithm: str | Mapping[str, str] | None = None,
     progress: Progress | None = None,
@@ -237,7 +258,7 @@ def cached_search(
     key = search_key(
         jobs=[job_identity(j, program_digest=d) for j, d in zip(jobs, programs, strict=True)],
         slice_=jobs[0].space.slice, per_job=per_job, batch_size=batch_size, algorithm=algorithm,
-        probes=probes,
+        probes=probes, budget=None if budget is None else budget.work,
     )  # fmt: skip
     got = _read(cache, key)
     if got is not None and _reusable(got[0], got[1], deadline_s, gap_tolerance):
@@ -246,8 +267,8 @@ def cached_search(
         return got[1]
     report = search_placements(
         jobs, evaluate, batch_size=batch_size, per_job=per_job, deadline_s=deadline_s,
-        gap_tolerance=gap_tolerance, probes=probes, algorithm=algorithm, progress=progress,
-        progress_every_s=progress_every_s,
+        gap_tolerance=gap_tolerance, budget=budget, probes=probes, algorithm=algorithm,
+        progress=progress, progress_every_s=progress_every_s,
     )  # fmt: skip
     cache.put(key, {"deadline_s": deadline_s, "report": report_to_json(report)})
     return report

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from aoizora.planner import PlanOutcome
+from aoizora.planner import PlanOutcome, SearchSummary
 from aoizora.workloads.base import expert_steps, experts_summary
 
-__all__ = ["candidate_rows", "format_ms", "outcome_summary", "render_report"]
+__all__ = ["candidate_rows", "format_ms", "outcome_summary", "render_report", "search_line"]
 
 
 def format_ms(seconds: float | None) -> str:
@@ -63,7 +63,31 @@ def _header(outcome: PlanOutcome) -> list[str]:
         f"{sum(c.proven_worse for c in outcome.scored)} proven worse by a bound"
         + ("" if outcome.search is None else f", gap {outcome.search.gap:.2%}")
     )
+    if outcome.search is not None:
+        lines.append(search_line(outcome.search, outcome.winner_q2_s))
     return lines
+
+
+_STOPPED = {
+    "budget": "the work budget was spent (--search-budget; --search-gap 0 proves the best)",
+    "deadline": "--search-seconds passed",
+    "gap": "within the --search-gap asked for",
+}
+
+
+def search_line(search: SearchSummary, best_s: float) -> str:
+    """How the placement search ended: the best found, the proven bound, the gap, why."""
+    head = (
+        f"placement search: best {format_ms(best_s)} (simulated), no placement faster than "
+        f"{format_ms(min(search.bound_s, best_s))} (proven bound), gap {search.gap:.2%}"
+    )
+    if search.stopped_by is None:
+        return head + "; the best placement is proven"
+    spent = f"{search.work:,} work" + (f" of {search.budget:,}" if search.budget else "")
+    return (
+        f"{head}; {search.open} placements left open: {_STOPPED.get(search.stopped_by, '')} "
+        f"({spent})"
+    )
 
 
 def _winner_table(outcome: PlanOutcome) -> list[str]:
@@ -86,7 +110,9 @@ def _winner_table(outcome: PlanOutcome) -> list[str]:
         f"placement spread of the winning sharding (simulated): best "
         f"{format_ms(outcome.winner.best.q2_s)}, worst {format_ms(outcome.winner.worst.q2_s)} "
         f"({outcome.placement_spread:.2f}x over {len(outcome.winner.placements)} simulated "
-        "placements; the rest were proven no better than the winner)"
+        "placements; the rest were proven no better than the winner"
+        + ("" if not outcome.winner.open else " or left open under the search's bound")
+        + ")"
     )
     if not outcome.winner.in_top_k:
         lines.append("note: the winner is a baseline's sharding, not one Stage 1 kept")
