@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import cloudpickle
 
 from aoizora.errors import AoizoraError
-from aoizora.interrupts import on_hard_exit, reassert_handlers, worker_start
+from aoizora.interrupts import deferred, on_hard_exit, reassert_handlers, worker_start
 from sim.engine import note_core_fallback
 
 __all__ = ["FanOut", "default_workers", "fan_out"]
@@ -117,9 +117,9 @@ class FanOut:
             # submit, not Executor.map: map cancels its pending futures when the caller
             # stops early, and an interrupted pool then marks those same futures broken
             # (InvalidStateError in its manager thread, CPython 3.11).
-            futures = [
-                self._pool.submit(_run_pickled, cloudpickle.dumps((fn, item))) for item in items
-            ]
+            payloads = [cloudpickle.dumps((fn, item)) for item in items]
+            with deferred():  # a submit may start a worker: never leave one half-started
+                futures = [self._pool.submit(_run_pickled, p) for p in payloads]
             for future in futures:
                 yield cloudpickle.loads(future.result())
 

@@ -52,6 +52,7 @@ __all__ = [
     "PARENT_POLL_S",
     "Interrupted",
     "current_phase",
+    "deferred",
     "finished",
     "install_handlers",
     "interrupted_line",
@@ -103,6 +104,8 @@ class _State:
         self.done = threading.Event()
         self.killers: list[Callable[[], None]] = []
         self.installed = False
+        self.deferring = 0  # > 0 inside deferred(): a signal waits for the block's end
+        self.pending: int | None = None
 
 
 _state = _State()
@@ -195,7 +198,25 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         return  # already unwinding; the watchdog bounds how long that takes
     _state.received = signum
     _state.interrupted_phase = _state.phase
+    if _state.deferring:
+        _state.pending = signum
+        return
     raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold an interrupt until the block ends (then raise it): for steps that must not
+    stop half-way, e.g. starting a worker process, which reads its start-up data from
+    this one and prints a traceback if this one stops writing it."""
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
+    if not _state.deferring and _state.pending is not None:
+        signum, _state.pending = _state.pending, None
+        raise Interrupted(signum)
 
 
 def _hard_exit(signum: int) -> None:

@@ -1,0 +1,241 @@
+"""Ctrl-C, SIGTERM and SIGKILL at any phase of a real ``aoizora plan``: clean, resumable.
+
+A plan of the tiny Wan config on v5e:2x2 is started as a subprocess (the command a
+user runs) and interrupted in each phase, found from its own progress lines: Stage 1
+(a ``[stage 1 k/n]`` line: lowering is under way in the workers), the compiles (the
+``[compile] ... on 2 processes`` line: the workers compile for seconds) and the
+placement search (the ``[pause] search`` line of the ``$AOIZORA_PAUSE_AT`` seam: the
+tiny search takes milliseconds, so it waits there, between its batches, for the
+signal). Every interrupted run must exit 130 / 143 with one line on stderr naming
+the phase, print no traceback and no libtpu noise, and leave no process behind (its
+pipes close with it); SIGKILL leaves no process either. The runs share one cache,
+so each resumes the last, and the final run writes the plan an uninterrupted run
+writes, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sim.topology import load_slice
+from tests.aoizora.test_planner import MODEL
+
+PLAN_ARGS = [
+    "plan", "--model", MODEL, "--slice", "v5e:2x2", "--resolution", "256x256", "--frames", "5",
+    "--top-k", "2", "--workers", "2",
+]  # fmt: skip
+STAGE1 = r"^\[stage 1 +\d+/\d+\]"
+COMPILES = r"^\[compile\] \d+ of \d+ candidates for v5e:2x2 on 2 processes"
+SEARCH = r"^\[pause\] search:"
+NOISE = ("Traceback", "RAW:", "SIGTERM received", "leaked semaphore", "KeyboardInterrupt")
+
+
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """(parent, state, start time) of a live process, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return int(fields[1]), fields[0], fields[19]
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every process below ``root``: pid -> start time."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (got := _stat(int(entry))) is not None:
+            table[int(entry)] = got
+    found: dict[int, str] = {}
+    frontier = {root}
+    while frontier:
+        kids = {pid for pid, (parent, _, _) in table.items() if parent in frontier}
+        found.update({pid: table[pid][2] for pid in kids})
+        frontier = kids
+    return found
+
+
+def _survivors(children: dict[int, str], *, within_s: float = 5.0) -> list[int]:
+    """The ``children`` still running (not zombies, not a reused pid) after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = []
+        for pid, start in children.items():
+            got = _stat(pid)
+            if got is not None and got[1] != "Z" and got[2] == start:
+                alive.append(pid)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+class _Run:
+    """``aoizora plan`` as a subprocess, its stderr read line by line as it comes."""
+
+    def __init__(self, cache: Path, out: Path, *, pause: str | None = None) -> None:
+        env = dict(os.environ)
+        env.pop("AOIZORA_PAUSE_AT", None)
+        if pause is not None:
+            env["AOIZORA_PAUSE_AT"] = pause
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "aoizora", *PLAN_ARGS, "--cache-dir", str(cache),
+             "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self.stdout = ""
+        self.changed = threading.Condition()
+        self.readers = [
+            threading.Thread(target=self._read_err, daemon=True),
+            threading.Thread(target=self._read_out, daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self.changed:
+                self.lines.append(line.rstrip("\n"))
+                self.changed.notify_all()
+
+    def _read_out(self) -> None:
+        assert self.proc.stdout is not None
+        self.stdout = self.proc.stdout.read()
+
+    def wait_for(self, pattern: str, timeout_s: float = 600.0) -> None:
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while not any(regex.search(line) for line in self.lines):
+                left = deadline - time.monotonic()
+                assert left > 0 and self.proc.poll() is None, (
+                    f"no line matching {pattern!r}; stderr so far:\n" + "\n".join(self.lines[-20:])
+                )
+                self.changed.wait(min(left, 1.0))
+
+    def interrupt(self, sig: signal.Signals) -> tuple[int, dict[int, str]]:
+        """Send ``sig``; return the exit code and the processes it had then."""
+        children = _descendants(self.proc.pid)
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        for reader in self.readers:  # no process left holds its stdout or stderr
+            reader.join(timeout=30)
+            assert not reader.is_alive(), "a process left behind holds the plan's pipes"
+        return code, children
+
+    def finish(self) -> int:
+        code = self.proc.wait(timeout=900)
+        for reader in self.readers:
+            reader.join(timeout=30)
+        return code
+
+
+def _reference_plan(cache_dir: Path, tmp_path: Path) -> bytes:
+    """The plan of an uninterrupted run (the session's shared cache)."""
+    out = tmp_path / "reference.json"
+    run = _Run(cache_dir, out)
+    assert run.finish() == 0, "\n".join(run.lines[-20:])
+    return out.read_bytes()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _libtpu_describes_v5e() -> None:
+    pytest.importorskip("libtpu")  # the phases need real TPU compiles
+    load_slice("v5e:2x2")
+
+
+@pytest.mark.slow
+def test_sigint_and_sigterm_in_every_phase_end_cleanly_and_a_rerun_resumes(
+    plan_cache_dir: Path, tmp_path: Path
+) -> None:
+    reference = _reference_plan(plan_cache_dir, tmp_path)
+    cache, out = tmp_path / "cache", tmp_path / "plan.json"
+    steps = [
+        (STAGE1, None, signal.SIGINT, "Stage 1 on v5e:2x2"),
+        (STAGE1, None, signal.SIGTERM, "Stage 1 on v5e:2x2"),
+        (COMPILES, None, signal.SIGINT, "the compiles for v5e:2x2"),
+        (COMPILES, None, signal.SIGTERM, "the compiles for v5e:2x2"),
+        (SEARCH, "search", signal.SIGINT, "the placement search on v5e:2x2"),
+        (SEARCH, "search", signal.SIGTERM, "the placement search on v5e:2x2"),
+    ]
+    for pattern, pause, sig, phase in steps:
+        run = _Run(cache, out, pause=pause)
+        run.wait_for(pattern)
+        code, children = run.interrupt(sig)
+        where = f"{sig.name} in {phase}"
+        assert code == 128 + sig, (where, code, run.lines[-10:])
+        assert children, where  # there were workers to end
+        assert not _survivors(children), where
+        said = [line for line in run.lines if "interrupted" in line]
+        assert said == [run.lines[-1]], (where, run.lines[-10:])
+        assert said[0] == (
+            f"aoizora plan: interrupted by {sig.name} during {phase}; finished work is cached "
+            f"in {cache} and a rerun resumes from it"
+        )
+        text = "\n".join(run.lines)
+        assert not [n for n in NOISE if n in text], (where, text[-3000:])
+        assert not out.exists(), where  # no plan is written by an interrupted run
+    final = _Run(cache, out)
+    assert final.finish() == 0, "\n".join(final.lines[-20:])
+    assert out.read_bytes() == reference
+    # Stage 1 and the compiles were resumed, not redone: the last run read them.
+    assert not [line for line in final.lines if re.search(STAGE1 + "|" + COMPILES, line)]
+
+
+@pytest.mark.slow
+def test_sigkill_in_every_phase_leaves_no_process_and_a_rerun_resumes(
+    plan_cache_dir: Path, tmp_path: Path
+) -> None:
+    reference = _reference_plan(plan_cache_dir, tmp_path)
+    cache, out = tmp_path / "cache", tmp_path / "plan.json"
+    for pattern, pause in ((STAGE1, None), (COMPILES, None), (SEARCH, "search")):
+        run = _Run(cache, out, pause=pause)
+        run.wait_for(pattern)
+        code, children = run.interrupt(signal.SIGKILL)
+        assert code == -signal.SIGKILL and children, pattern
+        # The workers die with the parent (PR_SET_PDEATHSIG), and the pipes close.
+        assert not _survivors(children), pattern
+    final = _Run(cache, out)
+    assert final.finish() == 0, "\n".join(final.lines[-20:])
+    assert out.read_bytes() == reference
+
+
+def test_libtpu_prints_nothing_on_sigterm_when_asked_not_to_install_handlers(
+    tmp_path: Path,
+) -> None:
+    # docs/facts.md, libtpu signal handlers: without the flag libtpu's handler prints a
+    # stack trace and "RAW: Remote crash gathering disabled for SIGTERM"; with it, nothing.
+    script = (
+        "import sys, time\n"
+        "from aoizora.interrupts import quiet_libtpu\n"
+        "if sys.argv[1] == 'quiet':\n"
+        "    quiet_libtpu()\n"
+        "from aoizora.tpu import topology_devices\n"
+        "from sim.topology import load_slice\n"
+        "topology_devices(load_slice('v5e:2x2'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LIBTPU_INIT_ARGS"}
+    stderr = {}
+    for mode in ("loud", "quiet"):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, mode], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr[mode] = proc.communicate(timeout=60)
+        assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
+    assert "Remote crash gathering disabled for SIGTERM" in stderr["loud"]  # the control
+    assert stderr["quiet"] == ""
