@@ -359,7 +359,14 @@ static void clock_run(run_t *r) {
         }
     }
     run_work(r);
+    unsigned long steps = 0;
     while (!r->nomem && !r->failed) {
+        /* A long run still answers Ctrl-C / SIGTERM: Python's handlers run here (and
+           may raise), every 16 instants: a cheap check of a flag. */
+        if ((++steps & 15u) == 0 && PyErr_CheckSignals() < 0) {
+            r->failed = 1;
+            break;
+        }
         double t = next_s(r);
         if (t == INFINITY) break;
         if (t > r->now) set_now(r, t);

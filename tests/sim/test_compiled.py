@@ -27,8 +27,10 @@ import json
 import logging
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -244,3 +246,31 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
     ]:
         with pytest.raises(error):
             module.run(*{**ok, key: bad}.values())
+
+
+_LONG_RUN = """
+import sys, traceback
+from sim.engine import Flow, simulate
+from sim.topology import make_slice
+s = make_slice([16, 16], link_bandwidth_bytes_per_s=1e9, hop_latency_s=1e-6)
+cs = list(s.coords)
+flows = [Flow(f"f{i}-{j}", a, b, 1e6 * (1 + (7 * i + j) % 13)) for i, a in enumerate(cs)
+         for j, b in enumerate(cs) if a != b and (i + j) % 2 == 0]
+print("ready", flush=True)
+try:
+    simulate(s, flows, core="compiled")
+except KeyboardInterrupt:
+    print("interrupted in", traceback.extract_tb(sys.exc_info()[2])[-1].line, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_long_compiled_run_answers_ctrl_c_from_inside_the_core() -> None:
+    # 32,512 contending flows on 16x16: about a minute in the core. Python runs its
+    # signal handlers only between bytecodes, so the core checks for them itself.
+    proc = subprocess.Popen([sys.executable, "-c", _LONG_RUN], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
+    time.sleep(10)  # past building the problem (about a second): in the core
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)  # well before the run would end
+    assert out.strip() == "interrupted in release, drain, finish, events, busy, log = module.run("
