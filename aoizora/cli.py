@@ -65,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         code: int = args.func(args)
     except (AoizoraError, SimError) as exc:
-        print(f"aoizora {command}: error: {exc}", file=sys.stderr)
+        # One line, whatever the message holds (a user's exception may span several).
+        print(f"aoizora {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except Interrupted as exc:
         finished(exc.signum)

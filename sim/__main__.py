@@ -56,13 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         output = replay(read_flow_file(args.file))
-    except SimError as exc:
-        return _fail(str(exc))
+    except SimError as exc:  # the message names the field; the line names the file too
+        message = str(exc)
+        return _fail(message if repr(args.file) in message else f"{args.file}: {message}")
     except KeyboardInterrupt:  # Ctrl-C: one line, 128 + SIGINT, as aoizora's commands
         sys.stderr.write(f"python -m sim: interrupted by SIGINT replaying {args.file!r}\n")
         return 130
     except RecursionError:
         return _fail(f"{args.file!r} is nested too deeply to be a flow file")
+    except MemoryError:
+        return _fail(f"{args.file!r} is too large to replay in this machine's memory")
     text = format_output(output)
     if args.out is None:
         sys.stdout.write(text)

@@ -35,7 +35,14 @@ from sim.engine import Compute, Flow, simulate
 from sim.errors import SimError
 from sim.topology import Slice, load_slice, make_slice
 
-__all__ = ["FlowFileError", "format_output", "parse_flow_document", "read_flow_file", "replay"]
+__all__ = [
+    "FlowFileError",
+    "flow_document",
+    "format_output",
+    "parse_flow_document",
+    "read_flow_file",
+    "replay",
+]
 
 _AXES = "xyz"
 _TOPOLOGY_KEYS = ("shape", "slice", "wraparound", "link_bandwidth", "hop_latency", "routing")
@@ -248,6 +255,37 @@ def parse_flow_document(doc: Any) -> tuple[Slice, list[Flow], tuple[int, ...]]:
     return slice_, flows, order
 
 
+def flow_document(
+    slice_: Slice, flows: list[Flow], routing_order: tuple[int, ...]
+) -> dict[str, Any]:
+    """The flow document that :func:`parse_flow_document` reads back to these flows on a
+    slice of the same shape, wrap-around, link numbers and routing (written with
+    ``shape``, whatever named the slice).
+
+    >>> doc = {"topology": {"slice": "v5e:2x2"},
+    ...        "flows": [{"id": "a", "src": [0, 0], "dst": [1, 1], "bytes": 8}]}
+    >>> again = parse_flow_document(flow_document(*parse_flow_document(doc)))
+    >>> again[1] == parse_flow_document(doc)[1], again[0].shape, again[2]
+    (True, (2, 2), (0, 1))
+    """
+    return {
+        "topology": {
+            "shape": list(slice_.shape),
+            "wraparound": list(slice_.wraparound),
+            "link_bandwidth": slice_.link_bandwidth_bytes_per_s,
+            "hop_latency": slice_.hop_latency_s,
+            "routing": "".join(_AXES[i] for i in routing_order),
+        },
+        "flows": [
+            {
+                "id": f.id, "src": list(f.src), "dst": list(f.dst), "bytes": f.size_bytes,
+                "start": f.start_s, "after": list(f.after),
+            }
+            for f in flows
+        ],
+    }  # fmt: skip
+
+
 def replay(doc: Any) -> dict[str, Any]:
     """Simulate a decoded flow document and build the output document."""
     slice_, flows, order = parse_flow_document(doc)
@@ -296,7 +334,12 @@ def read_flow_file(path: str | Path) -> Any:
         raise FlowFileError(f"flow file {str(path)!r} does not exist") from None
     except IsADirectoryError:
         raise FlowFileError(f"flow file {str(path)!r} is a directory, not a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise FlowFileError(
+            f"flow file {str(path)!r} is not UTF-8 text: byte {exc.start}, line {line}"
+        ) from None
+    except OSError as exc:
         raise FlowFileError(f"cannot read flow file {str(path)!r}: {exc}") from None
     try:
         return json.loads(text)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aoizora.errors import AoizoraError
 from aoizora.studies.calibration import (
     OVERHEAD_MODES,
     WEIGHT_MODES,
@@ -31,6 +32,7 @@ from aoizora.studies.calibration import (
     write_calibrated_topology,
 )
 from aoizora.studies.validation import read_measurements
+from sim.errors import SimError
 
 __all__ = ["format_fit", "register", "run"]
 
@@ -142,17 +144,20 @@ def _fit_json(fit: CalibrationFit, out: Path | None) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and write the calibrated topology file (unless --dry-run)."""
     rows = read_measurements(args.file)
-    fit = calibrate(
-        rows,
-        generation=args.generation,
-        fit_bandwidth=not args.fix_bandwidth,
-        fit_latency=not args.fix_latency,
-        overhead=args.overhead,
-        weights=args.weights,
-        refine=args.refine,
-        source_name=str(args.file),
-        source_sha256=file_sha256(args.file),
-    )
+    try:
+        fit = calibrate(
+            rows,
+            generation=args.generation,
+            fit_bandwidth=not args.fix_bandwidth,
+            fit_latency=not args.fix_latency,
+            overhead=args.overhead,
+            weights=args.weights,
+            refine=args.refine,
+            source_name=str(args.file),
+            source_sha256=file_sha256(args.file),
+        )
+    except (AoizoraError, SimError) as exc:  # the fit's error, and the file it fitted
+        raise type(exc)(f"{args.file}: {exc}") from None
     out: Path | None = None
     if not args.dry_run:
         tag = (

@@ -110,7 +110,16 @@ def run(args: argparse.Namespace) -> int:
             text = f.read()
     except OSError as exc:
         raise HloParseError(f"cannot read {args.file!r}: {exc.strerror}") from None
-    graph = graph_from_text(text)
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise HloParseError(
+            f"{args.file}:{line}: not UTF-8 text (byte {exc.start}); expected compiled HLO text "
+            "as printed by compiled.as_text()"
+        ) from None
+    try:
+        graph = graph_from_text(text)
+    except HloParseError as exc:  # its message names the line; this names the file
+        raise HloParseError(f"{args.file}: {exc}") from None
     slice_ = load_slice(args.slice)
     if args.order is None:
         order = DeviceOrder.identity(mesh_shape=(slice_.num_devices,), slice_=slice_)

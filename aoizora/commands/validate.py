@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from aoizora.commands.args import add_cache_argument, resume_from_cache
+from aoizora.errors import AoizoraError
 from aoizora.interrupts import phase
 from aoizora.studies.validation import (
     GroupReport,
@@ -32,6 +33,7 @@ from aoizora.studies.validation import (
     read_measurements,
     validate,
 )
+from sim.errors import SimError
 
 __all__ = ["register", "run", "format_report"]
 
@@ -117,7 +119,10 @@ def run(args: argparse.Namespace) -> int:
     resume_from_cache(args.cache_dir)
     rows = read_measurements(args.file)
     with phase(f"the predictions of {args.file}"):
-        report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
+        try:
+            report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
+        except (AoizoraError, SimError) as exc:  # a row's error, and the file it is in
+            raise type(exc)(f"{args.file}: {exc}") from None
     thresholds = Thresholds(
         min_spearman=args.min_spearman,
         min_top1=args.min_top1,

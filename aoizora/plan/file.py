@@ -521,9 +521,13 @@ def load_plan(path: str | Path) -> Plan:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"cannot read plan file {str(path)!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise PlanError(f"plan file {str(path)!r} is not UTF-8 text") from None
-    return Plan.from_json(text)
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise PlanError(f"plan file {str(path)!r} is not UTF-8 text (line {line})") from None
+    try:
+        return Plan.from_json(text)
+    except PlanError as exc:  # what is wrong, and in which file
+        raise PlanError(f"plan file {str(path)!r}: {exc}") from None
 
 
 def _device_name(device: Any) -> str:

@@ -86,7 +86,7 @@ def _load_file(spec: str, target: str) -> tuple[ModuleType, Path]:
         sys.path.append(str(path.parent))
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in the file is a failure too
         del sys.modules[name]
         raise _failure(spec, f"running {path.name}", exc, path) from exc
     # Fan-out workers (a spawned process pool, Ray) cannot import this module
@@ -107,7 +107,7 @@ def _import_module(spec: str, target: str) -> tuple[ModuleType, Path | None]:
                 f"directory and sys.path); give a file instead, {_SPEC_EXAMPLE}"
             ) from None
         raise _failure(spec, f"importing {target}", exc, None) from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise _failure(spec, f"importing {target}", exc, None) from exc
     file = getattr(module, "__file__", None)
     return module, Path(file).resolve() if file else None
@@ -152,7 +152,7 @@ def _call(spec: str, factory: Any, path: Path | None) -> Any:
         pass  # no signature (a builtin): just call it
     try:
         return factory()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in FACTORY is a failure too
         raise _failure(spec, "calling FACTORY()", exc, path) from exc
 
 

@@ -560,6 +560,9 @@ def read_measurements(path: str | Path) -> tuple[Measurement, ...]:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValidationError(f"cannot read measurement file {str(p)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ValidationError(f"{p}:{line}: not UTF-8 text (byte {exc.start})") from None
     return parse_measurements(text, name=str(p))
 
 
