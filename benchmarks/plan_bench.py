@@ -8,6 +8,8 @@ ranking <= 10 ms per (sharding, placement); warm <= 5 s; peak memory <= 8 GiB).
     python benchmarks/plan_bench.py --workers 1            # serial
     python benchmarks/plan_bench.py --whatif               # + cold/warm what-if on
                                                            #   v5e:8x8,v5e:16x16,v6e:16x16+wrap
+    python benchmarks/plan_bench.py --no-plan --whatif --verbose
+        # the what-if alone, with the command line's search defaults (no search flags)
     python benchmarks/plan_bench.py --exhaustive           # + the --exhaustive plan
     python benchmarks/plan_bench.py --no-plan --search-cache DIR --search-slices v5e:8x8,v5e:16x16
         # the placement search alone (serial, no Q2 cache) over every sharding compiled
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.cache import JsonCache
+from aoizora.commands.args import fan_out_options
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import PlanOutcome, run_plan
 from aoizora.rank.evaluate import BatchEvaluator, Program
@@ -60,9 +63,14 @@ def _plan(args: argparse.Namespace, cache: Path, *, exhaustive: bool) -> tuple[f
         exhaustive=exhaustive,
         cache_dir=str(cache),
         progress=_progress(args),
-        workers=args.workers,
+        **_search_options(args),
     )
     return time.perf_counter() - t0, outcome
+
+
+def _search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What the command line would pass with the same flags (its defaults without them)."""
+    return fan_out_options(args)
 
 
 def _peak_gib() -> dict[str, float]:
@@ -118,10 +126,7 @@ def _plan_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 def _whatif_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     slices = [parse_slice_spec(s) for s in args.whatif_slices.split(",")]
     workload = wan_workload(args.model, parse_resolution(args.resolution, frames=args.frames))
-    options = {
-        "workers": args.workers, "search_seconds": args.search_seconds,
-        "search_gap": args.search_gap,
-    }  # fmt: skip
+    options = _search_options(args)
     with tempfile.TemporaryDirectory(prefix="aoizora-bench-whatif-") as tmp:
         runs = []
         answers = []  # each run's rows without plan_s: warm must repeat cold's answer
@@ -135,7 +140,12 @@ def _whatif_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
             print(f"{kind} whatif {runs[-1]:8.1f} s ({args.whatif_slices})")
             for r in rows:
                 gap = "n/a" if r.search_gap is None else f"{r.search_gap:.2%}"
-                print(f"  {r.spec}: winner {r.winner} {r.placement}, gap {gap}, error {r.error}")
+                bound = "n/a" if r.search_bound_s is None else f"{r.search_bound_s * 1e3:.2f} ms"
+                step = "n/a" if r.step_s is None else f"{r.step_s * 1e3:.2f} ms"
+                print(
+                    f"  {r.spec}: winner {r.winner} {r.placement}, {step}, bound {bound}, "
+                    f"gap {gap}, plan {r.plan_s or 0:.1f} s, error {r.error}"
+                )
             answers.append(
                 [{k: v for k, v in r.to_json_dict().items() if k != "plan_s"} for r in rows]
             )
@@ -178,11 +188,13 @@ def _search_figures(args: argparse.Namespace, summary: dict[str, Any]) -> None:
         evaluator = BatchEvaluator(programs, slice_)
         load0 = os.getloadavg()
         cpu0, wall0 = time.process_time(), time.perf_counter()
+        options = _search_options(args)
         report = search_placements(
             jobs,
             evaluator,
-            deadline_s=args.search_seconds,
-            gap_tolerance=args.search_gap,
+            deadline_s=options["search_seconds"],
+            gap_tolerance=options["search_gap"],
+            budget=options["search_budget"],
             progress=_progress(args),
         )
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -219,7 +231,10 @@ def main() -> int:
     parser.add_argument("--whatif-slices", default="v5e:8x8,v5e:16x16,v6e:16x16+wrap")
     parser.add_argument("--search-seconds", type=float, default=None)
     parser.add_argument(
-        "--search-gap", type=float, default=0.0, help="stop a search within this relative gap"
+        "--search-gap", type=float, default=None, help="as aoizora plan's (default 0.001)"
+    )
+    parser.add_argument(
+        "--search-budget", default=None, help="as aoizora plan's (default 500000000)"
     )
     parser.add_argument("--no-plan", action="store_true", help="skip the plan figures")
     parser.add_argument(
@@ -228,6 +243,7 @@ def main() -> int:
     parser.add_argument("--search-slices", default="v5e:8x8,v5e:16x16")
     parser.add_argument("--verbose", action="store_true", help="progress lines on stderr")
     args = parser.parse_args()
+    args.ray = None  # fan_out_options reads it: the benchmark runs the local pool
     summary: dict[str, Any] = {"load_average_start": os.getloadavg()}
     if not args.no_plan:
         _plan_figures(args, summary)
