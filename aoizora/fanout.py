@@ -28,6 +28,8 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -73,12 +75,14 @@ class FanOut:
         self._ray: Any = None
         self._remote: Any = None
         self._ray_processes: list[tuple[int, str]] = []  # what a local Ray started
+        self._reaper: subprocess.Popen[bytes] | None = None
         if ray_address is not None:
             self._ray, started = _start_ray(ray_address)
             self._remote = self._ray.remote(_run_pickled)
             if started and ray_address == "local":
                 self._ray_processes = _descendants(os.getpid())
                 self._unregister = on_hard_exit(self.kill)
+                self._reaper = _start_reaper(self._ray_processes)
         elif workers > 1:
             # Workers replay placements: say here, once, if they will run sim's
             # pure-Python core (rather than once in every worker).
@@ -146,6 +150,9 @@ class FanOut:
             self.kill()
             self._ray_processes = []
             self._unregister()
+            if self._reaper is not None:  # nothing left for it to do
+                self._reaper.kill()
+                self._reaper.wait()
         if self._pool is not None:
             if kill:
                 self.kill()
@@ -181,6 +188,37 @@ def _stat(pid: int) -> tuple[int, str] | None:
     except (OSError, IndexError):
         return None
     return int(fields[1]), fields[19]
+
+
+# Kills the processes listed on its stdin once stdin ends, i.e. once the process that
+# started it has ended however it ended (SIGKILL too): Ray's agents otherwise outlive a
+# killed driver until they next poll their raylet (about a minute).
+_REAPER = """
+import os, signal, sys
+pids = [line.split() for line in sys.stdin.read().splitlines() if line.strip()]
+for pid, start in pids:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            same = f.read().rsplit(")", 1)[1].split()[19] == start
+        if same:
+            os.kill(int(pid), signal.SIGKILL)
+    except (OSError, IndexError, ValueError):
+        pass
+"""
+
+
+def _start_reaper(processes: list[tuple[int, str]]) -> subprocess.Popen[bytes] | None:
+    """A small process that kills ``processes`` when this one ends (Linux: ``/proc``)."""
+    if not processes or not os.path.isdir("/proc"):
+        return None
+    reaper = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _REAPER], stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    assert reaper.stdin is not None
+    reaper.stdin.write("".join(f"{pid} {start}\n" for pid, start in processes).encode())
+    reaper.stdin.flush()  # kept open: it reads to the end, which is this process's end
+    return reaper
 
 
 def _kill_if_same(pid: int, start: str) -> None:

@@ -17,7 +17,7 @@ The command line (:mod:`aoizora.cli`) calls :func:`install_handlers` first thing
   SIGTERM they print a stack trace and "RAW: Remote crash gathering disabled for
   SIGTERM" before the process dies. libtpu reads the absl flag
   ``--install_signal_handlers=false`` from ``LIBTPU_INIT_ARGS`` and then installs
-  none (docs/facts.md, libtpu signal handlers; ``tests/aoizora/test_interrupts.py``
+  none (docs/facts.md, libtpu AOT topologies; ``tests/aoizora/test_interrupts.py``
   checks it): :func:`quiet_libtpu` adds it before libtpu starts, here and in
   every worker.
 

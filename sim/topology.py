@@ -32,12 +32,13 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sim.chipfile import MAX_COUNT, checked_number, is_count, key_lines
 from sim.coords import on_shape
 from sim.errors import TopologyError
 
@@ -309,59 +310,6 @@ def generations() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in topologies_dir().glob("*.toml")))
 
 
-# Keys whose value is a whole count (at least 1) or a shape (a list of them); every other
-# number is a finite real. The cap keeps a typo (1e30 chips) from a loop over the pod.
-_COUNTS = ("ports", "num_dims", "devices_per_chip")
-_SHAPES = ("pod_shape",)
-_MAX_COUNT = 2**20
-
-
-def _key_lines(text: str) -> dict[str, int]:
-    """The line each top-level key of a topology file is set on (for error messages)."""
-    found: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        m = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=", line)
-        if m and not line.lstrip().startswith("#"):
-            found.setdefault(m.group(1), number)
-    return found
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= _MAX_COUNT
-
-
-def _number(
-    data: Mapping[str, Any], key: str, path: Path, line: int | None = None
-) -> tuple[Any, str]:
-    where = f"{path}:{line}" if line else str(path)
-    entry = data.get(key)
-    if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
-        raise TopologyError(
-            f"{where}: '{key}' must be an inline table with a value and its source, e.g. "
-            f'{key} = {{ value = 1e-6, source = "https://..." }}'
-        )
-    value = entry["value"]
-    if key in _SHAPES:
-        if not isinstance(value, list) or not value or not all(_count(n) for n in value):
-            raise TopologyError(
-                f"{where}: '{key}.value' must be a list of whole numbers from 1 to "
-                f"{_MAX_COUNT}, e.g. [16, 16]; got {value!r}"
-            )
-    elif key in _COUNTS:
-        if not _count(value):
-            raise TopologyError(
-                f"{where}: '{key}.value' must be a whole number from 1 to {_MAX_COUNT}, "
-                f"got {value!r}"
-            )
-    elif (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(float(value))
-    ):
-        raise TopologyError(f"{where}: '{key}.value' must be a finite number, got {value!r}")
-    return value, str(entry["source"])
-
-
 @cache
 def _load_chip_cached(generation: str, directory: str) -> Chip:
     path = Path(directory) / f"{generation}.toml"
@@ -376,10 +324,10 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     sources: list[tuple[str, str]] = []
-    lines = _key_lines(text)
+    lines = key_lines(text)
 
     def num(key: str) -> Any:
-        value, source = _number(data, key, path, lines.get(key))
+        value, source = checked_number(data, key, path, lines.get(key))
         sources.append((key, source))
         return value
 
@@ -398,12 +346,12 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
     if (
         not isinstance(rule, dict)
         or rule.get("kind") not in _WRAP_KINDS
-        or not _count(rule.get("length"))
+        or not is_count(rule.get("length"))
     ):
         at = lines.get("kind") or lines.get("length")
         raise TopologyError(
             f"{path}{f':{at}' if at else ''}: [wrap_rule] needs kind one of {_WRAP_KINDS}, "
-            f"a length (a whole number from 1 to {_MAX_COUNT}) and a source; got {rule!r}"
+            f"a length (a whole number from 1 to {MAX_COUNT}) and a source; got {rule!r}"
         )
     sources.append(("wrap_rule", str(rule.get("source", ""))))
     if (

@@ -91,9 +91,10 @@ def program_size(graph: CollectiveGraph) -> int:
     all-to-all do), one a collective-permute pair. Placement-independent: the work
     budget's measure of how big a program is.
 
-    >>> from aoizora.hlo.graph import graph_from_text
-    >>> program_size(graph_from_text(""))
-    0
+    >>> from types import SimpleNamespace as C  # a graph's collectives, as far as it looks
+    >>> ring = C(groups=((0, 1, 2, 3), (4, 5, 6, 7)), pairs=())
+    >>> program_size(C(collectives=[ring, C(groups=(), pairs=((0, 1), (1, 0)))]))
+    26
     """
     total = 0
     for c in graph.collectives:

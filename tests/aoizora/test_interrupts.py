@@ -213,7 +213,7 @@ def test_sigkill_in_every_phase_leaves_no_process_and_a_rerun_resumes(
 def test_libtpu_prints_nothing_on_sigterm_when_asked_not_to_install_handlers(
     tmp_path: Path,
 ) -> None:
-    # docs/facts.md, libtpu signal handlers: without the flag libtpu's handler prints a
+    # docs/facts.md, libtpu AOT topologies: without the flag libtpu's handler prints a
     # stack trace and "RAW: Remote crash gathering disabled for SIGTERM"; with it, nothing.
     script = (
         "import sys, time\n"
@@ -239,3 +239,34 @@ def test_libtpu_prints_nothing_on_sigterm_when_asked_not_to_install_handlers(
         assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM)
     assert "Remote crash gathering disabled for SIGTERM" in stderr["loud"]  # the control
     assert stderr["quiet"] == ""
+
+
+_RAY_DRIVER = """
+import time
+from aoizora.fanout import fan_out
+
+def work(x):
+    time.sleep(120)
+    return x
+
+with fan_out(ray="local") as pool:
+    print("ready", flush=True)
+    pool.map(work, [1, 2])
+"""
+
+
+@pytest.mark.slow
+def test_a_local_ray_cluster_ends_with_its_driver_killed_by_sigkill() -> None:
+    pytest.importorskip("ray")  # make test installs the extra aoizora[ray]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _RAY_DRIVER], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(2)  # the tasks are running in Ray's workers
+    children = _descendants(proc.pid)
+    proc.kill()
+    proc.wait(timeout=60)
+    # Ray's own processes die with the raylet; its agents only when they next poll it
+    # (about a minute), unless our reaper kills them first.
+    assert len(children) >= 4 and not _survivors(children, within_s=10.0)
