@@ -270,3 +270,46 @@ def test_a_local_ray_cluster_ends_with_its_driver_killed_by_sigkill() -> None:
     # Ray's own processes die with the raylet; its agents only when they next poll it
     # (about a minute), unless our reaper kills them first.
     assert len(children) >= 4 and not _survivors(children, within_s=10.0)
+
+
+_STUCK = """
+import atexit, sys, time
+import numpy as np
+from aoizora.interrupts import Interrupted, finished, install_handlers, phase
+atexit.register(lambda: print("atexit ran", flush=True))
+install_handlers("aoizora test")
+a = np.ones((6000, 6000), dtype=np.float32)
+try:
+    with phase("a long native call" if sys.argv[1] == "native" else "a Python loop"):
+        print("ready", flush=True)
+        while True:
+            if sys.argv[1] == "native":
+                a @ a  # BLAS, seconds a call, the GIL released, no signal checks
+            else:
+                time.sleep(0.01)
+except Interrupted as exc:
+    finished(exc.signum)
+    sys.exit(exc.exit_code)
+"""
+
+
+@pytest.mark.parametrize("where", ["python", "native"])
+def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where: str) -> None:
+    # In Python code the handler raises and the process unwinds (atexit runs); in a long
+    # native call the handler cannot run, so the watchdog ends it (os._exit: no atexit).
+    # Either way: exit 143 and the one line, naming the phase.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STUCK, where], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    phase = "a long native call" if where == "native" else "a Python loop"
+    assert proc.returncode == 143
+    assert err.splitlines() == [
+        f"aoizora test: interrupted by SIGTERM during {phase}; nothing was written; rerun the "
+        "command"
+    ]
+    assert ("atexit ran" in out) == (where == "python")
