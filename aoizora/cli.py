@@ -49,13 +49,14 @@ def _named_command(argv: Sequence[str]) -> str | None:
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, as_program: bool | None = None) -> int:
     """Run the CLI; returns the process exit code.
 
-    Run as the program (``argv`` None), SIGINT and SIGTERM end any command with one
-    line on stderr and exit code 130 or 143 (:mod:`aoizora.interrupts`); called with
-    ``argv`` (tests, scripts) the caller's signal handling is left alone."""
-    as_program = argv is None
+    Run as the program (``argv`` None, or ``as_program=True``), SIGINT and SIGTERM end
+    any command with one line on stderr and exit code 130 or 143
+    (:mod:`aoizora.interrupts`); called with ``argv`` (tests, scripts) the caller's
+    signal handling is left alone."""
+    as_program = argv is None if as_program is None else as_program
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _named_command(argv)
     if as_program:  # first thing, before jax or libtpu start (libtpu installs its own)

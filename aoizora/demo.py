@@ -35,4 +35,4 @@ DEMO_ARGS: tuple[str, ...] = (
 )
 
 if __name__ == "__main__":
-    sys.exit(main([*DEMO_ARGS, *sys.argv[1:]]))
+    sys.exit(main([*DEMO_ARGS, *sys.argv[1:]], as_program=True))
