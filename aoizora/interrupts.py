@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -223,6 +224,13 @@ def _hard_exit(signum: int) -> None:
     for kill in list(_state.killers):
         with contextlib.suppress(Exception):
             kill()
+    # os._exit skips multiprocessing's exit hooks: unlink the pool's semaphores now (their
+    # finalizers run at priority 0; the queues' thread joins, which could block, at -5),
+    # or Python's resource tracker would warn about them as leaked.
+    run_finalizers = getattr(multiprocessing.util, "_run_finalizers", None)
+    with contextlib.suppress(Exception):
+        if run_finalizers is not None:
+            run_finalizers(0)
     _say_once(signum)
     with contextlib.suppress(Exception):
         sys.stdout.flush()

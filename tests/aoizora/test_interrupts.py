@@ -6,11 +6,11 @@ user runs) and interrupted in each phase, found from its own progress lines: Sta
 ``[compile] ... on 2 processes`` line: the workers compile for seconds) and the
 placement search (the ``[pause] search`` line of the ``$AOIZORA_PAUSE_AT`` seam: the
 tiny search takes milliseconds, so it waits there, between its batches, for the
-signal). Every interrupted run must exit 130 / 143 with one line on stderr naming
-the phase, print no traceback and no libtpu noise, and leave no process behind (its
-pipes close with it); SIGKILL leaves no process either. The runs share one cache,
-so each resumes the last, and the final run writes the plan an uninterrupted run
-writes, byte for byte.
+signal). Every run ended by SIGINT or SIGTERM must exit 130 / 143 with one line on
+stderr naming the phase, print no traceback and no libtpu noise, and leave no
+process behind (its pipes close with it); SIGKILL leaves no process either. The runs
+share one cache, so each resumes the last, and the final run writes the plan an
+uninterrupted run writes, byte for byte.
 """
 
 from __future__ import annotations
@@ -154,60 +154,53 @@ def _libtpu_describes_v5e() -> None:
     load_slice("v5e:2x2")
 
 
+def _check_clean_end(run: _Run, sig: signal.Signals, phase: str, cache: Path) -> None:
+    """Exit 128 + the signal, the one line naming ``phase`` last, nothing else said."""
+    code, children = run.interrupt(sig)
+    where = f"{sig.name} in {phase}"
+    assert code == 128 + sig, (where, code, run.lines[-10:])
+    assert children, where  # there were workers to end
+    assert not _survivors(children), where
+    said = [line for line in run.lines if "interrupted" in line]
+    assert said == [run.lines[-1]], (where, run.lines[-10:])
+    assert said[0] == (
+        f"aoizora plan: interrupted by {sig.name} during {phase}; finished work is cached "
+        f"in {cache} and a rerun resumes from it"
+    )
+    text = "\n".join(run.lines)
+    assert not [n for n in NOISE if n in text], (where, text[-3000:])
+
+
 @pytest.mark.slow
-def test_sigint_and_sigterm_in_every_phase_end_cleanly_and_a_rerun_resumes(
+def test_every_signal_in_every_phase_ends_cleanly_and_the_rerun_resumes(
     plan_cache_dir: Path, tmp_path: Path
 ) -> None:
+    # One cache for every run: each resumes the last (Stage 1 was partly done when it
+    # was interrupted the first time, the compiles were not), and the last run writes
+    # the plan of an uninterrupted run.
     reference = _reference_plan(plan_cache_dir, tmp_path)
     cache, out = tmp_path / "cache", tmp_path / "plan.json"
-    steps = [
-        (STAGE1, None, signal.SIGINT, "Stage 1 on v5e:2x2"),
-        (STAGE1, None, signal.SIGTERM, "Stage 1 on v5e:2x2"),
-        (COMPILES, None, signal.SIGINT, "the compiles for v5e:2x2"),
-        (COMPILES, None, signal.SIGTERM, "the compiles for v5e:2x2"),
-        (SEARCH, "search", signal.SIGINT, "the placement search on v5e:2x2"),
-        (SEARCH, "search", signal.SIGTERM, "the placement search on v5e:2x2"),
+    phases = [
+        (STAGE1, None, "Stage 1 on v5e:2x2"),
+        (COMPILES, None, "the compiles for v5e:2x2"),
+        (SEARCH, "search", "the placement search on v5e:2x2"),
     ]
-    for pattern, pause, sig, phase in steps:
-        run = _Run(cache, out, pause=pause)
-        run.wait_for(pattern)
-        code, children = run.interrupt(sig)
-        where = f"{sig.name} in {phase}"
-        assert code == 128 + sig, (where, code, run.lines[-10:])
-        assert children, where  # there were workers to end
-        assert not _survivors(children), where
-        said = [line for line in run.lines if "interrupted" in line]
-        assert said == [run.lines[-1]], (where, run.lines[-10:])
-        assert said[0] == (
-            f"aoizora plan: interrupted by {sig.name} during {phase}; finished work is cached "
-            f"in {cache} and a rerun resumes from it"
-        )
-        text = "\n".join(run.lines)
-        assert not [n for n in NOISE if n in text], (where, text[-3000:])
-        assert not out.exists(), where  # no plan is written by an interrupted run
+    for pattern, pause, phase in phases:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            run = _Run(cache, out, pause=pause)
+            run.wait_for(pattern)
+            if sig == signal.SIGKILL:
+                code, children = run.interrupt(sig)
+                # The workers die with the parent (PR_SET_PDEATHSIG) and the pipes close.
+                assert code == -signal.SIGKILL and children and not _survivors(children)
+            else:
+                _check_clean_end(run, sig, phase, cache)
+            assert not out.exists(), (sig, phase)  # no plan from an interrupted run
     final = _Run(cache, out)
     assert final.finish() == 0, "\n".join(final.lines[-20:])
     assert out.read_bytes() == reference
     # Stage 1 and the compiles were resumed, not redone: the last run read them.
     assert not [line for line in final.lines if re.search(STAGE1 + "|" + COMPILES, line)]
-
-
-@pytest.mark.slow
-def test_sigkill_in_every_phase_leaves_no_process_and_a_rerun_resumes(
-    plan_cache_dir: Path, tmp_path: Path
-) -> None:
-    reference = _reference_plan(plan_cache_dir, tmp_path)
-    cache, out = tmp_path / "cache", tmp_path / "plan.json"
-    for pattern, pause in ((STAGE1, None), (COMPILES, None), (SEARCH, "search")):
-        run = _Run(cache, out, pause=pause)
-        run.wait_for(pattern)
-        code, children = run.interrupt(signal.SIGKILL)
-        assert code == -signal.SIGKILL and children, pattern
-        # The workers die with the parent (PR_SET_PDEATHSIG), and the pipes close.
-        assert not _survivors(children), pattern
-    final = _Run(cache, out)
-    assert final.finish() == 0, "\n".join(final.lines[-20:])
-    assert out.read_bytes() == reference
 
 
 def test_libtpu_prints_nothing_on_sigterm_when_asked_not_to_install_handlers(
@@ -275,12 +268,16 @@ def test_a_local_ray_cluster_ends_with_its_driver_killed_by_sigkill() -> None:
 _STUCK = """
 import atexit, sys, time
 import numpy as np
+from aoizora.fanout import fan_out
 from aoizora.interrupts import Interrupted, finished, install_handlers, phase
 atexit.register(lambda: print("atexit ran", flush=True))
 install_handlers("aoizora test")
 a = np.ones((6000, 6000), dtype=np.float32)
 try:
-    with phase("a long native call" if sys.argv[1] == "native" else "a Python loop"):
+    with fan_out(workers=2) as pool, phase(
+        "a long native call" if sys.argv[1] == "native" else "a Python loop"
+    ):
+        pool.map(abs, [-1, -2])  # two idle workers and the pool's semaphores
         print("ready", flush=True)
         while True:
             if sys.argv[1] == "native":
@@ -297,13 +294,15 @@ except Interrupted as exc:
 def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where: str) -> None:
     # In Python code the handler raises and the process unwinds (atexit runs); in a long
     # native call the handler cannot run, so the watchdog ends it (os._exit: no atexit).
-    # Either way: exit 143 and the one line, naming the phase.
+    # Either way: exit 143 and the one line, naming the phase, the workers gone and no
+    # semaphore left for Python's resource tracker to warn about.
     proc = subprocess.Popen(
         [sys.executable, "-c", _STUCK, where], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)
+    children = _descendants(proc.pid)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     phase = "a long native call" if where == "native" else "a Python loop"
@@ -313,3 +312,4 @@ def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where:
         "command"
     ]
     assert ("atexit ran" in out) == (where == "python")
+    assert len(children) >= 2 and not _survivors(children)
