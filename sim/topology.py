@@ -563,6 +563,10 @@ def make_slice(
         raise TopologyError(
             f"shape {tuple(shape)!r} must be 1 to 3 positive integers, e.g. [4, 4] or [2, 2, 4]"
         )
+    if math.prod(shp) > MAX_COUNT:  # every chip and link is built: a typo must not hang
+        raise TopologyError(
+            f"shape {shp} has {math.prod(shp)} chips; at most {MAX_COUNT} are simulated"
+        )
     wrap = _normalise_wrap(shp, wraparound, where=f"shape {shp}")
     if chip is None:
         if link_bandwidth_bytes_per_s is None or hop_latency_s is None:

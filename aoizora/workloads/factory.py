@@ -31,6 +31,7 @@ import inspect
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -165,8 +166,12 @@ def load_workload(spec: str) -> Workload:
             f"--workload {spec!r} is not FILE.py:FACTORY or package.module:FACTORY; {_SPEC_EXAMPLE}"
         )
     is_file = target.endswith(".py") or "/" in target or os.sep in target
-    module, path = _load_file(spec, target) if is_file else _import_module(spec, target)
-    value = _call(spec, _attribute(spec, module, attr), path)
+    # Warnings about the user's code (a SyntaxWarning when the file compiles) are shown
+    # once it has given a workload: a failure stays one line, the error.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        module, path = _load_file(spec, target) if is_file else _import_module(spec, target)
+        value = _call(spec, _attribute(spec, module, attr), path)
     if not isinstance(value, Workload):
         shown = repr(value)
         shown = shown if len(shown) <= 120 else shown[:117] + "..."
@@ -176,4 +181,6 @@ def load_workload(spec: str) -> Workload:
             f"arg_logical_axes, out_logical_axes=..., rule_sets=...) returns, e.g. "
             f"{EXAMPLE_FACTORY}"
         )
+    for w in said:
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return value
