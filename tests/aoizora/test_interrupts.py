@@ -1,4 +1,4 @@
-"""Ctrl-C, SIGTERM and SIGKILL at any phase of a real ``aoizora plan``: clean, resumable.
+"""Ctrl-C and SIGTERM at any phase of a real ``aoizora plan`` (SIGKILL too): clean, resumable.
 
 A plan of the tiny Wan config on v5e:2x2 is started as a subprocess (the command a
 user runs) and interrupted in each phase, found from its own progress lines: Stage 1
@@ -8,7 +8,8 @@ placement search (the ``[pause] search`` line of the ``$AOIZORA_PAUSE_AT`` seam:
 tiny search takes milliseconds, so it waits there, between its batches, for the
 signal). Every run ended by SIGINT or SIGTERM must exit 130 / 143 with one line on
 stderr naming the phase, print no traceback and no libtpu noise, and leave no
-process behind (its pipes close with it); SIGKILL leaves no process either. The runs
+process behind (its pipes close with it); SIGKILL (in the compiles, where the workers
+are busiest) leaves no process either. The runs
 share one cache, so each resumes the last, and the final run writes the plan an
 uninterrupted run writes, byte for byte.
 """
@@ -186,7 +187,9 @@ def test_every_signal_in_every_phase_ends_cleanly_and_the_rerun_resumes(
         (SEARCH, "search", "the placement search on v5e:2x2"),
     ]
     for pattern, pause, phase in phases:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        # SIGKILL where the workers are busiest (each run costs seconds of CI time).
+        kill = (signal.SIGKILL,) if pattern == COMPILES else ()
+        for sig in (signal.SIGINT, signal.SIGTERM, *kill):
             run = _Run(cache, out, pause=pause)
             run.wait_for(pattern)
             if sig == signal.SIGKILL:
