@@ -34,10 +34,21 @@ PHASES = [
     ("search", ["plan", "--slice", "v5e:2x2"], r"^\[pause\] search", "search"),
     ("what-if Stage 1", ["whatif", "--slices", "v5e:2x4"], r"^\[stage 1 +\d+/", None),
     ("what-if compiles", ["whatif", "--slices", "v5e:2x4"], r"^\[compile\] \d+ of", None),
-    # validate prints nothing while it predicts: the signal goes 2.5 s after the start
-    # (imports and parsing take about 1.5 s of the shipped file's 4 s).
-    ("validate", ["validate", str(ROOT / "validation" / "measurements.csv")], "", None),
+    # validate prints nothing while it predicts: the signal goes 3 s after the start, into
+    # the predictions of the shipped file's rows ten times over (about 25 s).
+    ("validate", ["validate", "{rows}"], "", None),
 ]
+
+
+def _many_rows(directory: Path) -> Path:
+    """The shipped measurement file with its rows ten times (new row ids)."""
+    lines = (ROOT / "validation" / "measurements.csv").read_text(encoding="utf-8").splitlines()
+    rows = [ln for ln in lines if ln and not ln.startswith(("#", "row_id"))]
+    header = next(ln for ln in lines if ln.startswith("row_id"))
+    copies = [f"x{k}-{row}" for k in range(10) for row in rows]
+    path = directory / "measurements.csv"
+    path.write_text("\n".join([header, *copies]) + "\n", encoding="utf-8")
+    return path
 
 
 def _interrupt(argv: list[str], pattern: str, pause: str | None, sig: int) -> dict[str, object]:
@@ -64,7 +75,7 @@ def _interrupt(argv: list[str], pattern: str, pause: str | None, sig: int) -> di
     out_reader = threading.Thread(target=lambda: proc.stdout and proc.stdout.read(), daemon=True)
     out_reader.start()
     if not pattern:
-        time.sleep(2.5)
+        time.sleep(3.0)
     while pattern and not seen.wait(1.0):
         if proc.poll() is not None:
             return {"error": f"ended before a line {pattern!r}", "tail": lines[-3:]}
@@ -88,7 +99,9 @@ def main() -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         # A cache of its own for each signal: every phase still has work to interrupt.
         with tempfile.TemporaryDirectory(prefix="aoizora-interrupt-") as tmp:
+            rows = str(_many_rows(Path(tmp)))
             for name, argv, pattern, pause in PHASES:
+                argv = [rows if a == "{rows}" else a for a in argv]
                 common = [*TINY] if argv[0] in ("plan", "whatif") else []
                 common += ["--cache-dir", tmp]
                 extra = ["--out", str(Path(tmp) / "plan.json")] if argv[0] == "plan" else []

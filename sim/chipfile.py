@@ -22,13 +22,16 @@ from typing import Any
 
 from sim.errors import TopologyError
 
-__all__ = ["MAX_COUNT", "checked_number", "is_count", "key_lines"]
+__all__ = ["MAX_CHIPS", "MAX_COUNT", "checked_number", "is_count", "key_lines"]
 
 # Keys whose value is a whole count (at least 1) or a shape (a list of them); every other
 # number is a finite real. The cap keeps a typo (1e30 chips) from a loop over the pod.
 _COUNTS = ("ports", "num_dims", "devices_per_chip")
 _SHAPES = ("pod_shape",)
 MAX_COUNT = 2**20
+# The most chips a slice may have (a 256x256 mesh builds in under a second; the largest
+# TPU pods have about 9,000 chips): a shape beyond it is a typo, not a slice to build.
+MAX_CHIPS = 2**16
 
 
 def key_lines(text: str) -> dict[str, int]:
@@ -60,10 +63,15 @@ def checked_number(
         )
     value = entry["value"]
     if key in _SHAPES:
-        if not isinstance(value, list) or not value or not all(is_count(n) for n in value):
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(is_count(n) for n in value)
+            or math.prod(value) > MAX_CHIPS
+        ):
             raise TopologyError(
                 f"{where}: '{key}.value' must be a list of whole numbers from 1 to "
-                f"{MAX_COUNT}, e.g. [16, 16]; got {value!r}"
+                f"{MAX_COUNT} with at most {MAX_CHIPS} chips in all, e.g. [16, 16]; got {value!r}"
             )
     elif key in _COUNTS:
         if not is_count(value):

@@ -38,7 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sim.chipfile import MAX_COUNT, checked_number, is_count, key_lines
+from sim.chipfile import MAX_CHIPS, MAX_COUNT, checked_number, is_count, key_lines
 from sim.coords import on_shape
 from sim.errors import TopologyError
 
@@ -563,9 +563,9 @@ def make_slice(
         raise TopologyError(
             f"shape {tuple(shape)!r} must be 1 to 3 positive integers, e.g. [4, 4] or [2, 2, 4]"
         )
-    if math.prod(shp) > MAX_COUNT:  # every chip and link is built: a typo must not hang
+    if math.prod(shp) > MAX_CHIPS:  # every chip and link is built: a typo must not hang
         raise TopologyError(
-            f"shape {shp} has {math.prod(shp)} chips; at most {MAX_COUNT} are simulated"
+            f"shape {shp} has {math.prod(shp)} chips; at most {MAX_CHIPS} are simulated"
         )
     wrap = _normalise_wrap(shp, wraparound, where=f"shape {shp}")
     if chip is None:
