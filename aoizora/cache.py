@@ -98,8 +98,10 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "aoizora/stage1",
         "aoizora/tpu.py",
         "aoizora/compile.py",
-        # Q1 prices collectives with the simulator's closed forms on the best box.
+        # Q1 prices collectives with the simulator's closed forms on the best box,
+        # and kernels with its compute model.
         "sim/costs.py",
+        "sim/compute.py",
         "sim/routing.py",
         "sim/topology.py",
     ),
@@ -180,6 +182,8 @@ def _chip_numbers(slice_: Slice) -> str:
             chip.hbm_bandwidth_bytes_per_s,
             slice_.link_bandwidth_bytes_per_s,
             slice_.hop_latency_s,
+            # how kernels run: MXU tile, efficiencies, the attention kernel (sim.compute)
+            list(map(str, chip.compute.key())),
         ]
     )
 

@@ -38,6 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sim.compute import IDEAL, ComputeModel, ComputeParams, parse_compute_params
 from sim.coords import on_shape
 from sim.errors import TopologyError
 
@@ -98,6 +99,12 @@ class Chip:
     # Fixed start-up cost of one collective (sim.collectives), fitted to
     # measurements where there are any (topologies/<generation>.toml).
     collective_overhead_s: float = 0.0
+    # How kernels run: MXU tile and efficiencies (sim.compute; [compute] of the file).
+    compute: ComputeParams = IDEAL
+
+    def compute_model(self) -> ComputeModel:
+        """The compute model of one device of this chip (call on :meth:`per_device`)."""
+        return ComputeModel(self.bf16_flops_per_s, self.hbm_bandwidth_bytes_per_s, self.compute)
 
     def per_device(self) -> Chip:
         """One device's numbers: compute, HBM and HBM bandwidth split between the devices.
@@ -375,6 +382,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
         devices_per_chip=devices,
         sources=tuple(sources),
         collective_overhead_s=overhead,
+        compute=parse_compute_params(data.get("compute"), path),
     )
 
 
