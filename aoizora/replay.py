@@ -78,6 +78,7 @@ from sim.topology import Chip, Slice
 
 __all__ = [
     "CollectiveTiming",
+    "LinkTotal",
     "algorithm_for",
     "collective_plan",
     "step_delays_s",
@@ -88,6 +89,7 @@ __all__ = [
     "segment_s",
     "NodeTimesFn",
     "simulate_region",
+    "step_link_totals",
     "replay",
     "sim_kind",
 ]
@@ -513,6 +515,41 @@ def replay(
         compute_s=compute_total,
         sim=sims[0],
         region_sims=tuple(sims[r.id] for r in graph.regions),
+    )
+
+
+@dataclass(frozen=True)
+class LinkTotal:
+    """One directed link over a whole step: every region's run times its run count."""
+
+    src: Coord
+    dst: Coord
+    dim: int
+    wrap: bool
+    bandwidth_bytes_per_s: float
+    bytes_carried: float
+    busy_s: float
+
+
+def step_link_totals(result: ReplayResult, graph: CollectiveGraph) -> tuple[LinkTotal, ...]:
+    """Bytes and busy time of every link over the whole step of ``result``.
+
+    ``result.region_sims[i]`` is one run of region ``i``; a region runs
+    ``graph.regions[i].count`` times per step (a loop body once per trip), so its
+    link records count that often. (Both branches of a ``conditional`` count, as
+    the replay lists each branch's collectives.) The link's utilisation over the
+    step is ``busy_s / result.step_time_s``.
+    """
+    totals: dict[tuple[Coord, Coord, int, bool], list[float]] = {}
+    for region, sim in zip(graph.regions, result.region_sims, strict=True):
+        for rec in sim.links:
+            key = (tuple(rec.src), tuple(rec.dst), rec.dim, rec.wrap)
+            acc = totals.setdefault(key, [rec.bandwidth_bytes_per_s, 0.0, 0.0])
+            acc[1] += rec.bytes_carried * region.count
+            acc[2] += rec.busy_s * region.count
+    return tuple(
+        LinkTotal(src, dst, dim, wrap, bw, carried, busy)
+        for (src, dst, dim, wrap), (bw, carried, busy) in sorted(totals.items())
     )
 
 
