@@ -25,12 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.commands.args import (
+    add_compute_arguments,
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
     check_slices,
     fan_out_options,
     progress_printer,
+    select_attention_kernel,
+    use_topology_dir,
     workload_from_args,
 )
 
@@ -47,6 +50,7 @@ def register(subparsers: Any) -> None:
     add_workload_arguments(p)
     p.add_argument("--slice", required=True, dest="slice_name", help="TPU slice, e.g. v5e:2x4")
     add_search_arguments(p, top_k_default=2)
+    add_compute_arguments(p)
     p.add_argument(
         "--per-attention-kind",
         action="store_true",
@@ -72,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from sim.topology import load_slice
 
     check_search_arguments(args)
-    slice_ = load_slice(args.slice_name)
+    use_topology_dir(args)
+    (slice_,) = select_attention_kernel(args, [load_slice(args.slice_name)])
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.
     from aoizora.planner import run_plan

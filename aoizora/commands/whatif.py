@@ -19,12 +19,15 @@ import sys
 from typing import Any
 
 from aoizora.commands.args import (
+    add_compute_arguments,
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
     check_slices,
     fan_out_options,
     progress_printer,
+    select_attention_kernel,
+    use_topology_dir,
     workload_from_args,
 )
 
@@ -45,6 +48,7 @@ def register(subparsers: Any) -> None:
         help="comma-separated slice specs NAME[+wrap[=FLAGS]], e.g. v5e:4x4,v5e:4x4+wrap,v6e:4x4",
     )
     add_search_arguments(p, top_k_default=1)
+    add_compute_arguments(p)
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -179,7 +183,9 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
-    slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
+    use_topology_dir(args)
+    # bad specs fail before any work
+    slices = select_attention_kernel(args, [parse_slice_spec(spec) for spec in specs])
     check_slices(slices)  # and so do slices libtpu cannot describe
     # Only now import the planner (and jax): bad input above is refused in milliseconds.
     from aoizora.studies.whatif import run_whatif
