@@ -87,7 +87,7 @@ _KINDS = {
     "lowered": "aoizora.lowered-index/1",
     "shardy": "aoizora.shardy-module/1",
     "search": "aoizora.search-cache/1",
-    "links": "aoizora.link-utilisation/1",
+    "links": "aoizora.link-utilisation/2",
 }
 # Sources (relative to the repository root) whose code decides each kind of result.
 # A compile result depends only on the StableHLO and the versions, not on our code.

@@ -9,13 +9,50 @@ in :mod:`sim`), and the report says so; Stage-1 numbers are labelled Q1.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from aoizora.planner import PlanOutcome
 from aoizora.workloads.base import expert_steps, experts_summary
+from sim.topology import Chip, topologies_dir
 
-__all__ = ["candidate_rows", "format_ms", "outcome_summary", "render_report"]
+__all__ = [
+    "candidate_rows",
+    "compute_model_json",
+    "format_ms",
+    "outcome_summary",
+    "render_report",
+]
+
+
+def compute_model_json(chip: Chip) -> dict[str, Any]:
+    """``compute_model``: the compute model a prediction used and where its numbers come from.
+
+    ``parameter_file`` is the topology file the chip was read from (relative to the
+    repository for the shipped ones; ``$AOIZORA_TOPOLOGIES_DIR`` points elsewhere,
+    e.g. at calibrated files), ``parameter_file_sha256`` its exact contents.
+    """
+    p = chip.compute
+    path = topologies_dir() / f"{chip.generation}.toml"
+    shipped = not os.environ.get("AOIZORA_TOPOLOGIES_DIR")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {
+        "model": "sim.compute: MXU-tile padding, achieved matmul, attention and HBM rates",
+        "generation": chip.generation,
+        "parameter_file": f"topologies/{path.name}" if shipped else str(path),
+        "parameter_file_sha256": digest,
+        "attention_kernel": p.attention_kernel,
+        "mxu_tile": p.mxu_tile,
+        "matmul_efficiency": p.matmul_efficiency,
+        "hbm_efficiency": p.hbm_efficiency,
+        "attention_efficiency": dict(p.attention_efficiency),
+        "sources": dict(p.sources),
+    }
 
 
 def format_ms(seconds: float | None) -> str:
@@ -200,6 +237,7 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
+        "compute_model": compute_model_json(outcome.slice_.chip),
         "search": None if outcome.search is None else outcome.search.to_json_dict(),
         "candidates": candidate_rows(outcome),
         **({"exhaustive": outcome.exhaustive.to_json_dict()} if outcome.exhaustive else {}),
