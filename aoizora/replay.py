@@ -74,12 +74,14 @@ from sim.collectives import CollectivePlan, collective_flows
 from sim.compute import Attention, Matmul, Work
 from sim.engine import Compute, Flow, simulate
 from sim.records import SimResult
+from sim.routing import route
 from sim.topology import Chip, Slice
 
 __all__ = [
     "CollectiveTiming",
     "LinkTotal",
     "algorithm_for",
+    "collective_link_bytes",
     "collective_plan",
     "step_delays_s",
     "ReplayResult",
@@ -551,6 +553,22 @@ def step_link_totals(result: ReplayResult, graph: CollectiveGraph) -> tuple[Link
         LinkTotal(src, dst, dim, wrap, bw, carried, busy)
         for (src, dst, dim, wrap), (bw, carried, busy) in sorted(totals.items())
     )
+
+
+def collective_link_bytes(
+    graph: CollectiveGraph, slice_: Slice, order: DeviceOrder
+) -> dict[tuple[Coord, Coord], float]:
+    """Per directed link (src, dst): every collective's flow bytes x its runs per step,
+    on each link its route crosses -- from the graph and the routing function alone,
+    not the engine: the independent side of the check on :func:`step_link_totals`."""
+    out: dict[tuple[Coord, Coord], float] = {}
+    for c in graph.collectives:
+        plan = collective_plan(c, order.coords, slice_=slice_, id_prefix=f"c{c.id}")
+        for flow in plan.flows:
+            for link in route(slice_, flow.src, flow.dst):
+                key = (tuple(link.src), tuple(link.dst))
+                out[key] = out.get(key, 0.0) + flow.size_bytes * c.count
+    return out
 
 
 def network_footprint(graph: CollectiveGraph, order: DeviceOrder) -> tuple[object, ...]:

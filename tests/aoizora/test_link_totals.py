@@ -13,22 +13,10 @@ import pytest
 
 from aoizora.hlo.graph import graph_from_text
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.replay import collective_plan, replay, step_link_totals
+from aoizora.replay import collective_link_bytes, replay, step_link_totals
 from aoizora.studies.whatif import step_utilisation
-from sim.routing import route
-from sim.topology import Slice, load_slice
+from sim.topology import load_slice
 from tests.aoizora.hlo import compiled
-
-
-def _independent_bytes(graph, slice_: Slice, order: DeviceOrder) -> dict[tuple, float]:  # type: ignore[no-untyped-def]
-    out: dict[tuple, float] = {}
-    for c in graph.collectives:
-        plan = collective_plan(c, order.coords, slice_=slice_, id_prefix=f"c{c.id}")
-        for flow in plan.flows:
-            for link in route(slice_, flow.src, flow.dst):
-                key = (tuple(link.src), tuple(link.dst))
-                out[key] = out.get(key, 0.0) + flow.size_bytes * c.count
-    return out
 
 
 @pytest.mark.parametrize("fixture", ["scan_tpu", "transformer_4x4"])
@@ -40,7 +28,7 @@ def test_step_link_bytes_match_an_independent_sum(fixture: str) -> None:
     order = DeviceOrder.identity(mesh_shape=fx.mesh_shape, slice_=slice_)
     result = replay(graph, slice_, order)
     totals = {(t.src, t.dst): t for t in step_link_totals(result, graph)}
-    expected = _independent_bytes(graph, slice_, order)
+    expected = collective_link_bytes(graph, slice_, order)
     assert expected and sum(expected.values()) > 0
     for key, nbytes in expected.items():
         assert totals[key].bytes_carried == pytest.approx(nbytes, rel=0.01), key
