@@ -5,22 +5,9 @@
 * :mod:`aoizora.export.nearest` -- the nearest expressible plan and the one-line refusal;
 * :mod:`aoizora.export.mesh_hook` -- ``mesh.py``, the planned device order in plain jax;
 * :mod:`aoizora.export.readme` -- the export directory's README;
-* :mod:`aoizora.export.directory` -- :func:`export_maxdiffusion`, the four files.
+* :mod:`aoizora.export.directory` -- :func:`~aoizora.export.directory.export_maxdiffusion`,
+  the four files.
+
+Import from the modules: this package is imported while the command line is built, before
+jax starts, and its table (``maxdiffusion_table``) needs no jax.
 """
-
-from __future__ import annotations
-
-from aoizora.export.directory import EXPORT_FILES, export_maxdiffusion, write_maxdiffusion_dir
-from aoizora.export.maxdiffusion import MaxdiffusionExport, maxdiffusion_export, refusal_reason
-from aoizora.export.nearest import outcome_alternatives, plan_alternatives
-
-__all__ = [
-    "EXPORT_FILES",
-    "MaxdiffusionExport",
-    "export_maxdiffusion",
-    "maxdiffusion_export",
-    "outcome_alternatives",
-    "plan_alternatives",
-    "refusal_reason",
-    "write_maxdiffusion_dir",
-]

@@ -34,6 +34,7 @@ import numpy as np
 
 MESH_AXES = {axes!r}
 MESH_SHAPE = {shape!r}
+CORES_PER_CHIP = {per_chip}
 # (chip coordinates, core on the chip) of mesh.devices.flat[i], i = 0, 1, ...
 DEVICES = [
 {devices}
@@ -47,7 +48,8 @@ def planned_devices(devices=None):
     found = {{}}
     for d in devices:
         coords = tuple(int(c) for c in d.coords)
-        found[(coords[:dims], int(getattr(d, "core_on_chip", 0)) if {per_chip} > 1 else 0)] = d
+        core = int(getattr(d, "core_on_chip", 0)) if CORES_PER_CHIP > 1 else 0
+        found[(coords[:dims], core)] = d
     missing = [place for place in DEVICES if place not in found]
     if missing or len(devices) != len(DEVICES):
         raise SystemExit(

@@ -56,7 +56,7 @@ def _measurement_row(export: MaxdiffusionExport) -> str:
         attention=plan.attention,
         device_order=" ".join(str(i) for i in plan.physical_ids),
         measured_s="SECONDS",
-        spread_kind="std",
+        spread_kind="unreported",
         source="your run of maxdiffusion generate_wan (Denoise Total / num_inference_steps)",
     )
     buf = io.StringIO()
