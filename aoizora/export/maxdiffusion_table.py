@@ -1,8 +1,8 @@
 """What maxdiffusion's Wan configs accept: the keys AoiZora overrides, their types and values.
 
 A small table of facts read from AI-Hypercomputer/maxdiffusion at commit
-:data:`MAXDIFFUSION_COMMIT` (2026-08-21), not a copy of its files (docs/facts.md,
-"maxdiffusion config overrides"):
+:data:`MAXDIFFUSION_COMMIT` (2026-08-21), not a copy of its files; see
+docs/facts.md, maxdiffusion config overrides:
 
 * ``src/maxdiffusion/configs/base_wan_14b.yml``, ``base_wan_1_3b.yml``, ``base_wan_27b.yml``
   -- the YAML type of every key we override (the command line types a value like the

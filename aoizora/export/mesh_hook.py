@@ -1,8 +1,8 @@
 """``mesh.py``: the planned device order as a few lines of plain jax for maxdiffusion.
 
 maxdiffusion has no config key for a device order: every Wan pipeline builds its mesh
-with ``max_utils.create_device_mesh(config)``, which calls ``mesh_utils`` (docs/facts.md,
-"maxdiffusion config overrides"). The hook replaces that function, at run time and for
+with ``max_utils.create_device_mesh(config)``, which calls ``mesh_utils`` (see
+docs/facts.md, maxdiffusion config overrides). The hook replaces that function, at run time and for
 this process only, with one that returns the planned devices in the planned mesh shape,
 then runs ``generate_wan``'s ``main`` -- no file of maxdiffusion is patched and nothing of
 AoiZora is imported, so maxdiffusion's environment needs nothing of ours.

@@ -1,7 +1,7 @@
 """A small reader of maxdiffusion's config semantics, to read exported overrides back.
 
-Written from maxdiffusion's source at 7cfb880 (docs/facts.md, "maxdiffusion config
-overrides"), independently of aoizora/export: ``pyconfig._HyperParameters`` (a command-line
+Written from maxdiffusion's source at 7cfb880 (see
+docs/facts.md, maxdiffusion config overrides), independently of aoizora/export: ``pyconfig._HyperParameters`` (a command-line
 value is typed like the YAML's: int(), "true"/"false", ast.literal_eval for lists,
 json.loads for dicts; unknown keys are refused), ``pyconfig.user_init`` (the rules it
 prepends for the attention kind, the sequence rules it appends), ``wan_init``
