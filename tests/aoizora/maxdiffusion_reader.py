@@ -1,12 +1,14 @@
 """A small reader of maxdiffusion's config semantics, to read exported overrides back.
 
-Written from maxdiffusion's source at 7cfb880 (see
-docs/facts.md, maxdiffusion config overrides), independently of aoizora/export: ``pyconfig._HyperParameters`` (a command-line
-value is typed like the YAML's: int(), "true"/"false", ast.literal_eval for lists,
-json.loads for dicts; unknown keys are refused), ``pyconfig.user_init`` (the rules it
-prepends for the attention kind, the sequence rules it appends), ``wan_init``
-(``layers_per_stage``), ``max_utils.fill_unspecified_mesh_axes`` (one -1 takes the rest),
-and Flax's ``logical_to_mesh_axes`` (first free rule wins; None pins replication).
+Written from maxdiffusion's source at 7cfb880 (see docs/facts.md, maxdiffusion config
+overrides), independently of aoizora/export:
+
+* ``pyconfig._HyperParameters``: a command-line value is typed like the YAML's (int(),
+  "true"/"false", ast.literal_eval for lists, json.loads for dicts); unknown keys refused;
+* ``pyconfig.user_init``: the rules it prepends for the attention kind and the sequence
+  rules it appends; ``wan_init``: ``layers_per_stage``;
+* ``max_utils.fill_unspecified_mesh_axes``: one -1 takes the remaining devices;
+* Flax's ``logical_to_mesh_axes``: the first rule whose axes are free wins, None pins.
 """
 
 from __future__ import annotations
