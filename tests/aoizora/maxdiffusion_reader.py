@@ -1,7 +1,7 @@
 """A small reader of maxdiffusion's config semantics, to read exported overrides back.
 
-Written from maxdiffusion's source at 7cfb880 (see docs/facts.md, maxdiffusion config
-overrides), independently of aoizora/export:
+Written from maxdiffusion's source at 7cfb880, independently of aoizora/export (see
+docs/facts.md, maxdiffusion config overrides):
 
 * ``pyconfig._HyperParameters``: a command-line value is typed like the YAML's (int(),
   "true"/"false", ast.literal_eval for lists, json.loads for dicts); unknown keys refused;
