@@ -12,6 +12,7 @@ __all__ = [
     "WorkloadError",
     "CandidateError",
     "CompileError",
+    "ExportError",
     "PlacementError",
     "PlanError",
     "ValidationError",
@@ -44,6 +45,10 @@ class PlacementError(AoizoraError):
 
 class PlanError(AoizoraError):
     """A plan file is malformed or does not match the given devices."""
+
+
+class ExportError(AoizoraError):
+    """A plan cannot be exported to a serving stack (the message names the nearest that can)."""
 
 
 class ValidationError(AoizoraError):

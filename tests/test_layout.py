@@ -37,6 +37,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.planner",),
     ("aoizora.report",),
     ("aoizora.studies",),
+    ("aoizora.export",),
     ("aoizora.commands", "aoizora.cli", "aoizora.demo", "aoizora.__main__"),
     # The package itself re-exports the public API (load_plan, user_workload, ...).
     ("aoizora",),

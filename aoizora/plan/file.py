@@ -77,6 +77,7 @@ from aoizora.plan.fields import (
     json_text,
     length_of,
 )
+from aoizora.plan.schema import cite_schema
 from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import Rules, logical_to_pspec, rule_pairs_to_json
@@ -449,7 +450,15 @@ class Plan:
 
     @classmethod
     def from_json_dict(cls, data: Any) -> Plan:
-        """Validate a decoded plan document field by field and build the :class:`Plan`."""
+        """Validate a decoded plan document field by field and build the :class:`Plan`;
+        an error cites the schema location of the field it rejects (docs/plan.schema.json)."""
+        try:
+            return cls._from_json_dict(data)
+        except PlanError as exc:
+            raise PlanError(cite_schema(str(exc))) from None
+
+    @classmethod
+    def _from_json_dict(cls, data: Any) -> Plan:
         if not isinstance(data, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema")
