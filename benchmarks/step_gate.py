@@ -8,6 +8,9 @@ prediction time and the machine's load.
 
     python benchmarks/step_gate.py                 # the shipped set, the README's gate
     python benchmarks/step_gate.py --file F.csv    # another measurement file
+    python benchmarks/step_gate.py --loo           # + leave-one-out: each gated step row
+                                                   #   predicted with its kernel's efficiency
+                                                   #   fitted to the other rows of that kernel
 """
 
 from __future__ import annotations
@@ -19,14 +22,21 @@ import sys
 import time
 from pathlib import Path
 
+from scipy.optimize import minimize_scalar  # type: ignore[import-untyped]
+
 from aoizora.commands.args import DEFAULT_CACHE_DIR
+from aoizora.studies.calibration_steps import step_rows
 from aoizora.studies.validation import (
+    Measurement,
     Thresholds,
     default_predictors,
     gate,
+    predict_step,
     read_measurements,
+    row_slice,
     validate,
 )
+from sim.compute import ComputeParams
 
 ROOT = Path(__file__).resolve().parents[1]
 # The README's gate (validation/README.md).
@@ -39,12 +49,45 @@ GATE = Thresholds(
 )
 
 
+def _leave_one_out(rows: list[Measurement], cache_dir: str) -> list[tuple[str, float]]:
+    """(row id, error %) of each gated step row predicted with its kernel's efficiency
+    fitted (as aoizora calibrate --steps fits it) to the other gated rows of that kernel."""
+    out: list[tuple[str, float]] = []
+    for generation in sorted({row_slice(r).chip.generation for r in rows if r.step}):
+        use, _ = step_rows(rows, generation)
+        for held, kernel in use:
+            others = [r for r, k in use if k == kernel and r is not held]
+            if not others:
+                continue
+            base = row_slice(held).chip.compute
+
+            def loss(
+                eta: float,
+                others: list[Measurement] = others,
+                kernel: str = kernel,
+                base: ComputeParams = base,
+            ) -> float:
+                params = base.with_efficiencies({kernel: eta})
+                return sum(
+                    (predict_step(r, cache_dir=cache_dir, compute=params) / r.measured_s - 1) ** 2
+                    for r in others
+                )
+
+            eta = minimize_scalar(loss, bounds=(0.05, 2.0), method="bounded").x
+            got = predict_step(
+                held, cache_dir=cache_dir, compute=base.with_efficiencies({kernel: eta})
+            )
+            out.append((held.row_id, 100 * (got / held.measured_s - 1)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--file", default=str(ROOT / "validation" / "measurements.csv"))
     p.add_argument("--cache-dir", default=os.environ.get("AOIZORA_CACHE_DIR", DEFAULT_CACHE_DIR))
+    p.add_argument("--loo", action="store_true", help="also leave each gated step row out")
     args = p.parse_args(argv)
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -75,6 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     for f in failures:
         print(f"  {f}")
+    loo: list[tuple[str, float]] = []
+    if args.loo:
+        loo = _leave_one_out(list(rows), args.cache_dir)
+        for row_id, err in loo:
+            print(f"  leave-one-out {row_id:<28} {err:+6.1f}%")
+        print(
+            f"leave-one-out: {len(loo)} rows, MAPE {sum(abs(e) for _, e in loo) / len(loo):.2f}%, "
+            f"worst {max(abs(e) for _, e in loo):.1f}%"
+        )
     summary = {
         "wall_s": wall,
         "step_mape_percent": mape,
