@@ -122,6 +122,16 @@ def render_rows(rows: Any) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    seen: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.compute_model is not None:
+            seen.setdefault(r.compute_model["generation"], r.compute_model)
+    for gen, m in sorted(seen.items()):
+        eff = m["attention_efficiency"][m["attention_kernel"]]
+        lines.append(
+            f"compute model ({gen}): attention kernel {m['attention_kernel']} at {eff:.3g} of "
+            f"the padded MXU peak, MXU tile {m['mxu_tile']} ({m['parameter_file']})"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -21,10 +21,22 @@ from sim.topology import Chip, topologies_dir
 __all__ = [
     "candidate_rows",
     "compute_model_json",
+    "compute_model_line",
     "format_ms",
     "outcome_summary",
     "render_report",
 ]
+
+
+def compute_model_line(chip: Chip) -> str:
+    """One line naming the compute model a report's times come from."""
+    m = compute_model_json(chip)
+    return (
+        f"compute model: attention kernel {m['attention_kernel']} at "
+        f"{dict(m['attention_efficiency'])[m['attention_kernel']]:.3g} of the padded MXU peak, "
+        f"MXU tile {m['mxu_tile']}, matmul {m['matmul_efficiency']:.2g}, HBM "
+        f"{m['hbm_efficiency']:.2g} of peak ({m['parameter_file']}; docs/simulator.md)"
+    )
 
 
 def compute_model_json(chip: Chip) -> dict[str, Any]:
@@ -85,6 +97,7 @@ def _header(outcome: PlanOutcome) -> list[str]:
     ]
     if backend != "tpu":
         lines.append("!! CPU FALLBACK: libtpu was not available; these are CPU-compiled programs")
+    lines.append(compute_model_line(s.chip))
     extra = len(outcome.stage1_picks) > outcome.stage1.k
     lines.append(
         f"candidates: {outcome.num_legal} legal, {outcome.num_rejected} rejected; "

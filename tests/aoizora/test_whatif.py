@@ -196,7 +196,9 @@ def test_whatif_across_generations_in_one_table(plan_cache_dir: Path) -> None:
     assert v5e is not None and v6e is not None and tpu7x is not None
     assert v5e > v6e > tpu7x
     table = render_rows(rows)
-    assert len(table.splitlines()) == 2 + 3 and "4 (8 devices)" in table
+    # header, rule, a row per slice, then the compute model of each generation
+    assert len(table.splitlines()) == 2 + 3 + 3 and "4 (8 devices)" in table
+    assert table.count("compute model (") == 3 and "topologies/tpu7x.toml" in table
     parsed = list(csv.DictReader(io.StringIO(rows_to_csv(rows))))
     assert [int(r["num_devices"]) for r in parsed] == [8, 8, 8]
 
