@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sim.compute import IDEAL, ComputeModel, ComputeParams, parse_compute_params
+from sim.compute import IDEAL, ComputeModel, ComputeParams, parse_compute_params, sourced_value
 from sim.errors import TopologyError
 
 __all__ = ["Chip", "generations", "load_chip", "shipped_topologies_dir", "topologies_dir"]
@@ -169,16 +169,10 @@ def generations() -> tuple[str, ...]:
 
 
 def _number(data: Mapping[str, Any], key: str, path: Path) -> tuple[Any, str]:
-    entry = data.get(key)
-    if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
-        raise TopologyError(
-            f"{path}: '{key}' must be an inline table with a value and its source, e.g. "
-            f'{key} = {{ value = 1e-6, source = "https://..." }}'
-        )
-    value = entry["value"]
+    value, source = sourced_value(data, key, path)
     if isinstance(value, bool) or not isinstance(value, int | float | list):
         raise TopologyError(f"{path}: '{key}.value' must be a number, got {value!r}")
-    return value, str(entry["source"])
+    return value, source
 
 
 @cache

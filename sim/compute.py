@@ -63,6 +63,7 @@ __all__ = [
     "compute_model_of",
     "mxu_utilisation",
     "parse_compute_params",
+    "sourced_value",
 ]
 
 
@@ -274,14 +275,22 @@ def compute_model_of(chip: Any) -> ComputeModel:
     return ComputeModel(chip.bf16_flops_per_s, chip.hbm_bandwidth_bytes_per_s, params)
 
 
-def _entry(data: Mapping[str, Any], key: str, path: Path) -> tuple[Any, str]:
+def sourced_value(
+    data: Mapping[str, Any], key: str, path: Path, *, table: str = ""
+) -> tuple[Any, str]:
+    """(value, source) of a topology file's ``key = { value = ..., source = "..." }``."""
     entry = data.get(key)
     if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
+        where = f"[{table}] " if table else ""
         raise TopologyError(
-            f"{path}: [compute] '{key}' must be an inline table with a value and its source, "
+            f"{path}: {where}'{key}' must be an inline table with a value and its source, "
             f'e.g. {key} = {{ value = 0.9, source = "https://..." }}'
         )
     return entry["value"], str(entry["source"])
+
+
+def _entry(data: Mapping[str, Any], key: str, path: Path) -> tuple[Any, str]:
+    return sourced_value(data, key, path, table="compute")
 
 
 def _fraction(value: Any, key: str, path: Path) -> float:
