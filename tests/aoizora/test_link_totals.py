@@ -14,6 +14,7 @@ import pytest
 from aoizora.hlo.graph import graph_from_text
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import collective_link_bytes, replay, step_link_totals
+from aoizora.report.pictures.heatmap import link_loads
 from aoizora.studies.whatif import step_utilisation
 from sim.topology import load_slice
 from tests.aoizora.hlo import compiled
@@ -41,6 +42,15 @@ def test_step_link_bytes_match_an_independent_sum(fixture: str) -> None:
     busiest = max(totals.values(), key=lambda t: t.busy_s)
     assert peak == pytest.approx(busiest.busy_s / result.step_time_s)
     assert 0 < mean <= peak <= 1
+    # The heatmap's per-run numbers (--report: one region, per run of it) add up, times
+    # each region's runs, to the same independent sum.
+    heat: dict[tuple, float] = {}
+    for region, sim in zip(graph.regions, result.region_sims, strict=True):
+        for load in link_loads(sim).links:
+            key = (load.src, load.dst)
+            heat[key] = heat.get(key, 0.0) + load.bytes_carried * region.count
+    for key, nbytes in expected.items():
+        assert heat[key] == pytest.approx(nbytes, rel=0.01), key
     # The entry region alone (the old figure) misses the loop's traffic.
     entry = sum(rec.bytes_carried for rec in result.sim.links)
     assert entry < sum(t.bytes_carried for t in totals.values())
