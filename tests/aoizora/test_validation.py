@@ -342,7 +342,13 @@ def test_gate_passes_on_the_shipped_set(tmp_path: Path, capsys: pytest.CaptureFi
 
 def _perturbed(tmp_path: Path, change: dict[str, float]) -> Path:
     _, rows = _ci_subset(tmp_path)
-    out = [replace(r, measured_s=change.get(r.row_id, r.measured_s)) for r in rows]
+    out = []
+    for r in rows:
+        m = change.get(r.row_id, r.measured_s)
+        if r.step is not None and r.step.steps is not None:  # keep the derivation true
+            figure = m * r.step.steps + (r.step.other_s or 0.0)
+            r = replace(r, step=replace(r.step, figure_s=figure))
+        out.append(replace(r, measured_s=m))
     path = tmp_path / "perturbed.csv"
     path.write_text(format_measurements(out), encoding="utf-8")
     return path
@@ -368,8 +374,9 @@ def test_gate_fails_on_a_perturbed_copy(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["validate", str(path), *GATE_ARGS, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert [(f["slice"], f["metric"]) for f in report["failures"]] == [("v5e:4x8", "mape_percent")]
-    # Swap two step rows of the CI group whose measurements are decisively apart: only the
-    # step order fails (their values stay within 15% of their predictions).
+    # Swap two step rows of the CI group whose measurements are decisively apart: the
+    # step order and top-1 fail, MAPE does not (the values stay within 15% of their
+    # predictions).
     swap = {"md-7x8-w21-flash-0420": 4.855, "md-7x8-w21-flash": 5.153}
     path = _perturbed(tmp_path, swap)
     assert main(["validate", str(path), *GATE_ARGS, *STEP_GATE_ARGS, "--json"]) == 1
