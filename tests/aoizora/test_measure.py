@@ -44,7 +44,13 @@ from aoizora.measure.collectives import (
 )
 from aoizora.measure.devices import mesh_order, plan_mesh
 from aoizora.measure.environment import Environment
-from aoizora.measure.rows import collective_case, collective_notes, measured_row
+from aoizora.measure.rows import (
+    collective_case,
+    collective_notes,
+    measured_row,
+    step_case,
+    step_notes,
+)
 from aoizora.measure.steps import step_targets
 from aoizora.measure.store import RowStore
 from aoizora.measure.timing import Timing, time_calls
@@ -447,3 +453,80 @@ def test_cpu_rows_and_a_tpu_run_do_not_mix(tmp_path: Path) -> None:
         RowStore.open(out, cpu=False, restart=False)
     assert RowStore.open(out, cpu=False, restart=True).rows == []
     assert len(RowStore.open(out, cpu=True, restart=False).rows) == 1
+
+
+def test_a_failing_target_is_reported_and_the_others_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan_path, out = tmp_path / "plan.json", tmp_path / "rows.csv"
+    tiny_plan().save(plan_path)
+    real, calls = time_collective, []
+
+    def flaky(*args: Any, **kwargs: Any) -> Timing:
+        calls.append(args[0])
+        if len(calls) == 2:
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory\nwhile running")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(measure_run, "time_collective", flaky)
+    argv = ["measure", str(plan_path), "--backend", "cpu", "--out", str(out), "--no-steps",
+            "--collectives", "--sizes", "1KiB", "--kinds", "all-reduce", "--repeats", "1",
+            "--json"]  # fmt: skip
+    assert main(argv) == 1
+    report = json.loads(capsys.readouterr().out)
+    oom = "RuntimeError: RESOURCE_EXHAUSTED: out of memory while running"  # on one line
+    assert report["failed"] == [{"what": calls[1].label, "error": oom}]
+    assert [r["row_id"] for r in report["rows"]] == [r.row_id for r in read_measurements(out)]
+    assert len(report["rows"]) == 1 and report["rows"][0]["spread_s"] is None  # one repeat
+
+
+def test_steps_of_a_workload_that_is_not_wan_are_refused(tmp_path: Path) -> None:
+    plan = tiny_plan()
+    other = Plan.from_json(plan.to_json().replace('"model": "wan-tiny"', '"model": "mlp"'))
+    path = tmp_path / "plan.json"
+    other.save(path)
+    with pytest.raises(MeasureError, match="not a Wan model.*--no-steps --collectives"):
+        measure_run.run_measure(path, tmp_path / "rows.csv", backend="cpu")
+    assert not (tmp_path / "rows.csv").exists()
+
+
+def test_multi_host_runs_agree_and_take_the_slowest_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jax.experimental import multihost_utils
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(multihost_utils, "broadcast_one_to_all", lambda x: np.asarray(x) * 0 + 1)
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda x: np.stack([x, x[::-1] * 2]))
+    assert measure_run._agreed([False, True]) == [True, True]  # process 0's flags
+    slowest = measure_run._slowest_process(Timing(samples_s=(1.0, 3.0), warmup=0))
+    assert slowest.samples_s == (6.0, 3.0)  # per repeat, the later of the two hosts
+
+
+@pytest.mark.slow
+def test_validate_predicts_measured_tpu_step_rows_as_they_are(
+    tmp_path: Path, plan_cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Step rows as measure writes them on a TPU (its row builder and file writer): validate
+    # reads the file unchanged and predicts each row with the row's own device order.
+    plan = tiny_plan()
+    env = Environment(
+        backend="tpu", device_kind="TPU v5 lite", num_devices=8, num_hosts=1,
+        versions=Provenance.current(), date="2026-09-01", plan_file="plan.json",
+        plan_sha256="cd" * 32,
+    )  # fmt: skip
+    out = tmp_path / "rows.csv"
+    store = RowStore.open(out, cpu=False, restart=False)
+    targets = [t for t in step_targets(plan, top=0, baselines=True) if t.plan.mesh_shape[0] == 2]
+    assert [t.key for t in targets] == ["winner", "baseline-maxdiffusion-recipe"]
+    for i, target in enumerate(targets):
+        case = step_case(target, cpu=False)
+        assert case.attention_kernel == "splash"
+        timing = Timing(samples_s=(1.0 + i, 1.2 + i), warmup=1)
+        about = step_notes(target, env)
+        store.add(measured_row(env=env, plan=plan, key=target.key, timing=timing, about=about,
+                               step=case))  # fmt: skip
+    assert main(["validate", str(out), "--json", "--cache-dir", str(plan_cache_dir)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (group,) = report["groups"]
+    assert (group["kind"], group["slice"], group["n"]) == ("step", SLICE, 2)
+    assert [r["measured_s"] for r in group["rows"]] == [1.1, 2.1]
+    assert all(r["predicted_s"] > 0 for r in group["rows"])
