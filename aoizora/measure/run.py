@@ -53,6 +53,7 @@ from aoizora.studies.validation.format import (
     Measurement,
     StepCase,
 )
+from aoizora.workloads.base import Workload
 
 __all__ = ["MeasureOptions", "MeasureReport", "run_measure"]
 
@@ -116,6 +117,13 @@ class _Job:
     step: StepTarget | None = None
     collective: CollectiveTarget | None = None
 
+    def about(self, env: Environment, plan: Plan) -> str:
+        """The start of the row's notes: what ran."""
+        if self.step is not None:
+            return step_notes(self.step, env)
+        assert self.collective is not None  # a job is a step or a collective
+        return collective_notes(self.collective, plan)
+
 
 def _jobs(plan: Plan, options: MeasureOptions, *, cpu: bool) -> list[_Job]:
     jobs: list[_Job] = []
@@ -166,11 +174,12 @@ def _time_job(
     *,
     backend: str,
     options: MeasureOptions,
-    workload: Any,
+    workload: Workload | None,
     clock: Clock,
     say: Progress,
 ) -> Timing:
     if job.step is not None:
+        assert workload is not None  # built whenever steps are timed
         return time_step(
             job.step, workload, devices, backend=backend, warmup=options.warmup,
             repeats=options.repeats, clock=clock, say=say,
@@ -239,12 +248,8 @@ def run_measure(
             say(f"{head}: FAILED: {failed[-1][1]}")
             continue
         timing = _slowest_process(timing)
-        about = (
-            step_notes(job.step, env) if job.step is not None
-            else collective_notes(job.collective, plan) if job.collective is not None else ""
-        )  # fmt: skip
         row = measured_row(
-            env=env, plan=plan, key=job.key, timing=timing, about=about,
+            env=env, plan=plan, key=job.key, timing=timing, about=job.about(env, plan),
             step=job.case if isinstance(job.case, StepCase) else None,
             collective=job.case if isinstance(job.case, CollectiveCase) else None,
         )  # fmt: skip
