@@ -13,6 +13,7 @@ __all__ = [
     "CandidateError",
     "CompileError",
     "ExportError",
+    "MeasureError",
     "PlacementError",
     "PlanError",
     "ValidationError",
@@ -53,3 +54,7 @@ class ExportError(AoizoraError):
 
 class ValidationError(AoizoraError):
     """A measurement file is malformed."""
+
+
+class MeasureError(AoizoraError):
+    """A measurement on devices cannot run as asked (no TPU, devices that are not the plan's)."""

@@ -54,6 +54,7 @@ from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan import Plan, PredictedLatencies, plan_inputs
+from aoizora.plan.alternatives import PlanAlternative
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import search_placements
@@ -229,7 +230,23 @@ class PlanOutcome:
                     sorted((b.name, b.q2_s) for b in self.baselines if b.q2_s is not None)
                 ),
             ),
+            alternatives=self.alternatives(),
         )
+
+    def alternatives(self) -> tuple[PlanAlternative, ...]:
+        """The plan file's ``alternatives``: every other compiled sharding at its best
+        placement (Q2 order), then every baseline with a Q2 (by name)."""
+        cands = {s.candidate.id: s.candidate for s in self.scored}
+        ranked = sorted(self.scored, key=lambda s: (s.best.q2_s, s.candidate.id))
+        return (*(
+            PlanAlternative.of("runner-up", s.candidate.id, s.candidate,
+                               (s.best.placement_id, s.best.order), s.best.q2_s)
+            for s in ranked if s is not self.winner
+        ), *(  # every baseline runs in the default device order (_baseline_scores)
+            PlanAlternative.of("baseline", b.name, cands[b.candidate_id],
+                               (DEFAULT_ORDER_LABEL, b.order), b.q2_s)
+            for b in sorted(self.baselines, key=lambda b: b.name) if b.q2_s is not None
+        ))  # fmt: skip
 
 
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:

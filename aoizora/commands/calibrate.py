@@ -40,7 +40,7 @@ from aoizora.studies.calibration import (
     write_calibrated_topology,
 )
 from aoizora.studies.calibration_steps import StepFit, calibrate_steps, write_calibrated_steps
-from aoizora.studies.validation import read_measurements
+from aoizora.studies.validation import check_tpu_rows, read_measurements
 
 __all__ = ["format_fit", "format_step_fit", "register", "run"]
 
@@ -205,6 +205,7 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 def _run_steps(args: argparse.Namespace) -> int:
     rows = read_measurements(args.file)
+    check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
     fit = calibrate_steps(
         rows,
         generation=args.generation,
@@ -227,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
     if args.steps:
         return _run_steps(args)
     rows = read_measurements(args.file)
+    check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
     fit = calibrate(
         rows,
         generation=args.generation,

@@ -27,6 +27,7 @@ from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
     ValidationReport,
+    check_tpu_rows,
     default_predictors,
     gate,
     read_measurements,
@@ -138,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     """Predict, report, and return 1 when the gate fails."""
     use_topology_dir(args)
     rows = read_measurements(args.file)
+    check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
     report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
     thresholds = Thresholds(
         min_spearman=args.min_spearman,

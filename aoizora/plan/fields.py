@@ -207,9 +207,12 @@ def check_latency(value: object, field: str) -> float:
     return seconds
 
 
-def check_keys(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+def check_keys(
+    data: Mapping[str, Any], allowed: Sequence[str], where: str, optional: Sequence[str] = ()
+) -> None:
+    """Every key of ``allowed`` is in ``data``; ``optional`` keys may be, nothing else."""
     missing = sorted(set(allowed) - set(data))
-    unknown = sorted(set(data) - set(allowed))
+    unknown = sorted(set(data) - set(allowed) - set(optional))
     if missing:
         raise PlanError(f"{where} lacks field(s) {missing}; a plan has {sorted(allowed)}")
     if unknown:

@@ -4,7 +4,9 @@
 strict where the plan is defined (every field required, no unknown field) but with
 optional fields reserved for work in progress -- ``compute_model`` (the compute model and
 its parameter file), ``clip_s``, ``text_encoder_s``, ``denoise_s``, ``vae_decode_s``
-(whole-request latency, seconds) and ``vae`` (the VAE decoder's plan). The schema checks
+(whole-request latency, seconds) and ``vae`` (the VAE decoder's plan) -- and the optional
+``alternatives`` (runners-up and baselines with their configurations,
+:mod:`aoizora.plan.alternatives`). The schema checks
 shapes and types; :func:`aoizora.plan.load_plan` checks the rest (the device order against
 the slice, the mesh size, ...) and cites the schema location of the field it rejects
 (:func:`cite_schema`). ``docs/plan.schema.json`` is this dictionary written out
@@ -54,6 +56,21 @@ _INPUT = _object(
         "logical_axes": {"type": "array", "items": {"type": ["string", "null"]}},
     }
 )
+_MESH = _object(
+    {
+        "axis_names": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+            "minItems": 1,
+            "uniqueItems": True,
+        },
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+    }
+)
+_ATTENTION: dict[str, Any] = {
+    "type": "string",
+    "pattern": "^(gather_kv|ulysses|ring|none|usp_u([2-9]|[1-9][0-9]+))$",
+}
 _RULE = {
     "type": "array",
     "prefixItems": [{"type": "string", "minLength": 1}, {"type": "array", "items": _TEXT}],
@@ -77,6 +94,28 @@ _RESERVED: dict[str, Any] = {
     "vae": {"type": "object", "description": "optional: the VAE decoder's plan"},
 }
 
+# The runners-up and baselines with their configurations (aoizora/plan/alternatives.py).
+_ALTERNATIVES: dict[str, Any] = {
+    "alternatives": {
+        "type": "array",
+        "description": "optional: runners-up (Q2 order) and baselines, for aoizora measure",
+        "items": _object(
+            {
+                "role": {"enum": ["runner-up", "baseline"]},
+                "name": _TEXT,
+                "candidate": _TEXT,
+                "placement": _TEXT,
+                "mesh": _MESH,
+                "rules_name": _TEXT,
+                "rules": {"type": "array", "items": _RULE},
+                "attention": _ATTENTION,
+                "device_order": _object({"physical_ids": {"type": "array", "items": _COUNT}}),
+                "predicted_step_s": _SECONDS,
+            }
+        ),
+    }
+}
+
 PLAN_JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "AoiZora plan file (aoizora.plan/2)",
@@ -93,23 +132,10 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
             "clip": {"oneOf": [{"type": "null"}, _CLIP]},
             "inputs": {"type": "array", "items": _INPUT},
             "slice": _TEXT,
-            "mesh": _object(
-                {
-                    "axis_names": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                        "minItems": 1,
-                        "uniqueItems": True,
-                    },
-                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
-                }
-            ),
+            "mesh": _MESH,
             "rules_name": _TEXT,
             "rules": {"type": "array", "items": _RULE},
-            "attention": {
-                "type": "string",
-                "pattern": "^(gather_kv|ulysses|ring|none|usp_u([2-9]|[1-9][0-9]+))$",
-            },
+            "attention": _ATTENTION,
             "candidate": _TEXT,
             "placement": _TEXT,
             "device_order": _object(
@@ -127,7 +153,7 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
             ),
             "provenance": _object({k: _VERSION for k in ("aoizora", "jax", "jaxlib", "libtpu")}),
         },
-        optional=_RESERVED,
+        optional={**_RESERVED, **_ALTERNATIVES},
     ),
 }
 

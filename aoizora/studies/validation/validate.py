@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from aoizora.errors import ValidationError
 from aoizora.metrics import mape_percent, spearman, top1_agreement
 from aoizora.studies.validation.format import Measurement
+from aoizora.studies.validation.origin import check_tpu_rows
 from aoizora.studies.validation.predict import Predictor
 
 __all__ = ["GroupReport", "RowPrediction", "ValidationReport", "order_pairs", "validate"]
@@ -151,10 +152,12 @@ def validate(
     """Predict every row with ``predictors[row.kind]`` and compute each group's metrics.
 
     Raises :class:`ValidationError` when a row's kind has no predictor (the
-    message names the row) or a predictor returns a non-positive latency.
+    message names the row), a predictor returns a non-positive latency, or a row ran on
+    the host CPU, not its TPU slice (:mod:`aoizora.studies.validation.origin`).
     """
     if not rows:
         raise ValidationError("no measurement rows to validate")
+    check_tpu_rows(rows)
     order: list[tuple[str, str, str]] = []
     grouped: dict[tuple[str, str, str], list[RowPrediction]] = {}
     for row in rows:
