@@ -53,7 +53,7 @@ from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.plan import Plan, PredictedLatencies, plan_inputs
+from aoizora.plan import Plan, PredictedLatencies, compute_model_json, plan_inputs
 from aoizora.plan.alternatives import PlanAlternative
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
@@ -231,6 +231,7 @@ class PlanOutcome:
                 ),
             ),
             alternatives=self.alternatives(),
+            compute_model=compute_model_json(self.slice_.chip),
         )
 
     def alternatives(self) -> tuple[PlanAlternative, ...]:

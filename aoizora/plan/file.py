@@ -56,7 +56,7 @@ import json
 import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,7 @@ _TOP_KEYS = (
 _TOP_KEYS_V2 = (*_TOP_KEYS, "inputs", "workload")
 # Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
 # with their configurations (aoizora.plan.alternatives, written since aoizora measure).
-_OPTIONAL_KEYS = ("alternatives",)
+_OPTIONAL_KEYS = ("alternatives", "compute_model")
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,8 @@ class Plan:
     workload: str = ""
     inputs: tuple[PlanInput, ...] = ()
     alternatives: tuple[PlanAlternative, ...] = ()
+    # The compute model the predictions used, as canonical JSON (fields.compute_model_json).
+    compute_model: str = ""
 
     def __post_init__(self) -> None:
         check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
@@ -367,6 +369,7 @@ class Plan:
         inputs: Sequence[PlanInput] = (),
         provenance: Provenance | None = None,
         alternatives: Sequence[PlanAlternative] = (),
+        compute_model: Mapping[str, Any] | None = None,
     ) -> Plan:
         """A plan from planner values; ``provenance`` defaults to the installed versions."""
         return cls(
@@ -387,6 +390,7 @@ class Plan:
             predicted=predicted,
             provenance=Provenance.current() if provenance is None else provenance,
             alternatives=tuple(alternatives),
+            compute_model=_canonical(compute_model),
         )
 
     # --- the mesh -------------------------------------------------------------
@@ -444,7 +448,10 @@ class Plan:
     # --- JSON -----------------------------------------------------------------------
 
     def to_json_dict(self) -> dict[str, Any]:
-        optional = {"alternatives": [a.to_json() for a in self.alternatives]}
+        optional = {
+            "alternatives": [a.to_json() for a in self.alternatives],
+            "compute_model": json.loads(self.compute_model) if self.compute_model else None,
+        }
         return {k: v for k, v in optional.items() if v} | {
             "schema": PLAN_SCHEMA,
             "model": self.model,
@@ -559,7 +566,17 @@ class Plan:
                 PlanAlternative.from_json(v, f"alternatives[{i}]")
                 for i, v in enumerate(json_list(data.get("alternatives", []), "alternatives"))
             ),
+            compute_model=_canonical(
+                json_object(data["compute_model"], "compute_model", None)
+                if "compute_model" in data
+                else None
+            ),
         )
+
+
+def _canonical(value: Mapping[str, Any] | None) -> str:
+    """A JSON object as canonical text (sorted keys), so plans compare and hash stably."""
+    return "" if not value else json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
 
 
 def _clip(value: Any, *, required: bool) -> Clip | None:

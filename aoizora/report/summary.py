@@ -9,14 +9,13 @@ in :mod:`sim`), and the report says so; Stage-1 numbers are labelled Q1.
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from aoizora.plan.fields import compute_model_json
 from aoizora.planner import PlanOutcome
 from aoizora.workloads.base import expert_steps, experts_summary
-from sim.topology import Chip, topologies_dir
+from sim.topology import Chip
 
 __all__ = [
     "candidate_rows",
@@ -37,34 +36,6 @@ def compute_model_line(chip: Chip) -> str:
         f"MXU tile {m['mxu_tile']}, matmul {m['matmul_efficiency']:.2g}, HBM "
         f"{m['hbm_efficiency']:.2g} of peak ({m['parameter_file']}; docs/simulator.md)"
     )
-
-
-def compute_model_json(chip: Chip) -> dict[str, Any]:
-    """``compute_model``: the compute model a prediction used and where its numbers come from.
-
-    ``parameter_file`` is the topology file the chip was read from (relative to the
-    repository for the shipped ones; ``$AOIZORA_TOPOLOGIES_DIR`` points elsewhere,
-    e.g. at calibrated files), ``parameter_file_sha256`` its exact contents.
-    """
-    p = chip.compute
-    path = topologies_dir() / f"{chip.generation}.toml"
-    shipped = not os.environ.get("AOIZORA_TOPOLOGIES_DIR")
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        digest = None
-    return {
-        "model": "sim.compute: MXU-tile padding, achieved matmul, attention and HBM rates",
-        "generation": chip.generation,
-        "parameter_file": f"topologies/{path.name}" if shipped else str(path),
-        "parameter_file_sha256": digest,
-        "attention_kernel": p.attention_kernel,
-        "mxu_tile": p.mxu_tile,
-        "matmul_efficiency": p.matmul_efficiency,
-        "hbm_efficiency": p.hbm_efficiency,
-        "attention_efficiency": dict(p.attention_efficiency),
-        "sources": dict(p.sources),
-    }
 
 
 def format_ms(seconds: float | None) -> str:

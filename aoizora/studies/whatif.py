@@ -30,9 +30,9 @@ from aoizora.cache import JsonCache, links_key, plan_caches
 from aoizora.errors import AoizoraError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
+from aoizora.plan.fields import compute_model_json
 from aoizora.planner import PlanOutcome, Progress, run_plan
 from aoizora.replay import ReplayResult, replay, step_link_totals
-from aoizora.report.summary import compute_model_json
 from aoizora.workloads.base import Workload
 from sim.errors import SimError
 from sim.topology import Slice
