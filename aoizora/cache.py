@@ -88,7 +88,7 @@ _KINDS = {
     "lowered": "aoizora.lowered-index/1",
     "shardy": "aoizora.shardy-module/1",
     "search": "aoizora.search-cache/1",
-    "links": "aoizora.link-utilisation/1",
+    "links": "aoizora.link-utilisation/2",
 }
 # Sources (relative to the repository root) whose code decides each kind of result.
 # A compile result depends only on the StableHLO and the versions, not on our code.
@@ -99,8 +99,10 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "aoizora/stage1",
         "aoizora/tpu.py",
         "aoizora/compile.py",
-        # Q1 prices collectives with the simulator's closed forms on the best box.
+        # Q1 prices collectives with the simulator's closed forms on the best box,
+        # and kernels with its compute model.
         "sim/costs.py",
+        "sim/compute.py",
         "sim/routing.py",
         "sim/topology.py",
     ),
@@ -181,6 +183,8 @@ def _chip_numbers(slice_: Slice) -> str:
             chip.hbm_bandwidth_bytes_per_s,
             slice_.link_bandwidth_bytes_per_s,
             slice_.hop_latency_s,
+            # how kernels run: MXU tile, efficiencies, the attention kernel (sim.compute)
+            list(map(str, chip.compute.key())),
         ]
     )
 

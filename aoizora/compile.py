@@ -6,6 +6,7 @@ TPU-compiled HLO, its ``cost_analysis`` and per-device ``memory_analysis`` witho
 * :func:`make_mesh` -- a mesh for a candidate and a device order (libtpu physical ids in
   mesh-flat order; default: ``mesh_utils.create_device_mesh``).
 * :func:`lower` -- cheap (no XLA compile); Stage 1 reads its StableHLO.
+* :func:`jit_step` -- the same program jitted on a mesh of real devices (to run it).
 * :func:`compile_candidate` -- never raises for a failing candidate: the result carries
   the error. With ``cache`` it reads and writes the compile cache
   (:func:`aoizora.cache.compile_key`: the StableHLO, target, device order and versions).
@@ -38,6 +39,7 @@ from sim.topology import Slice
 __all__ = [
     "MemoryUsage",
     "CompileResult",
+    "jit_step",
     "make_mesh",
     "lower",
     "lower_to_read",
@@ -111,6 +113,13 @@ def _jitted(
     # keep_unused: an argument the step does not read still lives in HBM (Wan 2.2 A14B's
     # idle expert); jit would otherwise drop it from the program and from its memory.
     return jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh, keep_unused=True)
+
+
+def jit_step(workload: Workload, candidate: Candidate, mesh: Mesh, backend: Backend) -> Any:
+    """``workload``'s step for ``candidate``, jitted on ``mesh`` (devices of your own) with
+    the candidate's shardings: the program :func:`lower` compiles, to run (``aoizora
+    measure``)."""
+    return _jitted(workload, candidate, mesh, backend)
 
 
 # jaxlib 0.10.2 cannot print tpu7x's compiled module: compiled.as_text() raises

@@ -12,6 +12,8 @@ __all__ = [
     "WorkloadError",
     "CandidateError",
     "CompileError",
+    "ExportError",
+    "MeasureError",
     "PlacementError",
     "PlanError",
     "ValidationError",
@@ -46,5 +48,13 @@ class PlanError(AoizoraError):
     """A plan file is malformed or does not match the given devices."""
 
 
+class ExportError(AoizoraError):
+    """A plan cannot be exported to a serving stack (the message names the nearest that can)."""
+
+
 class ValidationError(AoizoraError):
     """A measurement file is malformed."""
+
+
+class MeasureError(AoizoraError):
+    """A measurement on devices cannot run as asked (no TPU, devices that are not the plan's)."""

@@ -7,13 +7,10 @@ sharding, physical placement) pair has the lowest simulated step latency:
 2. **Stage 1** (:mod:`aoizora.stage1`): lower each candidate (no XLA compile),
    build its prediction DAG and score the placement-oblivious bound Q1; drop
    candidates over the chip's HBM; keep the top-K by Q1.
-3. **Stage 2**: compile the top-K (plus the baselines' candidates, so they are
-   ranked by the same Q2) for the real TPU target (:mod:`aoizora.compile`),
-   build each collective graph from the compiled HLO (:mod:`aoizora.hlo`) and
-   search the placements of its mesh on the slice (:mod:`aoizora.rank`) by Q2 =
-   the simulated step latency (:mod:`aoizora.replay`). One compile serves every placement
-   (the device order changes at most which collectives libtpu overlaps with
-   compute: docs/facts.md, Placement and compilation).
+3. **Stage 2**: compile the top-K and the baselines' candidates for the TPU target
+   (:mod:`aoizora.compile`), read each collective graph (:mod:`aoizora.hlo`) and
+   search the placements (:mod:`aoizora.rank`) by Q2, the simulated step latency
+   (:mod:`aoizora.replay`); one compile each (docs/facts.md, Placement and compilation).
 4. **Winner**: the minimum Q2 over every compiled, memory-feasible candidate,
    ties broken by (candidate id, placement id). Baselines
    (:mod:`aoizora.candidates.baselines`): the default deployment (the first rule
@@ -21,11 +18,9 @@ sharding, physical placement) pair has the lowest simulated step latency:
    existing deployment (maxdiffusion's defaults) and the maxdiffusion recipe --
    and logical search (the best-Q1 candidate with the default device order).
 
-``exhaustive=True`` compiles every Stage-1-feasible candidate and reports the
-recall of Stage 1's top-1 and top-K against the exhaustive winner, and
-Spearman's rho between the Q1 and Q2 orders.
-
-Everything is ordered explicitly, so the same request gives the same outcome.
+``exhaustive=True`` compiles every Stage-1-feasible candidate and reports Stage 1's
+top-1 and top-K recall and Spearman's rho between Q1 and Q2. Everything is ordered
+explicitly, so the same request gives the same outcome.
 """
 
 from __future__ import annotations
@@ -52,15 +47,11 @@ from aoizora.hlo.graph import graph_from_text
 from aoizora.interrupts import phase
 from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.plan import Plan, PredictedLatencies, plan_inputs
+from aoizora.plan import Plan, PredictedLatencies, compute_model_json, plan_inputs
+from aoizora.plan.alternatives import PlanAlternative
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
-from aoizora.rank.search import (
-    DEFAULT_SEARCH_BUDGET,
-    DEFAULT_SEARCH_GAP,
-    SearchBudget,
-    search_placements,
-)
+from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, SearchBudget
 from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import (
     Stage1Ranking,
@@ -242,7 +233,24 @@ class PlanOutcome:
                     sorted((b.name, b.q2_s) for b in self.baselines if b.q2_s is not None)
                 ),
             ),
+            alternatives=self.alternatives(),
+            compute_model=compute_model_json(self.slice_.chip),
         )
+
+    def alternatives(self) -> tuple[PlanAlternative, ...]:
+        """The plan file's ``alternatives``: every other compiled sharding at its best
+        placement (Q2 order), then every baseline with a Q2 (by name)."""
+        cands = {s.candidate.id: s.candidate for s in self.scored}
+        ranked = sorted(self.scored, key=lambda s: (s.best.q2_s, s.candidate.id))
+        return (*(
+            PlanAlternative.of("runner-up", s.candidate.id, s.candidate,
+                               (s.best.placement_id, s.best.order), s.best.q2_s)
+            for s in ranked if s is not self.winner
+        ), *(  # every baseline runs in the default device order (_baseline_scores)
+            PlanAlternative.of("baseline", b.name, cands[b.candidate_id],
+                               (DEFAULT_ORDER_LABEL, b.order), b.q2_s)
+            for b in sorted(self.baselines, key=lambda b: b.name) if b.q2_s is not None
+        ))  # fmt: skip
 
 
 def _legal_space(workload: Workload, slice_: Slice, say: Progress) -> CandidateSpace:
@@ -424,17 +432,12 @@ def _rank_all(
     evaluator = BatchEvaluator(programs, slice_, cache=caches.q2 if caches else None, pool=pool)
     total = sum(j.space.count() if j.tree else 0 for j in jobs)
     say(f"[search] {total} placements of {len(jobs)} compiled shardings on {slice_.name} ...")
-    if caches is None:
-        report = search_placements(
-            jobs, evaluator, per_job=per_candidate, deadline_s=search.seconds,
-            gap_tolerance=search.gap, budget=search.budget, progress=say,
-        )  # fmt: skip
-    else:  # a finished search is read back, a stopped one resumed (aoizora.rank.search_cache)
-        report = cached_search(
-            jobs, evaluator, cache=caches.search, programs=evaluator.digests,
-            per_job=per_candidate, deadline_s=search.seconds, gap_tolerance=search.gap,
-            budget=search.budget, progress=say,
-        )  # fmt: skip
+    # A finished search is read back, a stopped one resumed (aoizora.rank.search_cache).
+    report = cached_search(
+        jobs, evaluator, cache=caches.search if caches else None, programs=evaluator.digests,
+        per_job=per_candidate, deadline_s=search.seconds, gap_tolerance=search.gap,
+        budget=search.budget, progress=say,
+    )  # fmt: skip
     scored = []
     for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
         placements = tuple(

@@ -7,10 +7,10 @@ Model, per region (the entry computation, a while body, a call, a branch):
 
 - All chips run the same SPMD program, so compute is one timeline on one
   representative chip (logical device 0's chip): each step waits for the step
-  before it. A :class:`ComputeSegment` is a delay of the roofline time of each
-  kernel, ``max(flops / bf16_flops_per_s, bytes / hbm_bandwidth_bytes_per_s)``
-  summed over its kernels (roofline model: Williams, Waterman & Patterson,
-  CACM 2009; the TPU form in jax-ml/scaling-book "roofline" chapter).
+  before it. A :class:`ComputeSegment` is a delay of the sum of its kernels'
+  times by the device's compute model (:mod:`sim.compute`: the roofline of
+  Williams, Waterman & Patterson, CACM 2009, with the MXU tile padding and the
+  achieved matmul, attention and HBM rates of ``topologies/<generation>.toml``).
 - A collective becomes flows (:func:`sim.collectives.collective_flows`) over
   its groups' chips; by default each group runs the algorithm and order its
   physical layout calls for (``auto``: a ring round a physical ring, a folded
@@ -20,7 +20,8 @@ Model, per region (the entry computation, a while body, a call, a branch):
   completion at its done step. Compute scheduled between an async start and
   its done overlaps the transfer; a synchronous collective blocks at once.
   Collectives in flight at the same time share links (max-min fair).
-- An opaque kernel (custom call) is a delay by :func:`opaque_cost_s`.
+- An opaque kernel (custom call) is a delay by :func:`opaque_cost_s` (its
+  :func:`opaque_work` priced by the same compute model).
 - A ``while`` step is a delay of ``trip_count`` times its body's simulated
   time; a ``call`` of its callee's time; a ``conditional`` of its slowest
   branch. XLA completes every async op of a loop iteration inside that
@@ -57,8 +58,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from aoizora.errors import PlacementError
 from aoizora.hlo.nodes import (
     Collective,
@@ -72,20 +71,27 @@ from aoizora.hlo.nodes import (
 )
 from aoizora.placement.device_order import Coord, DeviceOrder
 from sim.collectives import CollectivePlan, collective_flows
+from sim.compute import Attention, Matmul, Work
 from sim.engine import Compute, Flow, simulate
 from sim.records import SimResult
+from sim.routing import route
 from sim.topology import Chip, Slice
 
 __all__ = [
     "CollectiveTiming",
+    "LinkTotal",
     "algorithm_for",
+    "collective_link_bytes",
     "collective_plan",
     "step_delays_s",
     "ReplayResult",
     "network_footprint",
     "opaque_cost_s",
+    "opaque_work",
+    "segment_s",
     "NodeTimesFn",
     "simulate_region",
+    "step_link_totals",
     "replay",
     "sim_kind",
 ]
@@ -150,56 +156,75 @@ def sim_kind(collective: Collective) -> str:
     }.get(collective.kind, collective.kind)
 
 
-def _roofline_s(kernels: tuple[tuple[float, float], ...], chip: Chip) -> float:
-    # Roofline: a kernel takes max(compute time, memory time) (Williams et al. 2009;
-    # scaling-book "roofline"), and kernels of one segment run back to back.
-    if not kernels:
-        return 0.0
-    arr = np.asarray(kernels, dtype=float)
-    t = np.maximum(arr[:, 0] / chip.bf16_flops_per_s, arr[:, 1] / chip.hbm_bandwidth_bytes_per_s)
-    return float(t.sum())
+def segment_s(kernels: tuple[Work, ...], chip: Chip) -> float:
+    """A compute segment's time: its kernels back to back, each priced by the
+    device's compute model (:meth:`sim.compute.ComputeModel.time_s`)."""
+    model = chip.compute_model()
+    return float(sum(model.time_s(k) for k in kernels))
 
 
-def opaque_cost_s(node: OpaqueNode, chip: Chip) -> float:
-    """Time of a custom call (e.g. a Pallas kernel) by a documented rule.
+def _shapes(node: OpaqueNode) -> list[tuple[int, ...]]:
+    return [s.dims for s in node.operand_shapes if not s.is_tuple]
+
+
+def opaque_work(node: OpaqueNode) -> Work:
+    """What a custom call (e.g. a Pallas kernel) does, by a documented rule.
 
     1. Attention kernels (name, op_name or target mentions splash/flash/
        attention/mha) with q ``[..., Sq, D]`` and k ``[..., Skv, D]`` as the
-       first two operands: ``4 * prod(q batch dims) * Sq * Skv * D`` flops (two
-       matmuls, QK^T and PV, of ``2*Sq*Skv*D`` each; FlashAttention, Dao et al.
-       2022, forward pass) at peak, or the memory time if longer.
-       (q and k are the first two float operands of rank >= 3: a splash kernel's
-       integer mask operands come first.)
-    2. Matmul-shaped kernels (operands ``[..., M, K]`` and ``[..., K, N]``,
-       result ``[..., M, N]``): ``2 * batch * M * K * N`` flops, roofline.
-    3. Anything else: memory-bound, operand plus result bytes at HBM bandwidth.
+       first two float operands of rank >= 3 (a splash kernel's integer mask
+       operands come first): one :class:`~sim.compute.Attention` of
+       ``prod(q batch dims)`` heads (FlashAttention, Dao et al. 2022, forward pass).
+    2. Matmul-shaped kernels (operands ``[..., M, K]`` and ``[..., K, N]``, result
+       ``[..., M, N]``): one :class:`~sim.compute.Matmul`.
+    3. Anything else: memory-bound.
+
+    Every kernel moves its operand and result bytes through HBM.
+
+    >>> from aoizora.hlo.shapes import Shape
+    >>> q = Shape("bf16", (1, 12, 4096, 128))
+    >>> n = OpaqueNode(0, "splash", "tpu_custom_call", "splash_mha_fwd", "e", 1, 0,
+    ...                (q, q, q), q, 1, ())
+    >>> opaque_work(n).attention
+    (Attention(lead=12, q_length=4096, kv_length=4096, head_dim=128, value_dim=128),)
+    """
+    nbytes = sum(s.size_bytes for s in node.operand_shapes) + node.result_shape.size_bytes
+    label = f"{node.name} {node.op_name} {node.target}"
+    if _ATTENTION_RE.search(label):
+        # q, k, v: the first floating-point operands of rank >= 3 with one head dim.
+        qkv = [
+            s.dims for s in node.operand_shapes
+            if not s.is_tuple and s.element_type[0] in "fb" and len(s.dims) >= 3
+        ]  # fmt: skip
+        if len(qkv) >= 2 and qkv[0][-1] == qkv[1][-1]:
+            q, k = qkv[0], qkv[1]
+            dv = qkv[2][-1] if len(qkv) >= 3 and qkv[2][-2] == k[-2] else q[-1]
+            att = Attention(math.prod(q[:-2]), q[-2], k[-2], q[-1], dv)
+            return Work(attention=(att,), hbm_bytes=nbytes)
+    shapes = _shapes(node)
+    if len(shapes) >= 2 and not node.result_shape.is_tuple:
+        a, b, r = shapes[0], shapes[1], node.result_shape.dims
+        if len(a) >= 2 and len(b) >= 2 and len(r) >= 2 and a[-1] == b[-2]:
+            if r[-2] == a[-2] and r[-1] == b[-1]:
+                mm = Matmul(math.prod(r[:-2]), a[-2], a[-1], b[-1])
+                return Work(matmuls=(mm,), hbm_bytes=nbytes)
+    return Work(hbm_bytes=nbytes)
+
+
+def opaque_cost_s(node: OpaqueNode, chip: Chip) -> float:
+    """Time of a custom call: :func:`opaque_work` priced by the device's compute model.
 
     >>> from sim.topology import load_chip
     >>> from aoizora.hlo.shapes import Shape
     >>> q = Shape("bf16", (1, 12, 4096, 128))
     >>> n = OpaqueNode(0, "splash", "tpu_custom_call", "splash_mha_fwd", "e", 1, 0,
     ...                (q, q, q), q, 1, ())
-    >>> round(opaque_cost_s(n, load_chip("v5e")) * 1e3, 4)  # 4*12*4096^2*128 / 1.97e14
-    0.5232
+    >>> chip = load_chip("v5e")
+    >>> t = opaque_cost_s(n, chip)  # 4*12*4096^2*128 FLOPs at the attention kernel's rate
+    >>> round(t * chip.bf16_flops_per_s * chip.compute.attention_eff / 4 / 12 / 4096**2 / 128, 6)
+    1.0
     """
-    bytes_total = sum(s.size_bytes for s in node.operand_shapes) + node.result_shape.size_bytes
-    memory_s = bytes_total / chip.hbm_bandwidth_bytes_per_s
-    shapes = [s for s in node.operand_shapes if not s.is_tuple]
-    label = f"{node.name} {node.op_name} {node.target}"
-    flops = 0.0
-    if _ATTENTION_RE.search(label):
-        # q and k: the first two floating-point operands of rank >= 3 with one head
-        # dim (masks and segment ids of a splash kernel are integer operands).
-        qk = [s.dims for s in shapes if s.element_type[0] in "fb" and len(s.dims) >= 3]
-        if len(qk) >= 2 and qk[0][-1] == qk[1][-1]:
-            q, k = qk[0], qk[1]
-            flops = 4.0 * math.prod(q[:-2]) * q[-2] * k[-2] * q[-1]
-    if flops == 0.0 and len(shapes) >= 2 and not node.result_shape.is_tuple:
-        a, b, r = shapes[0].dims, shapes[1].dims, node.result_shape.dims
-        if len(a) >= 2 and len(b) >= 2 and len(r) >= 2 and a[-1] == b[-2]:
-            if r[-2] == a[-2] and r[-1] == b[-1]:
-                flops = 2.0 * math.prod(r) * a[-1]
-    return max(flops / chip.bf16_flops_per_s, memory_s)
+    return chip.compute_model().time_s(opaque_work(node))
 
 
 def algorithm_for(algorithm: str | Mapping[str, str] | None, kind: str) -> str | None:
@@ -252,7 +277,7 @@ def step_delays_s(graph: CollectiveGraph, chip: Chip) -> dict[tuple[int, int], f
     for region in graph.regions:
         for i, step in enumerate(region.steps):
             if isinstance(step, ComputeSegment):
-                out[(region.id, i)] = _roofline_s(step.kernels, chip)
+                out[(region.id, i)] = segment_s(step.kernels, chip)
             elif isinstance(step, OpaqueCall):
                 out[(region.id, i)] = opaque_cost_s(graph.opaques[step.opaque], chip)
     return out
@@ -300,7 +325,7 @@ class _RegionSim:
         starts: dict[int, str] = {}  # collective -> the timeline node before its start
         for i, step in enumerate(region.steps):
             if isinstance(step, ComputeSegment):
-                duration = _roofline_s(step.kernels, self.chip)
+                duration = segment_s(step.kernels, self.chip)
                 compute_s += duration
                 nodes.append(Compute(f"s{i}", self.rep, duration, after=prev))
                 prev = (f"s{i}",)
@@ -493,6 +518,57 @@ def replay(
         sim=sims[0],
         region_sims=tuple(sims[r.id] for r in graph.regions),
     )
+
+
+@dataclass(frozen=True)
+class LinkTotal:
+    """One directed link over a whole step: every region's run times its run count."""
+
+    src: Coord
+    dst: Coord
+    dim: int
+    wrap: bool
+    bandwidth_bytes_per_s: float
+    bytes_carried: float
+    busy_s: float
+
+
+def step_link_totals(result: ReplayResult, graph: CollectiveGraph) -> tuple[LinkTotal, ...]:
+    """Bytes and busy time of every link over the whole step of ``result``.
+
+    ``result.region_sims[i]`` is one run of region ``i``; a region runs
+    ``graph.regions[i].count`` times per step (a loop body once per trip), so its
+    link records count that often. (Both branches of a ``conditional`` count, as
+    the replay lists each branch's collectives.) The link's utilisation over the
+    step is ``busy_s / result.step_time_s``.
+    """
+    totals: dict[tuple[Coord, Coord, int, bool], list[float]] = {}
+    for region, sim in zip(graph.regions, result.region_sims, strict=True):
+        for rec in sim.links:
+            key = (tuple(rec.src), tuple(rec.dst), rec.dim, rec.wrap)
+            acc = totals.setdefault(key, [rec.bandwidth_bytes_per_s, 0.0, 0.0])
+            acc[1] += rec.bytes_carried * region.count
+            acc[2] += rec.busy_s * region.count
+    return tuple(
+        LinkTotal(src, dst, dim, wrap, bw, carried, busy)
+        for (src, dst, dim, wrap), (bw, carried, busy) in sorted(totals.items())
+    )
+
+
+def collective_link_bytes(
+    graph: CollectiveGraph, slice_: Slice, order: DeviceOrder
+) -> dict[tuple[Coord, Coord], float]:
+    """Per directed link (src, dst): every collective's flow bytes x its runs per step,
+    on each link its route crosses -- from the graph and the routing function alone,
+    not the engine: the independent side of the check on :func:`step_link_totals`."""
+    out: dict[tuple[Coord, Coord], float] = {}
+    for c in graph.collectives:
+        plan = collective_plan(c, order.coords, slice_=slice_, id_prefix=f"c{c.id}")
+        for flow in plan.flows:
+            for link in route(slice_, flow.src, flow.dst):
+                key = (tuple(link.src), tuple(link.dst))
+                out[key] = out.get(key, 0.0) + flow.size_bytes * c.count
+    return out
 
 
 def network_footprint(graph: CollectiveGraph, order: DeviceOrder) -> tuple[object, ...]:

@@ -1,6 +1,6 @@
 """Reading one number of a chip file (``topologies/<generation>.toml``), checked.
 
-:mod:`sim.topology` parses the file; this module holds the checks of its values, so
+:mod:`sim.chips` parses the file; this module holds the checks of its values, so
 a file someone edited by hand -- or a fuzzer mutated -- is refused with the file, the
 line and what is allowed, never with a Python exception: a number of the wrong type,
 NaN or infinite, a count below 1 or absurdly large (a loop over a pod of 10^30 chips
@@ -8,21 +8,21 @@ would never end).
 
 >>> key_lines('a = 1\\n# b = 2\\n[t]\\nb = { value = 3, source = "x" }\\n')
 {'a': 1, 'b': 4}
->>> checked_number({"ports": {"value": 4, "source": "docs"}}, "ports", Path("v5e.toml"))
-(4, 'docs')
+>>> check_value("ports", 0, "v5e.toml:9")
+Traceback (most recent call last):
+...
+sim.errors.TopologyError: v5e.toml:9: 'ports.value' must be a whole number from 1 to 1048576, got 0
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from sim.errors import TopologyError
 
-__all__ = ["MAX_CHIPS", "MAX_COUNT", "checked_number", "is_count", "key_lines"]
+__all__ = ["MAX_CHIPS", "MAX_COUNT", "check_value", "is_count", "key_lines"]
 
 # Keys whose value is a whole count (at least 1) or a shape (a list of them); every other
 # number is a finite real. The cap keeps a typo (1e30 chips) from a loop over the pod.
@@ -49,19 +49,10 @@ def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_COUNT
 
 
-def checked_number(
-    data: Mapping[str, Any], key: str, path: Path, line: int | None = None
-) -> tuple[Any, str]:
-    """``data[key]``'s value and source, the value checked for ``key``'s kind (a count, a
-    shape, else a finite number); :class:`TopologyError` naming ``path``:``line``."""
-    where = f"{path}:{line}" if line else str(path)
-    entry = data.get(key)
-    if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
-        raise TopologyError(
-            f"{where}: '{key}' must be an inline table with a value and its source, e.g. "
-            f'{key} = {{ value = 1e-6, source = "https://..." }}'
-        )
-    value = entry["value"]
+def check_value(key: str, value: Any, where: str) -> None:
+    """Raise :class:`TopologyError` (naming ``where``, a file or ``file:line``) unless
+    ``value`` fits ``key``'s kind: a count, a shape (a list of counts, at most
+    :data:`MAX_CHIPS` chips in all), else a finite number."""
     if key in _SHAPES:
         if (
             not isinstance(value, list)
@@ -85,4 +76,3 @@ def checked_number(
         or not math.isfinite(float(value))
     ):
         raise TopologyError(f"{where}: '{key}.value' must be a finite number, got {value!r}")
-    return value, str(entry["source"])

@@ -29,16 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-from sim.chipfile import MAX_CHIPS, MAX_COUNT, checked_number, is_count, key_lines
+from sim.chipfile import MAX_CHIPS
+from sim.chips import Chip, generations, load_chip, shipped_topologies_dir, topologies_dir
 from sim.coords import on_shape
 from sim.errors import TopologyError
 
@@ -51,91 +48,11 @@ __all__ = [
     "load_slice",
     "make_slice",
     "parse_slice_spec",
+    "shipped_topologies_dir",
     "topologies_dir",
 ]
 
 Coord = tuple[int, ...]
-
-# Environment override for the data directory (e.g. an installed wheel that
-# ships topologies elsewhere). A source checkout and an editable install find
-# the files next to the ``sim`` package without it.
-_TOPOLOGIES_ENV = "AOIZORA_TOPOLOGIES_DIR"
-_WRAP_KINDS = ("full_axis", "cube_multiple")
-
-
-@dataclass(frozen=True)
-class Chip:
-    """One TPU chip generation's numbers (see ``topologies/<generation>.toml``).
-
-    ``link_bandwidth_bytes_per_s`` is ONE-WAY per link; a link pair (both
-    directions) carries twice that. ``wrap_rule`` is ``"full_axis"`` (an axis
-    wraps when its length equals ``wrap_length``, v5e/v6e) or
-    ``"cube_multiple"`` (every axis wraps when every length is a multiple of
-    ``wrap_length``, v4/v5p/tpu7x).
-
-    Compute, HBM and HBM bandwidth are per chip. ``devices_per_chip`` is how many
-    devices libtpu and JAX expose per chip (two TensorCore chiplets on tpu7x);
-    :meth:`per_device` gives one device's share. The network is chips: the
-    devices of one chip share its links.
-
-    >>> c = load_chip("v5e")
-    >>> c.ports, c.num_dims, c.link_bandwidth_bytes_per_s, c.devices_per_chip
-    (4, 2, 45000000000.0, 1)
-    """
-
-    generation: str
-    bf16_flops_per_s: float
-    hbm_bytes: float
-    hbm_bandwidth_bytes_per_s: float
-    link_bandwidth_bytes_per_s: float
-    hop_latency_s: float
-    ports: int
-    num_dims: int
-    pod_shape: tuple[int, ...]
-    wrap_rule: str
-    wrap_length: int
-    devices_per_chip: int = 1
-    sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
-    # Fixed start-up cost of one collective (sim.collectives), fitted to
-    # measurements where there are any (topologies/<generation>.toml).
-    collective_overhead_s: float = 0.0
-
-    def per_device(self) -> Chip:
-        """One device's numbers: compute, HBM and HBM bandwidth split between the devices.
-
-        Compiled programs and their memory are per device; links stay the chip's.
-
-        >>> d = load_chip("tpu7x").per_device()
-        >>> d.bf16_flops_per_s, d.hbm_bytes / 2**30, d.devices_per_chip
-        (1153500000000000.0, 96.0, 1)
-        >>> load_chip("v5e").per_device() == load_chip("v5e")
-        True
-        """
-        n = self.devices_per_chip
-        if n == 1:
-            return self
-        return dataclasses.replace(
-            self,
-            bf16_flops_per_s=self.bf16_flops_per_s / n,
-            hbm_bytes=self.hbm_bytes / n,
-            hbm_bandwidth_bytes_per_s=self.hbm_bandwidth_bytes_per_s / n,
-            devices_per_chip=1,
-        )
-
-    def default_wraparound(self, shape: Sequence[int]) -> tuple[bool, ...]:
-        """The wrap-around a real slice of this ``shape`` has, per dimension.
-
-        >>> load_chip("v5e").default_wraparound((8, 16))
-        (False, True)
-        >>> load_chip("v5p").default_wraparound((4, 4, 8))
-        (True, True, True)
-        >>> load_chip("v5p").default_wraparound((2, 2, 4))
-        (False, False, False)
-        """
-        if self.wrap_rule == "full_axis":
-            return tuple(n == self.wrap_length for n in shape)
-        whole_cubes = all(n % self.wrap_length == 0 for n in shape)
-        return tuple(whole_cubes for _ in shape)
 
 
 @dataclass(frozen=True)
@@ -176,6 +93,10 @@ class Slice:
     def num_chips(self) -> int:
         """Number of chips, the product of ``shape``."""
         return len(self.coords)
+
+    def with_chip(self, chip: Chip) -> Slice:
+        """The same slice with ``chip``'s numbers (e.g. another attention kernel selected)."""
+        return make_slice(self.shape, wraparound=list(self.wraparound), chip=chip, name=self.name)
 
     @property
     def num_devices(self) -> int:
@@ -275,125 +196,6 @@ class Slice:
             return self._link_ids[link]
         except KeyError:
             raise TopologyError(f"{link!r} is not a link of slice {self.name}") from None
-
-
-def topologies_dir() -> Path:
-    """The directory holding ``<generation>.toml`` files.
-
-    Order: ``$AOIZORA_TOPOLOGIES_DIR`` if set, else ``topologies/`` beside the
-    ``sim`` package (a source checkout or an editable install).
-    """
-    override = os.environ.get(_TOPOLOGIES_ENV)
-    if override:
-        path = Path(override)
-        if not path.is_dir():
-            raise TopologyError(
-                f"${_TOPOLOGIES_ENV}={override!r} is not a directory; point it at the "
-                "repository's topologies/ folder or unset it"
-            )
-        return path
-    path = Path(__file__).resolve().parent.parent / "topologies"
-    if not path.is_dir():
-        raise TopologyError(
-            f"chip data directory {str(path)!r} not found; run from a source checkout "
-            f"or an editable install (pip install -e .), or set ${_TOPOLOGIES_ENV}"
-        )
-    return path
-
-
-def generations() -> tuple[str, ...]:
-    """Chip generations with a data file, sorted.
-
-    >>> generations()
-    ('tpu7x', 'v4', 'v5e', 'v5p', 'v6e')
-    """
-    return tuple(sorted(p.stem for p in topologies_dir().glob("*.toml")))
-
-
-@cache
-def _load_chip_cached(generation: str, directory: str) -> Chip:
-    path = Path(directory) / f"{generation}.toml"
-    try:
-        text = path.read_bytes().decode("utf-8")
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise TopologyError(f"{path}: invalid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        line = exc.object[: exc.start].count(b"\n") + 1
-        raise TopologyError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise TopologyError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    sources: list[tuple[str, str]] = []
-    lines = key_lines(text)
-
-    def num(key: str) -> Any:
-        value, source = checked_number(data, key, path, lines.get(key))
-        sources.append((key, source))
-        return value
-
-    bf16 = float(num("bf16_flops_per_s"))
-    hbm = float(num("hbm_bytes"))
-    hbm_bw = float(num("hbm_bandwidth_bytes_per_s"))
-    link_bw = float(num("link_bandwidth_bytes_per_s"))
-    latency = float(num("hop_latency_s"))
-    overhead = float(num("collective_overhead_s"))
-    ports = int(num("ports"))
-    num_dims = int(num("num_dims"))
-    pod_shape = tuple(int(n) for n in num("pod_shape"))
-    # Optional: generations without the key have one device per chip.
-    devices = int(num("devices_per_chip")) if "devices_per_chip" in data else 1
-    rule = data.get("wrap_rule")
-    if (
-        not isinstance(rule, dict)
-        or rule.get("kind") not in _WRAP_KINDS
-        or not is_count(rule.get("length"))
-    ):
-        at = lines.get("kind") or lines.get("length")
-        raise TopologyError(
-            f"{path}{f':{at}' if at else ''}: [wrap_rule] needs kind one of {_WRAP_KINDS}, "
-            f"a length (a whole number from 1 to {MAX_COUNT}) and a source; got {rule!r}"
-        )
-    sources.append(("wrap_rule", str(rule.get("source", ""))))
-    if (
-        min(bf16, hbm, hbm_bw, link_bw, devices) <= 0
-        or min(latency, overhead) < 0
-        or len(pod_shape) != num_dims
-    ):
-        raise TopologyError(f"{path}: numbers must be positive and pod_shape must have num_dims")
-    return Chip(
-        generation=str(data.get("generation", generation)),
-        bf16_flops_per_s=bf16,
-        hbm_bytes=hbm,
-        hbm_bandwidth_bytes_per_s=hbm_bw,
-        link_bandwidth_bytes_per_s=link_bw,
-        hop_latency_s=latency,
-        ports=ports,
-        num_dims=num_dims,
-        pod_shape=pod_shape,
-        wrap_rule=str(rule["kind"]),
-        wrap_length=int(rule["length"]),
-        devices_per_chip=devices,
-        sources=tuple(sources),
-        collective_overhead_s=overhead,
-    )
-
-
-def load_chip(generation: str) -> Chip:
-    """Load one chip generation's numbers from ``topologies/<generation>.toml``.
-
-    >>> load_chip("v6e").link_bandwidth_bytes_per_s
-    90000000000.0
-    >>> load_chip("v9")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    sim.errors.TopologyError: unknown chip generation 'v9'; valid generations: tpu7x, v4, ...
-    """
-    known = generations()
-    if generation not in known:
-        raise TopologyError(
-            f"unknown chip generation {generation!r}; valid generations: {', '.join(known)}"
-        )
-    return _load_chip_cached(generation, str(topologies_dir()))
 
 
 _SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")

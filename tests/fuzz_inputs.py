@@ -450,11 +450,11 @@ def _is_table(value: Any) -> bool:
 
 @contextlib.contextmanager
 def _topologies(directory: Path) -> Iterator[None]:
-    from sim import topology
+    from sim import chips
 
     before = os.environ.get("AOIZORA_TOPOLOGIES_DIR")
     os.environ["AOIZORA_TOPOLOGIES_DIR"] = str(directory)
-    topology._load_chip_cached.cache_clear()
+    chips._load_chip_cached.cache_clear()
     try:
         yield
     finally:
@@ -462,12 +462,12 @@ def _topologies(directory: Path) -> Iterator[None]:
             os.environ.pop("AOIZORA_TOPOLOGIES_DIR", None)
         else:
             os.environ["AOIZORA_TOPOLOGIES_DIR"] = before
-        topology._load_chip_cached.cache_clear()
+        chips._load_chip_cached.cache_clear()
 
 
 def _toml(path: Path, scratch: Path) -> tuple[str, str]:
     from sim.__main__ import main
-    from sim.topology import load_chip
+    from sim.chips import load_chip
 
     named = re.search(rb'^generation = "(tpu7x|v5e)"', path.read_bytes(), re.MULTILINE)
     generation = named.group(1).decode() if named else "v5e"
@@ -501,9 +501,9 @@ def _toml(path: Path, scratch: Path) -> tuple[str, str]:
         chip = load_chip(generation)
         with target.open("rb") as fh:
             target.write_text(toml_text(tomllib.load(fh)), encoding="utf-8")
-        from sim import topology
+        from sim import chips
 
-        topology._load_chip_cached.cache_clear()
+        chips._load_chip_cached.cache_clear()
         again = load_chip(generation)
     same = dataclasses.astuple(chip) == dataclasses.astuple(again) or chip == again
     return ("accepted", "") if same else ("no-round-trip", f"{chip} != {again}")

@@ -44,6 +44,9 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.planner",),
     ("aoizora.report",),
     ("aoizora.studies",),
+    # Timing a plan on devices: reads plans and workloads, writes measurement rows.
+    ("aoizora.measure",),
+    ("aoizora.export",),
     ("aoizora.commands", "aoizora.cli", "aoizora.demo", "aoizora.__main__"),
     # The package itself re-exports the public API (load_plan, user_workload, ...).
     ("aoizora",),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # a type only: building the parser must not start jax (bad in
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "add_cache_argument",
+    "add_compute_arguments",
     "add_search_arguments",
     "add_workload_arguments",
     "check_search_arguments",
@@ -27,6 +29,8 @@ __all__ = [
     "progress_printer",
     "resume_from_cache",
     "search_budget_work",
+    "select_attention_kernel",
+    "use_topology_dir",
     "workload_from_args",
 ]
 
@@ -112,6 +116,49 @@ def check_slices(slices: Sequence[Slice]) -> None:
         check_slice(slice_, describe=False)
     for slice_ in slices:
         check_slice(slice_)
+
+
+def add_compute_arguments(p: argparse.ArgumentParser, *, kernel: bool = True) -> None:
+    """``--topology-dir`` (calibrated chip files) and ``--attention-kernel``: which compute
+    model prices the kernels (sim/compute.py, docs/simulator.md)."""
+    p.add_argument(
+        "--topology-dir",
+        default=None,
+        metavar="DIR",
+        help="read a generation's numbers from DIR/<generation>.toml when DIR has one (e.g. "
+        "written by aoizora calibrate --out DIR/tpu7x.toml), the shipped topologies/ otherwise",
+    )
+    if kernel:
+        p.add_argument(
+            "--attention-kernel",
+            default=None,
+            metavar="NAME",
+            help="price attention at this kernel version's efficiency, a key of the "
+            "generation's [compute.attention_efficiency] (e.g. tokamax-base2); default: the "
+            "generation's own (the newest kernel with measured steps)",
+        )
+
+
+def use_topology_dir(args: argparse.Namespace) -> None:
+    """Apply ``--topology-dir`` for this process and its workers (before any chip loads)."""
+    if getattr(args, "topology_dir", None):
+        if not os.path.isdir(args.topology_dir):
+            raise WorkloadError(
+                f"--topology-dir {args.topology_dir!r} is not a directory; give a folder of "
+                "<generation>.toml files, e.g. one aoizora calibrate --out wrote into"
+            )
+        os.environ["AOIZORA_TOPOLOGIES_DIR"] = os.path.abspath(args.topology_dir)
+
+
+def select_attention_kernel(args: argparse.Namespace, slices: Sequence[Slice]) -> list[Slice]:
+    """``slices`` with ``--attention-kernel`` selected in their chips' compute model."""
+    kernel = getattr(args, "attention_kernel", None)
+    if kernel is None:
+        return list(slices)
+    return [
+        s.with_chip(dataclasses.replace(s.chip, compute=s.chip.compute.with_kernel(kernel)))
+        for s in slices
+    ]
 
 
 def add_cache_argument(p: argparse.ArgumentParser) -> None:

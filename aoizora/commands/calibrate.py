@@ -1,4 +1,5 @@
-"""``aoizora calibrate FILE --generation GEN``: fit effective link numbers to measurements.
+"""``aoizora calibrate FILE --generation GEN``: fit link numbers (or, with ``--steps``,
+attention-kernel efficiencies) to measurements.
 
 Fits the generation's one-way link bandwidth, per-hop latency and per-collective
 launch overheads to the file's collective rows on that generation's slices
@@ -9,6 +10,13 @@ topology file beside the shipped one -- by default
 is never written.
 
     aoizora calibrate validation/measurements.csv --generation v5e --tag scalingbook
+
+With ``--steps`` it fits the generation's attention-kernel efficiencies (the compute
+model, sim/compute.py) to the file's gated step rows instead: each step row is
+compiled for its slice (cached under --cache-dir) and replayed
+(aoizora/studies/calibration_steps.py).
+
+    aoizora calibrate validation/measurements.csv --generation tpu7x --steps --dry-run
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aoizora.commands.args import add_cache_argument
 from aoizora.errors import AoizoraError
 from aoizora.studies.calibration import (
     OVERHEAD_MODES,
@@ -31,10 +40,11 @@ from aoizora.studies.calibration import (
     file_sha256,
     write_calibrated_topology,
 )
-from aoizora.studies.validation import read_measurements
+from aoizora.studies.calibration_steps import StepFit, calibrate_steps, write_calibrated_steps
+from aoizora.studies.validation import check_tpu_rows, read_measurements
 from sim.errors import SimError
 
-__all__ = ["format_fit", "register", "run"]
+__all__ = ["format_fit", "format_step_fit", "register", "run"]
 
 
 def register(subparsers: Any) -> None:
@@ -80,6 +90,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="then minimise the simulator's own residuals (scipy least_squares; slower)",
     )
+    p.add_argument(
+        "--steps",
+        action="store_true",
+        help="fit attention-kernel efficiencies to the step rows (compiles each sharding)",
+    )
+    add_cache_argument(p)  # --steps compiles each step row's sharding, as validate does
     p.add_argument("--force", action="store_true", help="replace an existing calibrated file")
     p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
@@ -141,9 +157,80 @@ def _fit_json(fit: CalibrationFit, out: Path | None) -> dict[str, Any]:
     }
 
 
+def format_step_fit(fit: StepFit) -> str:
+    """Fitted efficiencies next to the shipped ones, the rows behind them, every residual."""
+    shipped = dict(fit.shipped)
+    lines = [f"generation {fit.generation}: attention-kernel efficiencies from step rows"]
+    for kernel, eta in fit.efficiencies:
+        lines.append(f"  {kernel:<16} {eta:.4g}  (shipped {shipped.get(kernel, float('nan')):.4g})")
+        lines.append(f"    determined by {fit.cited_rows(kernel)}")
+    for what, why in fit.skipped:
+        lines.append(f"  skipped {what}: {why}")
+    lines += ["", f"{'row':<28} {'kernel':<14} {'measured_s':>11} {'fitted_s':>11} {'err%':>7}"]
+    for r in fit.residuals:
+        lines.append(
+            f"{r.row_id:<28} {r.kernel:<14} {r.measured_s:>11.4g} {r.fitted_s:>11.4g} "
+            f"{r.error_percent:>+7.1f}"
+        )
+    lines.append(f"MAPE {fit.mape_percent:.2f}% over {len(fit.residuals)} step rows")
+    return "\n".join(lines)
+
+
+def _step_json(fit: StepFit, out: Path | None) -> dict[str, Any]:
+    return {
+        "generation": fit.generation,
+        "efficiencies": dict(fit.efficiencies),
+        "shipped": dict(fit.shipped),
+        "determined_by": {k: fit.cited_rows(k) for k, _ in fit.efficiencies},
+        "skipped": [{"what": w, "why": y} for w, y in fit.skipped],
+        "mape_percent": fit.mape_percent,
+        "residuals": [
+            {
+                "row_id": r.row_id,
+                "kernel": r.kernel,
+                "measured_s": r.measured_s,
+                "fitted_s": r.fitted_s,
+                "share": r.share,
+            }
+            for r in fit.residuals
+        ],
+        "written": None if out is None else str(out),
+    }
+
+
+def _out_path(args: argparse.Namespace) -> Path:
+    tag = (
+        args.tag if args.tag is not None else re.sub(r"[^A-Za-z0-9_\-]", "-", Path(args.file).stem)
+    )
+    return Path(args.out) if args.out else default_output_path(args.generation, tag)
+
+
+def _run_steps(args: argparse.Namespace) -> int:
+    rows = read_measurements(args.file)
+    check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
+    fit = calibrate_steps(
+        rows,
+        generation=args.generation,
+        cache_dir=args.cache_dir,
+        source_name=str(args.file),
+        source_sha256=file_sha256(args.file),
+    )
+    out = None if args.dry_run else write_calibrated_steps(fit, _out_path(args), force=args.force)
+    if args.json:
+        sys.stdout.write(json.dumps(_step_json(fit, out), indent=2) + "\n")
+    else:
+        sys.stdout.write(format_step_fit(fit) + "\n")
+        if out is not None:
+            sys.stdout.write(f"wrote {out}\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and write the calibrated topology file (unless --dry-run)."""
+    if args.steps:
+        return _run_steps(args)
     rows = read_measurements(args.file)
+    check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
     try:
         fit = calibrate(
             rows,
@@ -160,13 +247,7 @@ def run(args: argparse.Namespace) -> int:
         raise type(exc)(f"{args.file}: {exc}") from None
     out: Path | None = None
     if not args.dry_run:
-        tag = (
-            args.tag
-            if args.tag is not None
-            else re.sub(r"[^A-Za-z0-9_\-]", "-", Path(args.file).stem)
-        )
-        target = Path(args.out) if args.out else default_output_path(args.generation, tag)
-        out = write_calibrated_topology(fit, target, force=args.force)
+        out = write_calibrated_topology(fit, _out_path(args), force=args.force)
     if args.json:
         sys.stdout.write(json.dumps(_fit_json(fit, out), indent=2) + "\n")
     else:

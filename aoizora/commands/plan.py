@@ -2,7 +2,7 @@
 
     aoizora plan --model wan2.1-1.3b --slice v5e:2x4 --resolution 480p --frames 81
                  [--top-k K] [--per-attention-kind] [--out plan.json] [--exhaustive]
-                 [--json] [--report DIR]
+                 [--json] [--report DIR] [--emit maxdiffusion DIR]
     aoizora plan --workload my_model.py:make --slice v5e:2x4 [...]
 
 ``--json`` prints the summary with ``candidates`` (one object per legal candidate:
@@ -13,7 +13,10 @@ with ``--exhaustive``, ``exhaustive`` (``winner``, ``winner_q1_rank``,
 ``--workload FILE.py:FACTORY`` (or ``package.module:FACTORY``) plans a model of
 your own: ``FACTORY()`` returns ``aoizora.user_workload(...)`` (docs/workload.md).
 A slice libtpu cannot describe fails before any work. Progress goes to stderr, the
-summary table to stdout, the plan to ``--out``.
+summary table to stdout, the plan to ``--out``. ``--emit maxdiffusion DIR`` also writes
+the plan as maxdiffusion config overrides and a device-order hook (``aoizora export``,
+docs/export.md); a winner maxdiffusion cannot express is refused in one line naming the
+fastest ranked plan it can express (exit code 2, the plan file still written).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aoizora.commands.args import (
+    add_compute_arguments,
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
@@ -32,8 +37,16 @@ from aoizora.commands.args import (
     fan_out_options,
     progress_printer,
     resume_from_cache,
+    select_attention_kernel,
+    use_topology_dir,
     workload_from_args,
 )
+from aoizora.commands.export import EMIT_TARGETS, add_config_argument
+from aoizora.errors import ExportError
+
+if TYPE_CHECKING:  # types only: the parser is built before jax starts
+    from aoizora.plan import Plan
+    from aoizora.planner import PlanOutcome
 
 __all__ = ["register", "run"]
 
@@ -48,6 +61,7 @@ def register(subparsers: Any) -> None:
     add_workload_arguments(p)
     p.add_argument("--slice", required=True, dest="slice_name", help="TPU slice, e.g. v5e:2x4")
     add_search_arguments(p, top_k_default=2)
+    add_compute_arguments(p)
     p.add_argument(
         "--per-attention-kind",
         action="store_true",
@@ -66,6 +80,13 @@ def register(subparsers: Any) -> None:
         help="also write a link heatmap, Perfetto traces and a ranking plot into DIR",
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of a table")
+    p.add_argument(
+        "--emit",
+        nargs=2,
+        metavar=("STACK", "DIR"),
+        help="also write the plan for a serving stack (maxdiffusion) into DIR (docs/export.md)",
+    )
+    add_config_argument(p)
     p.set_defaults(func=run)
 
 
@@ -74,7 +95,13 @@ def run(args: argparse.Namespace) -> int:
 
     check_search_arguments(args)
     resume_from_cache(args.cache_dir)
-    slice_ = load_slice(args.slice_name)
+    if args.emit is not None and args.emit[0] not in EMIT_TARGETS:
+        raise ExportError(
+            f"--emit {args.emit[0]!r}: AoiZora emits {list(EMIT_TARGETS)}, e.g. "
+            "--emit maxdiffusion out/"
+        )
+    use_topology_dir(args)
+    (slice_,) = select_attention_kernel(args, [load_slice(args.slice_name)])
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.
     from aoizora.planner import run_plan
@@ -109,4 +136,27 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_report(outcome))
         print(f"plan written to {out}")
+    if args.emit is not None:
+        _emit(outcome, plan, Path(args.emit[1]), args.maxdiffusion_config, progress)
     return 0
+
+
+def _emit(
+    outcome: PlanOutcome,
+    plan: Plan,
+    directory: Path,
+    config_file: str | None,
+    progress: Callable[[str], None],
+) -> None:
+    from aoizora.export.directory import export_maxdiffusion
+    from aoizora.export.nearest import outcome_alternatives
+
+    paths = export_maxdiffusion(
+        plan,
+        directory,
+        alternatives=outcome_alternatives(outcome),
+        among="among the shardings ranked",
+        config_file=config_file,
+    )
+    for path in paths:
+        progress(f"wrote {path}")

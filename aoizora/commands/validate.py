@@ -17,17 +17,24 @@ shared with ``aoizora plan``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
 
-from aoizora.commands.args import add_cache_argument, resume_from_cache
+from aoizora.commands.args import (
+    add_cache_argument,
+    add_compute_arguments,
+    resume_from_cache,
+    use_topology_dir,
+)
 from aoizora.errors import AoizoraError
 from aoizora.interrupts import phase
 from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
     ValidationReport,
+    check_tpu_rows,
     default_predictors,
     gate,
     read_measurements,
@@ -66,9 +73,25 @@ def register(subparsers: Any) -> None:
         type=float,
         default=None,
         metavar="X",
-        help="fail when a group's mean absolute percentage error exceeds X percent",
+        help="fail when a collective group's mean absolute percentage error exceeds X percent",
+    )
+    p.add_argument(
+        "--max-step-mape",
+        type=float,
+        default=None,
+        metavar="X",
+        help="fail when a step group's MAPE (its gated rows) exceeds X percent",
+    )
+    p.add_argument(
+        "--min-step-order",
+        type=float,
+        default=None,
+        metavar="X",
+        help="fail when fewer than X of a step group's decisive pairs (measurements apart by "
+        "more than their spreads) are predicted in the measured order; 1 demands all",
     )
     add_cache_argument(p)  # step rows share the planner's compile results
+    add_compute_arguments(p, kernel=False)  # rows name their kernel
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 
@@ -78,9 +101,12 @@ def _fmt_rho(value: float | None) -> str:
 
 
 def _group_line(g: GroupReport, failed: bool) -> str:
+    agree, total = g.order_pairs
+    order = f"{agree}/{total}" if g.kind == "step" else "-"
     return (
-        f"{g.workload:<36} {g.slice_label:<12} {g.n:>3} {_fmt_rho(g.spearman):>7} "
-        f"{'yes' if g.top1 else 'no':>5} {g.mape_percent:>8.2f}  {'FAIL' if failed else 'ok'}"
+        f"{g.kind:<10} {g.workload:<36} {g.slice_label:<12} {g.n:>3} {_fmt_rho(g.spearman):>7} "
+        f"{'yes' if g.top1 else 'no':>5} {order:>6} {g.mape_percent:>8.2f}  "
+        f"{'FAIL' if failed else 'ok'}"
     )
 
 
@@ -88,22 +114,25 @@ def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
     """The human-readable report: one line per group, then every row, then the verdict."""
     failed_groups = {(f.workload, f.slice_label) for f in failures}
     lines = [
-        f"{'workload':<36} {'slice':<12} {'n':>3} {'rho':>7} {'top1':>5} {'MAPE%':>8}  gate",
+        f"{'kind':<10} {'workload':<36} {'slice':<12} {'n':>3} {'rho':>7} {'top1':>5} "
+        f"{'order':>6} {'MAPE%':>8}  gate",
     ]
     for g in report.groups:
         lines.append(_group_line(g, (g.workload, g.slice_label) in failed_groups))
     lines.append("")
-    lines.append(f"{'row':<28} {'predicted_s':>12} {'measured_s':>12} {'error%':>8}  in spread")
+    lines.append(
+        f"{'row':<28} {'predicted_s':>12} {'measured_s':>12} {'error%':>8}  in spread  status"
+    )
     for g in report.groups:
         for r in g.rows:
             within = {None: "-", True: "yes", False: "no"}[r.within_spread]
             lines.append(
                 f"{r.row_id:<28} {r.predicted_s:>12.4g} {r.measured_s:>12.4g} "
-                f"{r.error_percent:>+8.1f}  {within}"
+                f"{r.error_percent:>+8.1f}  {within:<9}  {r.status or 'gated'}"
             )
     lines.append("")
     lines.append(
-        f"{report.num_rows} rows in {len(report.groups)} groups; overall MAPE "
+        f"{report.num_rows} gated rows in {len(report.groups)} groups; overall MAPE "
         f"{report.overall_mape_percent:.2f}%, top-1 in {report.top1_rate:.0%} of groups"
     )
     if failures:
@@ -116,8 +145,10 @@ def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Predict, report, and return 1 when the gate fails."""
+    use_topology_dir(args)
     resume_from_cache(args.cache_dir)
     rows = read_measurements(args.file)
+    check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
     with phase(f"the predictions of {args.file}"):
         try:
             report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
@@ -127,15 +158,13 @@ def run(args: argparse.Namespace) -> int:
         min_spearman=args.min_spearman,
         min_top1=args.min_top1,
         max_mape_percent=args.max_mape,
+        max_step_mape_percent=args.max_step_mape,
+        min_step_order=args.min_step_order,
     )
     failures = gate(report, thresholds)
     if args.json:
         out = report.to_json_dict()
-        out["thresholds"] = {
-            "min_spearman": thresholds.min_spearman,
-            "min_top1": thresholds.min_top1,
-            "max_mape_percent": thresholds.max_mape_percent,
-        }
+        out["thresholds"] = dataclasses.asdict(thresholds)
         out["failures"] = [
             {
                 "workload": f.workload,

@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from aoizora.commands.args import (
+    add_compute_arguments,
     add_search_arguments,
     add_workload_arguments,
     check_search_arguments,
@@ -26,6 +27,8 @@ from aoizora.commands.args import (
     fan_out_options,
     progress_printer,
     resume_from_cache,
+    select_attention_kernel,
+    use_topology_dir,
     workload_from_args,
 )
 
@@ -46,6 +49,7 @@ def register(subparsers: Any) -> None:
         help="comma-separated slice specs NAME[+wrap[=FLAGS]], e.g. v5e:4x4,v5e:4x4+wrap,v6e:4x4",
     )
     add_search_arguments(p, top_k_default=1)
+    add_compute_arguments(p)
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=run)
@@ -126,6 +130,16 @@ def render_rows(rows: Any) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    seen: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.compute_model is not None:
+            seen.setdefault(r.compute_model["generation"], r.compute_model)
+    for gen, m in sorted(seen.items()):
+        eff = m["attention_efficiency"][m["attention_kernel"]]
+        lines.append(
+            f"compute model ({gen}): attention kernel {m['attention_kernel']} at {eff:.3g} of "
+            f"the padded MXU peak, MXU tile {m['mxu_tile']} ({m['parameter_file']})"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -193,7 +207,9 @@ def run(args: argparse.Namespace) -> int:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
     resume_from_cache(args.cache_dir)
-    slices = [parse_slice_spec(spec) for spec in specs]  # bad specs fail before any work
+    use_topology_dir(args)
+    # bad specs fail before any work
+    slices = select_attention_kernel(args, [parse_slice_spec(spec) for spec in specs])
     check_slices(slices)  # and so do slices libtpu cannot describe
     # Only now import the planner (and jax): bad input above is refused in milliseconds.
     from aoizora.studies.whatif import run_whatif

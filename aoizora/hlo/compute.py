@@ -1,16 +1,18 @@
-"""Compute cost of HLO instructions from their shapes: flops and HBM bytes.
+"""Compute cost of HLO instructions from their shapes: the :class:`sim.compute.Work` of a kernel.
 
-What is counted (per device, one execution):
+What is counted (per device, one execution); :mod:`sim.compute` prices it:
 
-- ``dot``: ``2 * prod(result dims) * prod(lhs contracting dim sizes)`` — each
-  output element is a length-K multiply-add chain (XLA ``HloCostAnalysis``
-  ``HandleDot`` counts the same ``2*M*N*K``).
+- ``dot``: a :class:`sim.compute.Matmul` per batch index, ``(M x K) @ (K x N)``
+  with ``M``/``N`` the free dims of the lhs/rhs and ``K`` the contracting ones:
+  ``2*M*N*K`` FLOPs each (XLA ``HloCostAnalysis`` ``HandleDot`` counts the same),
+  the shape is what the MXU tile pads.
 - ``convolution`` (TPU prints most matmuls as convolutions, ``dim_labels=bf_io->bf``):
   ``2 * batch * output features * input features * valid window taps``, where a
   tap counts only if it meets real input (padding and dilation holes do not;
   ``HloCostAnalysis::HandleConvolution``); :func:`sim.costs.conv_flops`, the
-  same count Stage 1 uses. The kernel's ``i`` dimension is already the per-group
-  input feature count, so ``feature_group_count`` needs no extra factor.
+  same count Stage 1 uses. As a :class:`~sim.compute.Matmul`, one product
+  ``(batch x i) @ (i x o)`` per valid tap. The kernel's ``i`` dimension is already
+  the per-group input feature count, so ``feature_group_count`` needs no extra factor.
 - element-wise arithmetic and transcendental ops: one flop per output element;
   ``reduce``: one per input element; ``reduce-window``: output elements times
   window size. Data movement (copy, slice, transpose, broadcast, ...) has 0 flops.
@@ -35,8 +37,9 @@ Example:
     ...   ROOT %d = f32[8,4]{1,0} dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
     ... }''')
     >>> costs = CostModel(m)
-    >>> costs.instruction(m.entry, m.entry.root)
-    (1024.0, 896)
+    >>> w = costs.instruction(m.entry, m.entry.root)
+    >>> w.matmuls, w.flops, w.hbm_bytes
+    ((Matmul(batch=1, m=8, k=16, n=4),), 1024.0, 896)
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ import re
 from dataclasses import dataclass
 
 from aoizora.hlo.text import Computation, HloModule, Instruction
-from sim.costs import conv_flops, matmul_flops, window_positions
+from sim.compute import Matmul, Work
+from sim.costs import window_positions
 
 __all__ = ["COLLECTIVE_OPCODES", "CostModel", "FusionSummary", "collective_base"]
 
@@ -120,12 +124,13 @@ def _window(instr: Instruction, rank: int) -> dict[str, list[int]]:
     return out
 
 
-def _conv_flops(comp: Computation, instr: Instruction) -> float:
-    """A convolution's FLOPs, counting only taps that meet real input (as XLA does).
+def _conv_matmul(comp: Computation, instr: Instruction) -> Matmul:
+    """A convolution as matmuls: one ``(batch x i) @ (i x o)`` per tap that meets real input.
 
     TPU prints most matmuls as convolutions (``dim_labels=bf_io->bf``), some with a
     padded window standing for a batch dimension (``window={size=8 pad=7_7}``):
-    :func:`sim.costs.window_positions` keeps those from counting eight times.
+    :func:`sim.costs.window_positions` keeps those from counting eight times, as
+    XLA's ``HloCostAnalysis::HandleConvolution`` counts only the valid taps.
     """
     labels = instr.attrs.get("dim_labels", "")
     lhs_shape = comp.by_name[instr.operands[0]].shape.dims
@@ -133,7 +138,8 @@ def _conv_flops(comp: Computation, instr: Instruction) -> float:
     m = re.fullmatch(r"(\w+)_(\w+)->(\w+)", labels)
     if m is None or len(m.group(2)) != len(kernel):  # no labels: a plain matmul
         k = kernel[0] if kernel else 1
-        return matmul_flops(instr.shape.num_elements, k)
+        n = kernel[-1] if len(kernel) > 1 else 1
+        return Matmul(1, max(1, instr.shape.num_elements // max(n, 1)), k, n)
     lhs, rhs, out = m.groups()
     spatial = sorted(c for c in out if c.isdigit())
     win = _window(instr, len(spatial))
@@ -145,24 +151,48 @@ def _conv_flops(comp: Computation, instr: Instruction) -> float:
         )
         for d, c in enumerate(spatial)
     ]  # fmt: skip
-    return conv_flops(
-        batch=instr.shape.dims[out.index("b")],
-        input_features=kernel[rhs.index("i")],
-        output_features=kernel[rhs.index("o")],
-        positions=positions,
+    return Matmul(
+        batch=math.prod(positions),
+        m=instr.shape.dims[out.index("b")],
+        k=kernel[rhs.index("i")],
+        n=kernel[rhs.index("o")],
     )
+
+
+def _dot_matmul(comp: Computation, instr: Instruction) -> Matmul:
+    """A ``dot`` as ``batch`` products ``(M x K) @ (K x N)`` (batch, contracting and free dims)."""
+    lhs = comp.by_name[instr.operands[0]].shape.dims
+    rhs = comp.by_name[instr.operands[1]].shape.dims
+    lc, rc = _dims_attr(instr, "lhs_contracting_dims"), _dims_attr(instr, "rhs_contracting_dims")
+    lb, rb = _dims_attr(instr, "lhs_batch_dims"), _dims_attr(instr, "rhs_batch_dims")
+    batch = math.prod(lhs[d] for d in lb)
+    k = math.prod(lhs[d] for d in lc)
+    m = math.prod(v for d, v in enumerate(lhs) if d not in lc and d not in lb)
+    n = math.prod(v for d, v in enumerate(rhs) if d not in rc and d not in rb)
+    return Matmul(batch, m, k, n)
 
 
 @dataclass(frozen=True)
 class FusionSummary:
-    """What a fused computation does: flops, HBM traffic and what it contains."""
+    """What a fused computation does: its work, HBM traffic and what it contains."""
 
-    flops: float
+    matmuls: tuple[Matmul, ...]
+    other_flops: float
     param_read_bytes: tuple[int, ...]
     output_bytes: int
     collectives: tuple[tuple[Computation, Instruction], ...]
     markers: frozenset[str]
     custom_calls: tuple[Instruction, ...]
+
+    @property
+    def flops(self) -> float:
+        return sum(m.flops for m in self.matmuls) + self.other_flops
+
+    @property
+    def work(self) -> Work:
+        """The fusion as one kernel: its matmuls, other FLOPs and HBM bytes."""
+        hbm = sum(self.param_read_bytes) + self.output_bytes
+        return Work(matmuls=self.matmuls, other_flops=self.other_flops, hbm_bytes=hbm)
 
 
 class CostModel:
@@ -172,43 +202,47 @@ class CostModel:
         self.module = module
         self._fusions: dict[str, FusionSummary] = {}
 
-    def flops(self, comp: Computation, instr: Instruction) -> float:
-        """Flops of one instruction (a fusion: of its whole fused computation)."""
+    def _own(self, comp: Computation, instr: Instruction) -> tuple[tuple[Matmul, ...], float]:
+        """(matmuls, other FLOPs) of one non-fusion instruction."""
         op = instr.opcode
-        if op == "fusion":
-            return self.fusion(instr).flops
         if op == "dot":
-            lhs = comp.by_name[instr.operands[0]].shape
-            k = math.prod(lhs.dims[d] for d in _dims_attr(instr, "lhs_contracting_dims"))
-            return matmul_flops(instr.shape.num_elements, k)
+            return (_dot_matmul(comp, instr),), 0.0
         if op == "convolution":
-            return _conv_flops(comp, instr)
+            return (_conv_matmul(comp, instr),), 0.0
         if op in _ELEMENTWISE:
-            return float(instr.shape.num_elements)
+            return (), float(instr.shape.num_elements)
         if op == "reduce":
             half = max(1, len(instr.operands) // 2)
-            return float(sum(comp.by_name[o].shape.num_elements for o in instr.operands[:half]))
+            return (), float(sum(comp.by_name[o].shape.num_elements for o in instr.operands[:half]))
         if op == "reduce-window":
             m = _WINDOW_SIZE_RE.search(instr.attrs.get("window", ""))
             window = math.prod(int(v) for v in m.group(1).split("x")) if m else 1
-            return float(instr.shape.num_elements * window)
-        return 0.0
+            return (), float(instr.shape.num_elements * window)
+        return (), 0.0
 
-    def instruction(self, comp: Computation, instr: Instruction) -> tuple[float, int]:
-        """``(flops, hbm_bytes)`` of a top-level (non-fused) instruction."""
+    def flops(self, comp: Computation, instr: Instruction) -> float:
+        """Flops of one instruction (a fusion: of its whole fused computation)."""
+        if instr.opcode == "fusion":
+            return self.fusion(instr).flops
+        matmuls, other = self._own(comp, instr)
+        return sum(m.flops for m in matmuls) + other
+
+    def instruction(self, comp: Computation, instr: Instruction) -> Work:
+        """The :class:`~sim.compute.Work` of a top-level (non-fused) instruction."""
         op = instr.opcode
         if op == "fusion":
-            summary = self.fusion(instr)
-            return summary.flops, sum(summary.param_read_bytes) + summary.output_bytes
-        flops = self.flops(comp, instr)
+            return self.fusion(instr).work
+        matmuls, other = self._own(comp, instr)
         if op in _FREE or collective_base(op) is not None:
-            return flops, 0
-        if op in _SLICERS:
-            return flops, 2 * instr.shape.size_bytes
-        if op == "dynamic-update-slice":
-            return flops, 2 * comp.by_name[instr.operands[1]].shape.size_bytes
-        read = sum(comp.by_name[o].shape.size_bytes for o in instr.operands)
-        return flops, read + instr.shape.size_bytes
+            nbytes = 0
+        elif op in _SLICERS:
+            nbytes = 2 * instr.shape.size_bytes
+        elif op == "dynamic-update-slice":
+            nbytes = 2 * comp.by_name[instr.operands[1]].shape.size_bytes
+        else:
+            nbytes = sum(comp.by_name[o].shape.size_bytes for o in instr.operands)
+            nbytes += instr.shape.size_bytes
+        return Work(matmuls=matmuls, other_flops=other, hbm_bytes=nbytes)
 
     def fusion(self, instr: Instruction) -> FusionSummary:
         """Summary of the computation a fusion instruction calls (cached)."""
@@ -220,7 +254,8 @@ class CostModel:
         return cached
 
     def _summarise(self, comp: Computation) -> FusionSummary:
-        flops = 0.0
+        matmuls: list[Matmul] = []
+        other = 0.0
         collectives: list[tuple[Computation, Instruction]] = []
         markers: set[str] = set()
         custom: list[Instruction] = []
@@ -230,7 +265,8 @@ class CostModel:
                 users.setdefault(operand, []).append(instr)
             if instr.opcode == "fusion":
                 inner = self.fusion(instr)
-                flops += inner.flops
+                matmuls.extend(inner.matmuls)
+                other += inner.other_flops
                 collectives.extend(inner.collectives)
                 markers |= inner.markers
                 custom.extend(inner.custom_calls)
@@ -243,7 +279,9 @@ class CostModel:
                 else:
                     custom.append(instr)
             else:
-                flops += self.flops(comp, instr)
+                own, flops = self._own(comp, instr)
+                matmuls.extend(own)
+                other += flops
         root = comp.root
         params: list[int] = []
         index = 0
@@ -254,7 +292,8 @@ class CostModel:
             params.append(self._param_read(param, users, root))
             index += 1
         return FusionSummary(
-            flops=flops,
+            matmuls=tuple(matmuls),
+            other_flops=other,
             param_read_bytes=tuple(params),
             output_bytes=self._output_bytes(comp, root),
             collectives=tuple(collectives),

@@ -79,6 +79,7 @@ from aoizora.hlo.nodes import (
     read_collective,
 )
 from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
+from sim.compute import Work
 
 # CollectiveGraph is re-exported: it is what build_graph returns, and callers
 # import it from here beside graph_from_text.
@@ -204,7 +205,7 @@ class _RegionWalk:
         self.region = region
         self.count = count
         self.steps: list[Step] = []
-        self.kernels: list[tuple[float, float]] = []
+        self.kernels: list[Work] = []
         self.seg_first = ""
         self.seg_last = ""
         self.frontier: dict[str, frozenset[str]] = {}
@@ -228,21 +229,21 @@ class _RegionWalk:
                 out = out | f
         return out
 
-    def add_compute(self, instr: Instruction, flops: float, bytes_: float) -> None:
-        if flops <= 0 and bytes_ <= 0:
+    def add_compute(self, instr: Instruction, work: Work) -> None:
+        if work.flops <= 0 and work.hbm_bytes <= 0:
             return
         if not self.kernels:
             self.seg_first = instr.name
         self.seg_last = instr.name
-        self.kernels.append((flops, bytes_))
+        self.kernels.append(work)
 
     def flush(self) -> None:
         if not self.kernels:
             return
         self.steps.append(
             ComputeSegment(
-                flops=sum(k[0] for k in self.kernels),
-                bytes_accessed=sum(k[1] for k in self.kernels),
+                flops=sum(k.flops for k in self.kernels),
+                bytes_accessed=sum(k.hbm_bytes for k in self.kernels),
                 kernels=tuple(self.kernels),
                 first=self.seg_first,
                 last=self.seg_last,
@@ -333,8 +334,7 @@ class _RegionWalk:
                 oid = self.opaque(instr, target, deps)
                 self.frontier[instr.name] = frozenset({f"o{oid}"})
         else:
-            flops, bytes_ = b.costs.instruction(self.comp, instr)
-            self.add_compute(instr, flops, bytes_)
+            self.add_compute(instr, b.costs.instruction(self.comp, instr))
             self.frontier[instr.name] = deps
 
     def opaque(
@@ -469,17 +469,14 @@ class _RegionWalk:
                     target = inner.attrs.get("custom_call_target", "").strip('"')
                     self.opaque(inner, target, deps, comp=callee)
                 else:
-                    flops, bytes_ = b.costs.instruction(callee, inner)
-                    self.add_compute(inner, flops, bytes_)
+                    self.add_compute(inner, b.costs.instruction(callee, inner))
         self.frontier[instr.name] = deps
 
     def visit_fusion(self, instr: Instruction, deps: frozenset[str]) -> None:
         b = self.b
         summary = b.costs.fusion(instr)
         if not summary.collectives:
-            flops = summary.flops
-            bytes_ = sum(summary.param_read_bytes) + summary.output_bytes
-            self.add_compute(instr, flops, bytes_)
+            self.add_compute(instr, summary.work)
             self.frontier[instr.name] = deps
             return
         is_start = "AsyncCollectiveStart" in summary.markers
@@ -509,9 +506,9 @@ class _RegionWalk:
                 if kind == "all-reduce" and _scatters(comp, inner):
                     b.collectives[cid] = replace(b.collectives[cid], scatter=True)
             ids.append(cid)
-        compute = (summary.flops, sum(summary.param_read_bytes) + summary.output_bytes)
+        compute = summary.work
         if not ids:
-            self.add_compute(instr, *compute)
+            self.add_compute(instr, compute)
             self.frontier[instr.name] = deps
         elif is_start:
             for cid in fresh:
@@ -525,14 +522,14 @@ class _RegionWalk:
             self.frontier[instr.name] = frozenset(f"c{cid}" for cid in ids)
         elif all(cid in self.started for cid in ids):
             # An overlap fusion: compute that runs while the collective is in flight.
-            self.add_compute(instr, *compute)
+            self.add_compute(instr, compute)
             self.frontier[instr.name] = deps
         else:
             for cid in ids:
                 if cid not in self.started:
                     self.start(cid)
                     self.done(cid)
-            self.add_compute(instr, *compute)
+            self.add_compute(instr, compute)
             self.frontier[instr.name] = frozenset(f"c{cid}" for cid in ids)
 
     def visit_while(self, instr: Instruction, deps: frozenset[str]) -> None:

@@ -35,6 +35,7 @@ from aoizora.hlo.compute import collective_base
 from aoizora.hlo.groups import ReplicaGroupError, parse_pairs, parse_replica_groups
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, Instruction
+from sim.compute import Work
 
 __all__ = [
     "Collective",
@@ -116,11 +117,11 @@ class OpaqueNode:
 
 @dataclass(frozen=True)
 class ComputeSegment:
-    """Compute between communication events: per-kernel ``(flops, bytes)``."""
+    """Compute between communication events: each kernel's :class:`~sim.compute.Work`."""
 
     flops: float
     bytes_accessed: float
-    kernels: tuple[tuple[float, float], ...]
+    kernels: tuple[Work, ...]
     first: str
     last: str
 

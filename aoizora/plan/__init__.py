@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
-from aoizora.plan.fields import PlanInput, PredictedLatencies, Provenance, plan_inputs
+from aoizora.plan.fields import (
+    PlanInput,
+    PredictedLatencies,
+    Provenance,
+    compute_model_json,
+    plan_inputs,
+)
 from aoizora.plan.file import ALLOWED_ATTENTION, PLAN_SCHEMA, Clip, Plan, load_plan
 
 __all__ = [
@@ -15,5 +21,6 @@ __all__ = [
     "PredictedLatencies",
     "Provenance",
     "load_plan",
+    "compute_model_json",
     "plan_inputs",
 ]

@@ -13,8 +13,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 from aoizora.errors import PlanError
 from aoizora.workloads.base import Workload
 from aoizora.workloads.rules import is_logical_axes, rule_pair_from_json
+from sim.topology import Chip, topologies_dir
 
 __all__ = [
     "PlanInput",
@@ -33,6 +36,7 @@ __all__ = [
     "check_latency",
     "check_positive_int",
     "check_text",
+    "compute_model_json",
     "json_list",
     "json_object",
     "json_rules",
@@ -207,9 +211,12 @@ def check_latency(value: object, field: str) -> float:
     return seconds
 
 
-def check_keys(data: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+def check_keys(
+    data: Mapping[str, Any], allowed: Sequence[str], where: str, optional: Sequence[str] = ()
+) -> None:
+    """Every key of ``allowed`` is in ``data``; ``optional`` keys may be, nothing else."""
     missing = sorted(set(allowed) - set(data))
-    unknown = sorted(set(data) - set(allowed))
+    unknown = sorted(set(data) - set(allowed) - set(optional))
     if missing:
         raise PlanError(f"{where} lacks field(s) {missing}; a plan has {sorted(allowed)}")
     if unknown:
@@ -246,3 +253,31 @@ def json_rules(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
             )
         out.append(pair)
     return tuple(out)
+
+
+def compute_model_json(chip: Chip) -> dict[str, Any]:
+    """``compute_model``: the compute model a prediction used and where its numbers come from.
+
+    ``parameter_file`` is the topology file the chip was read from (relative to the
+    repository for the shipped ones; ``$AOIZORA_TOPOLOGIES_DIR`` points elsewhere,
+    e.g. at calibrated files), ``parameter_file_sha256`` its exact contents.
+    """
+    p = chip.compute
+    path = topologies_dir() / f"{chip.generation}.toml"
+    shipped = not os.environ.get("AOIZORA_TOPOLOGIES_DIR")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {
+        "model": "sim.compute: MXU-tile padding, achieved matmul, attention and HBM rates",
+        "generation": chip.generation,
+        "parameter_file": f"topologies/{path.name}" if shipped else str(path),
+        "parameter_file_sha256": digest,
+        "attention_kernel": p.attention_kernel,
+        "mxu_tile": p.mxu_tile,
+        "matmul_efficiency": p.matmul_efficiency,
+        "hbm_efficiency": p.hbm_efficiency,
+        "attention_efficiency": dict(p.attention_efficiency),
+        "sources": dict(p.sources),
+    }

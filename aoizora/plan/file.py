@@ -9,7 +9,9 @@ device order (chip coordinates *and* libtpu physical ids, in mesh-flat order, i.
 the order of ``mesh.devices.flat``; a tpu7x chip appears once per device, its ids
 ``2 x chip id + core``), the predicted step latencies of the winner and
 the baselines (labelled ``"simulated"``: they come from the simulator, not from a
-TPU) and the versions it was made with. Every workload's plan has the same fields.
+TPU) and the versions it was made with. Every workload's plan has the same fields,
+and may hold ``alternatives``: the runners-up and baselines with their configurations
+(:mod:`aoizora.plan.alternatives`; ``aoizora measure`` times them).
 Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load.
 
 On the TPU host::
@@ -49,11 +51,12 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +66,9 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from aoizora.atomic import write_atomic
-from aoizora.errors import PlanError, WorkloadError
+from aoizora.errors import AoizoraError, PlanError, WorkloadError
 from aoizora.placement.device_order import Coord, DeviceOrder
+from aoizora.plan.alternatives import PlanAlternative
 from aoizora.plan.fields import (
     PlanInput,
     PredictedLatencies,
@@ -78,6 +82,7 @@ from aoizora.plan.fields import (
     json_text,
     length_of,
 )
+from aoizora.plan.schema import cite_schema
 from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import Rules, logical_to_pspec, rule_pairs_to_json
@@ -114,6 +119,9 @@ _TOP_KEYS = (
     "slice",
 )
 _TOP_KEYS_V2 = (*_TOP_KEYS, "inputs", "workload")
+# Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
+# with their configurations (aoizora.plan.alternatives, written since aoizora measure).
+_OPTIONAL_KEYS = ("alternatives", "compute_model")
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,9 @@ class Plan:
     provenance: Provenance
     workload: str = ""
     inputs: tuple[PlanInput, ...] = ()
+    alternatives: tuple[PlanAlternative, ...] = ()
+    # The compute model the predictions used, as canonical JSON (fields.compute_model_json).
+    compute_model: str = ""
 
     def __post_init__(self) -> None:
         check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
@@ -171,6 +182,7 @@ class Plan:
         self._check_mesh(slice_)
         self._check_rules()
         self._check_order(slice_)
+        self._check_alternatives()
 
     # --- validation -------------------------------------------------------
 
@@ -276,6 +288,44 @@ class Plan:
                 )
             seen[pid] = i
 
+    def _check_alternatives(self) -> None:
+        if not isinstance(self.alternatives, tuple) or not all(
+            isinstance(a, PlanAlternative) for a in self.alternatives
+        ):
+            raise PlanError(
+                f"alternatives must be a tuple of PlanAlternative, got {self.alternatives!r}"
+            )
+        for i, alt in enumerate(self.alternatives):
+            try:
+                self.alternative_plan(alt)
+            except PlanError as exc:  # its mesh, rules or order do not fit the slice
+                raise PlanError(f"alternatives[{i}] ({alt.role} {alt.name!r}): {exc}") from None
+
+    def alternative_plan(self, alternative: PlanAlternative) -> Plan:
+        """``alternative`` (a runner-up or baseline) as a plan of its own on this slice, its
+        predicted step as the winner's: :meth:`mesh` places it as planned."""
+        slice_ = self.slice
+        try:
+            order = DeviceOrder.from_physical_ids(
+                alternative.physical_ids, mesh_shape=alternative.mesh_shape, slice_=slice_
+            )
+        except AoizoraError as exc:  # the mesh shape or the device order (PlacementError)
+            raise PlanError(str(exc)) from None
+        return dataclasses.replace(
+            self,
+            mesh_axis_names=alternative.mesh_axis_names,
+            mesh_shape=alternative.mesh_shape,
+            rules_name=alternative.rules_name,
+            logical_rules=alternative.logical_rules,
+            attention=alternative.attention,
+            candidate_id=alternative.candidate_id,
+            placement_id=alternative.placement_id,
+            coords=tuple(tuple(c) for c in order.coords),
+            physical_ids=tuple(order.physical_ids),
+            predicted=PredictedLatencies(winner_s=alternative.step_s),
+            alternatives=(),
+        )
+
     # --- views --------------------------------------------------------------
 
     @property
@@ -319,6 +369,8 @@ class Plan:
         workload: str = "",
         inputs: Sequence[PlanInput] = (),
         provenance: Provenance | None = None,
+        alternatives: Sequence[PlanAlternative] = (),
+        compute_model: Mapping[str, Any] | None = None,
     ) -> Plan:
         """A plan from planner values; ``provenance`` defaults to the installed versions."""
         return cls(
@@ -338,6 +390,8 @@ class Plan:
             physical_ids=tuple(order.physical_ids),
             predicted=predicted,
             provenance=Provenance.current() if provenance is None else provenance,
+            alternatives=tuple(alternatives),
+            compute_model=_canonical(compute_model),
         )
 
     # --- the mesh -------------------------------------------------------------
@@ -395,7 +449,11 @@ class Plan:
     # --- JSON -----------------------------------------------------------------------
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
+        optional = {
+            "alternatives": [a.to_json() for a in self.alternatives],
+            "compute_model": json.loads(self.compute_model) if self.compute_model else None,
+        }
+        return {k: v for k, v in optional.items() if v} | {
             "schema": PLAN_SCHEMA,
             "model": self.model,
             "workload": self.workload,
@@ -450,7 +508,15 @@ class Plan:
 
     @classmethod
     def from_json_dict(cls, data: Any) -> Plan:
-        """Validate a decoded plan document field by field and build the :class:`Plan`."""
+        """Validate a decoded plan document field by field and build the :class:`Plan`;
+        an error cites the schema location of the field it rejects (docs/plan.schema.json)."""
+        try:
+            return cls._from_json_dict(data)
+        except PlanError as exc:
+            raise PlanError(cite_schema(str(exc))) from None
+
+    @classmethod
+    def _from_json_dict(cls, data: Any) -> Plan:
         if not isinstance(data, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema")
@@ -461,7 +527,7 @@ class Plan:
                 "can read)"
             )
         old = schema == _OLD_SCHEMA
-        check_keys(data, _TOP_KEYS if old else _TOP_KEYS_V2, "plan")
+        check_keys(data, _TOP_KEYS if old else _TOP_KEYS_V2, "plan", _OPTIONAL_KEYS)
         mesh = json_object(data["mesh"], "mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], "device_order", ("coords", "physical_ids"))
         predicted = json_object(
@@ -497,7 +563,21 @@ class Plan:
                 source=predicted["source"],
             ),
             provenance=Provenance(**provenance),
+            alternatives=tuple(
+                PlanAlternative.from_json(v, f"alternatives[{i}]")
+                for i, v in enumerate(json_list(data.get("alternatives", []), "alternatives"))
+            ),
+            compute_model=_canonical(
+                json_object(data["compute_model"], "compute_model", None)
+                if "compute_model" in data
+                else None
+            ),
         )
+
+
+def _canonical(value: Mapping[str, Any] | None) -> str:
+    """A JSON object as canonical text (sorted keys), so plans compare and hash stably."""
+    return "" if not value else json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
 
 
 def _clip(value: Any, *, required: bool) -> Clip | None:

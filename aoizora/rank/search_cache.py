@@ -226,7 +226,7 @@ def cached_search(
     jobs: Sequence[Job],
     evaluate: Callable[[Sequence[Leaf]], Sequence[float]],
     *,
-    cache: JsonCache,
+    cache: JsonCache | None,
     programs: Sequence[str],
     batch_size: int = 8,
     per_job: bool = False,
@@ -241,7 +241,7 @@ def cached_search(
     """:func:`~aoizora.rank.search.search_placements`, read from ``cache`` when it may be.
 
     ``programs[i]`` is a digest of job ``i``'s program (the search sees only its
-    collective graph). A complete cached report is returned whatever
+    collective graph); ``cache=None`` only searches. A complete cached report is returned whatever
     ``deadline_s``; so is one whose gap is at most ``gap_tolerance``; a
     deadline-stopped one when ``deadline_s`` is given and at most the deadline it
     ran under. Otherwise the search runs -- resuming a stopped one, since
@@ -255,6 +255,12 @@ def cached_search(
         )
     if not jobs:  # search_placements says what is wrong
         return search_placements(jobs, evaluate, batch_size=batch_size)
+    if cache is None:  # nothing to read or store
+        return search_placements(
+            jobs, evaluate, batch_size=batch_size, per_job=per_job, deadline_s=deadline_s,
+            gap_tolerance=gap_tolerance, budget=budget, probes=probes, algorithm=algorithm,
+            progress=progress, progress_every_s=progress_every_s,
+        )  # fmt: skip
     key = search_key(
         jobs=[job_identity(j, program_digest=d) for j, d in zip(jobs, programs, strict=True)],
         slice_=jobs[0].space.slice, per_job=per_job, batch_size=batch_size, algorithm=algorithm,

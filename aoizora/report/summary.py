@@ -12,10 +12,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from aoizora.plan.fields import compute_model_json
 from aoizora.planner import PlanOutcome, SearchSummary
 from aoizora.workloads.base import expert_steps, experts_summary
+from sim.topology import Chip
 
-__all__ = ["candidate_rows", "format_ms", "outcome_summary", "render_report", "search_line"]
+__all__ = [
+    "candidate_rows",
+    "compute_model_json",
+    "compute_model_line",
+    "format_ms",
+    "outcome_summary",
+    "render_report",
+    "search_line",
+]
+
+
+def compute_model_line(chip: Chip) -> str:
+    """One line naming the compute model a report's times come from."""
+    m = compute_model_json(chip)
+    return (
+        f"compute model: attention kernel {m['attention_kernel']} at "
+        f"{dict(m['attention_efficiency'])[m['attention_kernel']]:.3g} of the padded MXU peak, "
+        f"MXU tile {m['mxu_tile']}, matmul {m['matmul_efficiency']:.2g}, HBM "
+        f"{m['hbm_efficiency']:.2g} of peak ({m['parameter_file']}; docs/simulator.md)"
+    )
 
 
 def format_ms(seconds: float | None) -> str:
@@ -48,6 +69,7 @@ def _header(outcome: PlanOutcome) -> list[str]:
     ]
     if backend != "tpu":
         lines.append("!! CPU FALLBACK: libtpu was not available; these are CPU-compiled programs")
+    lines.append(compute_model_line(s.chip))
     extra = len(outcome.stage1_picks) > outcome.stage1.k
     lines.append(
         f"candidates: {outcome.num_legal} legal, {outcome.num_rejected} rejected; "
@@ -226,6 +248,7 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
         ],
         "placement_spread": outcome.placement_spread,
         "timings_s": dict(outcome.timings_s),
+        "compute_model": compute_model_json(outcome.slice_.chip),
         "search": None if outcome.search is None else outcome.search.to_json_dict(),
         "candidates": candidate_rows(outcome),
         **({"exhaustive": outcome.exhaustive.to_json_dict()} if outcome.exhaustive else {}),

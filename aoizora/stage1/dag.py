@@ -60,7 +60,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aoizora.stage1.flops import kernel_cost, op_flops
+from aoizora.stage1.flops import kernel_work, op_matmul
 from aoizora.stage1.fusion import Kernel, fuse_block, op_class
 from aoizora.stage1.groups import MeshGroups
 from aoizora.stage1.memory import peak_temp_bytes
@@ -77,6 +77,7 @@ from aoizora.stage1.shardy import (
     TensorType,
 )
 from aoizora.stage1.windowed import DotTimes, WindowedDot, keeps_window, window_shape
+from sim.compute import Work
 
 __all__ = ["build_dag"]
 
@@ -161,13 +162,16 @@ class _Builder:
             if shape is None:
                 continue
             g, on_contracting = shape
+            mm = op_matmul(op, local_shape=self._local_shape)
+            if mm is None:
+                continue
             w = WindowedDot(
                 gathered=g, at_contracting=on_contracting, partitions=n,
                 other_bytes=self._bytes(op.operands[1 - g]),
                 gathered_bytes=self._bytes(op.operands[g]), out_bytes=self._bytes(op.results[0]),
-                flops=op_flops(op, local_shape=self._local_shape),
+                matmul=mm,
             )  # fmt: skip
-            compute_s = times.compute_s(w.flops, w.other_bytes + w.gathered_bytes + w.out_bytes)
+            compute_s = times.compute_s(w.work)
             gather_s = times.gather_s(n, w.gathered_bytes)
             if keeps_window(compute_s=compute_s, gather_s=gather_s, partitions=n):
                 axes = self._extents(self.defs[op.operands[g]].collective_axes)
@@ -232,9 +236,9 @@ class _Builder:
         deps: tuple[int, ...],
         op: Op,
         reason: str,
-        flops: float = 0.0,
-        hbm_bytes: float = 0.0,
+        work: Work | None = None,
     ) -> int:
+        work = work or Work()
         nid = len(self.nodes)
         self.nodes.append(
             Node(
@@ -245,8 +249,9 @@ class _Builder:
                 axis_sizes=tuple(e for _, e in axes),
                 group_size=math.prod(e for _, e in axes),
                 bytes_per_device=int(nbytes),
-                flops_per_chip=float(flops),
-                hbm_bytes_per_chip=float(hbm_bytes),
+                flops_per_chip=work.flops,
+                hbm_bytes_per_chip=float(work.hbm_bytes),
+                work=work,
                 count=ctx.count,
                 deps=deps,
                 op=op.name,
@@ -294,7 +299,7 @@ class _Builder:
             deps=(a2a,),
             op=op,
             reason="relayout around all-to-all",
-            hbm_bytes=RELAYOUT_PASSES * nbytes,
+            work=Work(hbm_bytes=RELAYOUT_PASSES * nbytes),
         )
 
     def _set_results(self, op: Op, front: tuple[int, ...]) -> None:
@@ -333,7 +338,7 @@ class _Builder:
     def _kernel(self, block: Block, kernel: Kernel, ctx: _Ctx) -> None:
         ops = [block.ops[i] for i in kernel.ops]
         deps = self._deps(kernel.inputs)
-        flops = sum(op_flops(op, local_shape=self._local_shape) for op in ops)
+        matmuls = {id(op): op_matmul(op, local_shape=self._local_shape) for op in ops}
         hbm = float(kernel.hbm_bytes)
         for op in ops:
             window = self.windowed.get(id(op))
@@ -344,7 +349,8 @@ class _Builder:
                 # left of the kernel reads that result unless the dot is its root.
                 rest = hbm - w.other_bytes - w.gathered_bytes
                 rest += -w.out_bytes if op is ops[-1] else w.out_bytes
-                flops, hbm = max(0.0, flops - w.flops), max(0.0, rest)
+                matmuls[id(op)], hbm = None, max(0.0, rest)
+        work = Work(matmuls=tuple(m for m in matmuls.values() if m is not None), hbm_bytes=hbm)
         named = [op for op in ops if op_class(op.name) in ("matmul", "root")] or ops
         nid = self._add(
             kind="compute",
@@ -355,8 +361,7 @@ class _Builder:
             deps=deps,
             op=named[-1],
             reason=f"fused kernel of {len(ops)} op(s): {named[-1].location or named[-1].name}",
-            flops=flops,
-            hbm_bytes=hbm,
+            work=work,
         )
         for op in ops:
             self._set_results(op, (nid,))
@@ -382,7 +387,7 @@ class _Builder:
         self.regions.append((rid, ctx.region, w.iterations))
         inner = _Ctx(ctx.count * w.iterations, ctx.manual, ctx.depth, rid)
         before: tuple[int, ...] = ()
-        for stage_flops, stage_bytes in w.stages():
+        for stage in w.stages():
             permutes = tuple(
                 self._add(kind="implicit", collective="collective-permute", axes=axes,
                           nbytes=w.permute_bytes, ctx=inner, deps=deps, op=op, reason=reason)
@@ -390,8 +395,7 @@ class _Builder:
             )  # fmt: skip
             nid = self._add(
                 kind="compute", collective="", axes=(), nbytes=0, ctx=inner,
-                deps=tuple(sorted({*deps, *before})), op=op, reason=reason,
-                flops=stage_flops, hbm_bytes=stage_bytes,
+                deps=tuple(sorted({*deps, *before})), op=op, reason=reason, work=stage,
             )  # fmt: skip
             before = (*permutes, nid)
         return (before[-1],)
@@ -546,11 +550,10 @@ class _Builder:
         if any(a not in ctx.manual for a in self.axis_sizes):
             deps = self._replicate_operands(op, ctx) or deps
         io = sum(self._bytes(v) for v in op.operands) + sum(self._bytes(r) for r in op.results)
-        flops, hbm = kernel_cost(
+        work, known = kernel_work(
             op, operand_types=[self._type(v) for v in op.operands], io_bytes=io
         )
-        if flops is None:
-            flops = 0.0
+        if not known:
             if op.call_target == "tpu_custom_call":
                 self.warnings.append(
                     f"kernel {op.kernel_name or op.call_target!r} has no CostEstimate; its FLOPs "
@@ -558,7 +561,7 @@ class _Builder:
                 )
         nid = self._add(
             kind="compute", collective="", axes=(), nbytes=0, ctx=ctx, deps=deps, op=op,
-            reason=f"kernel {op.kernel_name or op.call_target}", flops=flops, hbm_bytes=hbm,
+            reason=f"kernel {op.kernel_name or op.call_target}", work=work,
         )  # fmt: skip
         self._set_results(op, (nid,))
 

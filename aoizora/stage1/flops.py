@@ -1,12 +1,12 @@
-"""FLOPs and HBM bytes per chip of an opaque kernel (``custom_call``, e.g. Pallas), and
-the FLOPs of a matmul or convolution.
+"""The work per chip of an opaque kernel (``custom_call``, e.g. Pallas) and of a matmul
+or convolution, as :class:`sim.compute.Work` for the compute model Q1 and Q2 share.
 
-:func:`kernel_cost`: the kernel's ``CostEstimate`` when it has one, else, for a
-kernel whose name says attention, :func:`sim.costs.attention_flops` of its
-(q, k, v) operands -- the same count the replay of the compiled step uses.
-:func:`op_flops`: a ``dot_general`` or ``convolution`` from its local shapes
-(:func:`sim.costs.matmul_flops`, :func:`sim.costs.conv_flops`, as the replay counts
-the compiled kernels).
+:func:`kernel_work`: for a kernel whose name says attention, one
+:class:`sim.compute.Attention` of its (q, k, v) operands -- the shape the replay of
+the compiled step prices (:func:`aoizora.replay.opaque_work`); else the kernel's
+``CostEstimate`` when it has one. :func:`op_matmul`: a ``dot_general`` or
+``convolution`` from its local shapes as a :class:`sim.compute.Matmul`, counted as
+the replay counts the compiled kernels (:func:`op_flops` is its FLOPs).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from aoizora.stage1.shardy import Op, TensorType
-from sim.costs import attention_flops, conv_flops, matmul_flops, window_positions
+from sim.compute import Attention, Matmul, Work
+from sim.costs import window_positions
 
-__all__ = ["attention_operands", "kernel_cost", "op_flops"]
+__all__ = ["attention_operands", "kernel_work", "op_flops", "op_matmul"]
 
 # Kernels whose FLOPs we infer from (q, k, v) operand shapes when they carry no CostEstimate.
 _ATTENTION_KERNEL = re.compile(r"attention|mha|mqa|gqa|flash|splash", re.IGNORECASE)
@@ -51,46 +52,48 @@ def attention_operands(
     return None
 
 
-def kernel_cost(
-    op: Op, *, operand_types: Sequence[TensorType], io_bytes: int
-) -> tuple[float | None, float]:
-    """(FLOPs, HBM bytes) per chip of one kernel call.
+def kernel_work(op: Op, *, operand_types: Sequence[TensorType], io_bytes: int) -> tuple[Work, bool]:
+    """(work per chip of one kernel call, whether its FLOPs are known).
 
-    ``operand_types`` are the types of ``op.operands``; ``io_bytes`` its
-    operand and result bytes per chip (the HBM bytes when nothing better is
-    known). A Pallas ``CostEstimate`` wins. Otherwise an attention kernel (name
-    matches splash/flash/mha...) with (q, k, v) operands ``[..., S_q, D]``,
-    ``[..., S_kv, D]``, ``[..., S_kv, D_v]`` costs ``2*S_q*S_kv*D`` for
-    Q.K^T plus ``2*S_q*S_kv*D_v`` for P.V per leading (batch x head) index
-    -- the standard count (FlashAttention paper, Dao et al. 2022, sec. 3.1);
-    no mask sparsity is assumed (Wan's self-attention is full). FLOPs are None
-    when neither applies.
+    ``operand_types`` are the types of ``op.operands``; ``io_bytes`` its operand
+    and result bytes per chip (its HBM traffic unless a CostEstimate says more). An
+    attention kernel (name matches splash/flash/mha...) with (q, k, v) operands
+    ``[..., S_q, D]``, ``[..., S_kv, D]``, ``[..., S_kv, D_v]`` is one
+    :class:`~sim.compute.Attention` per leading (batch x head) index: ``Q.K^T``
+    and ``P.V``, the standard count (FlashAttention paper, Dao et al. 2022, sec.
+    3.1), no mask sparsity (Wan's self-attention is full). Otherwise a Pallas
+    ``CostEstimate`` gives FLOPs of unknown shape (priced as vector work). Neither:
+    only the bytes, and the FLOPs are unknown.
     """
-    io = io_bytes
-    if op.cost_estimate_flops is not None:
-        return op.cost_estimate_flops, op.cost_estimate_bytes or float(io)
-    if not _ATTENTION_KERNEL.search(op.kernel_name or op.call_target):
-        return None, float(io)
+    io = float(io_bytes)
     qkv = attention_operands(operand_types)
-    if qkv is None:
-        return None, float(io)
-    q, k, v = qkv
-    flops = attention_flops(
-        lead=math.prod(q.shape[:-2]), q_length=q.shape[-2], kv_length=k.shape[-2],
-        head_dim=q.shape[-1], value_dim=v.shape[-1],
-    )  # fmt: skip
-    return flops, float(io)
+    if qkv is not None and _ATTENTION_KERNEL.search(op.kernel_name or op.call_target):
+        q, k, v = qkv
+        att = Attention(math.prod(q.shape[:-2]), q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1])
+        return Work(attention=(att,), hbm_bytes=max(io, op.cost_estimate_bytes or 0.0)), True
+    if op.cost_estimate_flops is not None:
+        nbytes = op.cost_estimate_bytes or io
+        return Work(other_flops=op.cost_estimate_flops, hbm_bytes=nbytes), True
+    return Work(hbm_bytes=io), False
 
 
-def op_flops(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> float:
-    """FLOPs per chip of a matmul or convolution (0 for other ops), from local shapes.
+def op_matmul(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> Matmul | None:
+    """A matmul or convolution on one chip, from local shapes (None for other ops).
 
-    ``local_shape(v)`` is value ``v``'s shape on one chip.
+    ``local_shape(v)`` is value ``v``'s shape on one chip. A ``dot_general`` is
+    ``batch`` products ``(M x K) @ (K x N)``; a convolution one ``(batch x i) @
+    (i x o)`` per valid tap (:func:`sim.costs.window_positions`, as XLA counts).
     """
     if op.name == "stablehlo.dot_general":
-        lhs = local_shape(op.operands[0])
-        k = math.prod(lhs[d] for d in op.contracting_dims)
-        return matmul_flops(math.prod(local_shape(op.results[0])), k)
+        lhs, rhs = local_shape(op.operands[0]), local_shape(op.operands[1])
+        lc, rc = op.contracting_dims, op.rhs_contracting_dims
+        lb, rb = op.lhs_batch_dims, op.rhs_batch_dims
+        return Matmul(
+            math.prod(lhs[d] for d in lb),
+            math.prod(v for d, v in enumerate(lhs) if d not in lc and d not in lb),
+            math.prod(lhs[d] for d in lc),
+            math.prod(v for d, v in enumerate(rhs) if d not in rc and d not in rb),
+        )
     if op.name == "stablehlo.convolution" and op.convolution is not None:
         c = op.convolution
         lhs = local_shape(op.operands[0])
@@ -104,10 +107,16 @@ def op_flops(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> float:
             )
             for d, (i, k, o) in enumerate(c.spatial)
         ]  # fmt: skip
-        return conv_flops(
-            batch=lhs[c.input_batch],
-            input_features=kernel[c.kernel_input_feature],
-            output_features=kernel[c.kernel_output_feature],
-            positions=positions,
+        return Matmul(
+            math.prod(positions),
+            lhs[c.input_batch],
+            kernel[c.kernel_input_feature],
+            kernel[c.kernel_output_feature],
         )
-    return 0.0
+    return None
+
+
+def op_flops(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> float:
+    """FLOPs per chip of a matmul or convolution (0 for other ops), from local shapes."""
+    mm = op_matmul(op, local_shape=local_shape)
+    return 0.0 if mm is None else mm.flops

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.compute import Work
+
 __all__ = ["COLLECTIVES", "RELAYOUT_PASSES", "Node", "PredictionDag"]
 
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -27,7 +29,9 @@ class Node:
     ``axes`` are mesh axis names in mesh order, ``axis_sizes`` the extent of one
     replica group along each (a sub-axis gives less than the axis size),
     ``group_size`` their product; ``bytes_per_device`` is the payload of one
-    execution on one chip (HLO convention, see the module docstring).
+    execution on one chip (HLO convention, see the module docstring). A compute
+    node's ``work`` is what the compute model prices (``flops_per_chip`` and
+    ``hbm_bytes_per_chip`` are its totals).
     """
 
     node_id: int
@@ -45,6 +49,7 @@ class Node:
     reason: str
     # The loop body this node runs in (0 = not in a loop); see PredictionDag.regions.
     region: int = 0
+    work: Work = field(default=Work(), compare=False)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {

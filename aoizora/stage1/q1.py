@@ -3,10 +3,10 @@
 ``Q1`` (seconds per step, lower is better) is the makespan of the two-stream
 overlap schedule of :mod:`aoizora.stage1.schedule` over these durations:
 
-* compute nodes -- a per-op roofline
-  ``max(flops / bf16_flops_per_s, hbm_bytes / hbm_bandwidth_bytes_per_s)``
-  (Williams et al., "Roofline", CACM 2009; scaling-book "roofline" chapter).
-  Matmuls, convolutions, kernels and the relayout copies around all-to-alls
+* compute nodes -- each kernel's :class:`sim.compute.Work` priced by the chip's
+  compute model (:mod:`sim.compute`: a roofline with MXU tile padding and the
+  achieved matmul, attention and HBM rates), the model the replay of the compiled
+  step uses (Q2). Matmuls, convolutions, kernels and the relayout copies around all-to-alls
   (:data:`aoizora.stage1.prediction.RELAYOUT_PASSES`); other elementwise work is
   not counted, so this side is a lower bound.
 * communication nodes -- ideal per-axis bandwidth, no contention between axes
@@ -43,7 +43,8 @@ from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
 from aoizora.stage1.windowed import DotTimes
-from sim.costs import COLLECTIVE_KINDS, best_box, roofline_s
+from sim.compute import compute_model_of
+from sim.costs import COLLECTIVE_KINDS, best_box
 from sim.costs import collective_time_s as sim_collective_time_s
 from sim.topology import Slice
 
@@ -240,8 +241,9 @@ def estimate_module(
     _check_axes(module, mesh_axis_sizes)
     # XLA's windowed-einsum cost rule, priced with the same kernel and collective
     # times as every other node.
+    model = compute_model_of(chip)
     times = DotTimes(
-        compute_s=lambda flops, nbytes: roofline_s(flops, nbytes, chip=chip),
+        compute_s=model.time_s,
         gather_s=lambda n, nbytes: collective_time_s(
             "all-gather", group_size=n, bytes_per_device=nbytes, chip=chip, slice_=slice_
         ),
@@ -255,8 +257,8 @@ def estimate_module(
     durations: dict[int, float] = {}
     for n in dag.nodes:
         if n.kind == "compute":
-            # Per-kernel roofline, as the replay prices a compiled kernel.
-            t_node = roofline_s(n.flops_per_chip, n.hbm_bytes_per_chip, chip=chip)
+            # The compute model, as the replay prices a compiled kernel.
+            t_node = model.time_s(n.work)
             durations[n.node_id] = t_node
             compute_s += n.count * t_node
             flops += n.count * n.flops_per_chip

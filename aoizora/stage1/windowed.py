@@ -48,9 +48,10 @@ device groups* after splitting on another dimension (e.g. ``data2`` meshes, or
 the reduce-scatter form (``windowed_dot_general_body_rs``). Only ``n`` divisible by
 4 is windowed here.
 
+>>> from sim.compute import Matmul
 >>> w = WindowedDot(gathered=1, at_contracting=True, partitions=8, other_bytes=10,
-...                 gathered_bytes=8, out_bytes=100, flops=800.0)
->>> w.iterations, w.permute_bytes, [s for s in w.stages()]
+...                 gathered_bytes=8, out_bytes=100, matmul=Matmul(1, 4, 10, 10))
+>>> w.iterations, w.permute_bytes, [(s.flops, s.hbm_bytes) for s in w.stages()]
 (2, 1, [(200.0, 112), (200.0, 312)])
 >>> keeps_window(compute_s=4.0, gather_s=1.0, partitions=8)  # compute hides the ring
 True
@@ -65,6 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aoizora.stage1.program import Op, Sharding
+from sim.compute import Matmul, Work
 
 __all__ = ["DotTimes", "WindowedDot", "keeps_window", "window_shape"]
 
@@ -73,11 +75,11 @@ __all__ = ["DotTimes", "WindowedDot", "keeps_window", "window_shape"]
 class DotTimes:
     """How Stage 1 prices the two sides of XLA's cost rule on one chip.
 
-    ``compute_s(flops, hbm_bytes)`` is one kernel's time, ``gather_s(group_size,
+    ``compute_s(work)`` is one kernel's time (the compute model), ``gather_s(group_size,
     bytes_per_device)`` one all-gather's (its output bytes per device).
     """
 
-    compute_s: Callable[[float, float], float]
+    compute_s: Callable[[Work], float]
     gather_s: Callable[[int, float], float]
 
 
@@ -87,7 +89,7 @@ class WindowedDot:
 
     ``gathered`` is the operand the loop passes around (0 = lhs, 1 = rhs);
     ``gathered_bytes`` its bytes once gathered, ``other_bytes`` the other
-    operand's, ``out_bytes`` the result's; ``flops`` the whole dot's.
+    operand's, ``out_bytes`` the result's; ``matmul`` the whole dot on one device.
     """
 
     gathered: int
@@ -96,7 +98,18 @@ class WindowedDot:
     other_bytes: int
     gathered_bytes: int
     out_bytes: int
-    flops: float
+    matmul: Matmul
+
+    @property
+    def flops(self) -> float:
+        """The whole dot's FLOPs on one device."""
+        return self.matmul.flops
+
+    @property
+    def work(self) -> Work:
+        """The dot as one kernel: both operands read, the result written."""
+        nbytes = self.other_bytes + self.gathered_bytes + self.out_bytes
+        return Work(matmuls=(self.matmul,), hbm_bytes=nbytes)
 
     @property
     def iterations(self) -> int:
@@ -108,15 +121,17 @@ class WindowedDot:
         """One shard of the gathered operand: the buffer of each of the loop's permutes."""
         return self.gathered_bytes // self.partitions
 
-    def stages(self) -> list[tuple[float, int]]:
-        """(FLOPs, HBM bytes) of the two partial dots of one iteration."""
+    def stages(self) -> list[Work]:
+        """The two partial dots of one iteration: ``2 / n`` of the dot each, and their bytes."""
         n, x, o = self.partitions, self.other_bytes, self.out_bytes
         shards = 2 * self.gathered_bytes // n
-        flops = self.flops * 2 / n
+        mm = self.matmul
+        part_mm = (Matmul(mm.batch * 2 / n, mm.m, mm.k, mm.n),)
         if self.at_contracting:
-            return [(flops, x + o + shards), (flops, x + 3 * o + shards)]
+            first, second = x + o + shards, x + 3 * o + shards
+            return [Work(part_mm, hbm_bytes=first), Work(part_mm, hbm_bytes=second)]
         part = x + 6 * o // n + shards
-        return [(flops, part), (flops, part)]
+        return [Work(part_mm, hbm_bytes=part), Work(part_mm, hbm_bytes=part)]
 
 
 def keeps_window(*, compute_s: float, gather_s: float, partitions: int) -> bool:

@@ -58,7 +58,14 @@ import numpy as np
 
 from aoizora.errors import AoizoraError, ValidationError
 from aoizora.studies.validation import Measurement, predict_collective, row_slice
-from sim.topology import Slice, load_chip, load_slice, make_slice, topologies_dir
+from sim.topology import (
+    Slice,
+    load_chip,
+    load_slice,
+    make_slice,
+    shipped_topologies_dir,
+    topologies_dir,
+)
 
 __all__ = [
     "OVERHEAD_MODES",
@@ -74,7 +81,10 @@ __all__ = [
     "file_sha256",
     "information_shares",
     "load_calibration",
+    "quote_key",
+    "refuse_shipped",
     "row_sigma_s",
+    "toml_value",
     "write_calibrated_topology",
 ]
 
@@ -438,10 +448,11 @@ def default_output_path(generation: str, tag: str) -> Path:
         raise CalibrationError(
             f"tag {tag!r} must be letters, digits, '_' or '-', e.g. 'scalingbook-2025'"
         )
-    return topologies_dir() / "calibrated" / f"{generation}.{tag}.toml"
+    return shipped_topologies_dir() / "calibrated" / f"{generation}.{tag}.toml"
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value (inline tables for dicts)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -452,14 +463,15 @@ def _toml_value(value: Any) -> str:
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
         return f'"{escaped}"'
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def _quote_key(key: str) -> str:
-    return key if re.match(r"^[A-Za-z0-9_\-]+$", key) else _toml_value(key)
+def quote_key(key: str) -> str:
+    """A TOML key, quoted when it is not a bare key."""
+    return key if re.match(r"^[A-Za-z0-9_\-]+$", key) else toml_value(key)
 
 
 def _calibration_table(fit: CalibrationFit) -> list[str]:
@@ -467,30 +479,30 @@ def _calibration_table(fit: CalibrationFit) -> list[str]:
     lines = [
         "",
         "[calibration]",
-        f"format = {_toml_value(_FORMAT)}",
-        f"method = {_toml_value(fit.method)}",
-        f"fitted = {_toml_value(list(fit.fitted))}",
-        f"measurement_file = {_toml_value(fit.source_name)}",
-        f"measurement_sha256 = {_toml_value(fit.source_sha256)}",
+        f"format = {toml_value(_FORMAT)}",
+        f"method = {toml_value(fit.method)}",
+        f"fitted = {toml_value(list(fit.fitted))}",
+        f"measurement_file = {toml_value(fit.source_name)}",
+        f"measurement_sha256 = {toml_value(fit.source_sha256)}",
         "shipped_link_bandwidth_bytes_per_s = "
-        + _toml_value(fit.shipped_link_bandwidth_bytes_per_s),
-        f"shipped_hop_latency_s = {_toml_value(fit.shipped_hop_latency_s)}",
-        f"rms_residual_s = {_toml_value(fit.rms_residual_s)}",
-        f"mape_percent = {_toml_value(fit.mape_percent)}",
-        f"skipped_rows = {_toml_value(list(fit.skipped))}",
+        + toml_value(fit.shipped_link_bandwidth_bytes_per_s),
+        f"shipped_hop_latency_s = {toml_value(fit.shipped_hop_latency_s)}",
+        f"rms_residual_s = {toml_value(fit.rms_residual_s)}",
+        f"mape_percent = {toml_value(fit.mape_percent)}",
+        f"skipped_rows = {toml_value(list(fit.skipped))}",
         "",
         "[calibration.overhead_s]",
     ]
-    lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in fit.overhead_s)
+    lines.extend(f"{quote_key(k)} = {toml_value(v)}" for k, v in fit.overhead_s)
     for r in fit.residuals:
         lines += [
             "",
             "[[calibration.residuals]]",
-            f"row_id = {_toml_value(r.row_id)}",
-            f"kind = {_toml_value(r.kind)}",
-            f"measured_s = {_toml_value(r.measured_s)}",
-            f"fitted_s = {_toml_value(r.fitted_s)}",
-            f"residual_s = {_toml_value(r.residual_s)}",
+            f"row_id = {toml_value(r.row_id)}",
+            f"kind = {toml_value(r.kind)}",
+            f"measured_s = {toml_value(r.measured_s)}",
+            f"fitted_s = {toml_value(r.fitted_s)}",
+            f"residual_s = {toml_value(r.residual_s)}",
         ]
     return lines
 
@@ -503,16 +515,8 @@ def write_calibrated_topology(
     Refuses to write over any shipped ``topologies/<gen>.toml`` and, unless
     ``force``, over an existing file.
     """
-    out = Path(path)
-    shipped_dir = topologies_dir().resolve()
-    if out.resolve().parent == shipped_dir or out.name == f"{fit.generation}.toml":
-        raise CalibrationError(
-            f"refusing to write {str(out)!r}: shipped topology files never change; write "
-            f"beside them, e.g. {default_output_path(fit.generation, 'mytag')}"
-        )
-    if out.exists() and not force:
-        raise CalibrationError(f"{str(out)!r} exists; pass --force to replace it, or another --out")
-    shipped_path = topologies_dir() / f"{fit.generation}.toml"
+    out = refuse_shipped(Path(path), fit.generation, force=force)
+    shipped_path = topologies_dir(fit.generation) / f"{fit.generation}.toml"
     with shipped_path.open("rb") as fh:
         shipped = tomllib.load(fh)
     note = (
@@ -544,14 +548,29 @@ def write_calibrated_topology(
         elif key == "collective_overhead_s" and "overhead:*" in fit.fitted:
             value = {"value": fit.overhead_for("*"), "source": note + repr(value["value"])}
             value["source"] += "; determined by rows " + cited_rows(fit, "*")
-        lines.append(f"{_quote_key(key)} = {_toml_value(value)}")
+        lines.append(f"{quote_key(key)} = {toml_value(value)}")
     for name, table in tables:
         lines.append("")
-        lines.append(f"[{_quote_key(name)}]")
-        lines.extend(f"{_quote_key(k)} = {_toml_value(v)}" for k, v in table.items())
+        lines.append(f"[{quote_key(name)}]")
+        lines.extend(f"{quote_key(k)} = {toml_value(v)}" for k, v in table.items())
     lines += _calibration_table(fit)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def refuse_shipped(out: Path, generation: str, *, force: bool) -> Path:
+    """``out`` unless it is in the shipped topology folder, or exists and ``force`` is off.
+
+    ``DIR/<generation>.toml`` elsewhere is allowed: ``--topology-dir DIR`` reads it.
+    """
+    if out.resolve().parent == shipped_topologies_dir().resolve():
+        raise CalibrationError(
+            f"refusing to write {str(out)!r}: shipped topology files never change; write "
+            f"beside them, e.g. {default_output_path(generation, 'mytag')}"
+        )
+    if out.exists() and not force:
+        raise CalibrationError(f"{str(out)!r} exists; pass --force to replace it, or another --out")
     return out
 
 

@@ -9,9 +9,11 @@ slice's shape and replayed on the network with those wrap links, which is exactl
 the question "what would wrap-around links buy us".
 
 Each row reports the best simulated step latency, the speedups over the baselines,
-and the peak and mean link utilisation of the winner's simulated step (bytes a
-link carried / (its bandwidth x the step time), from the simulator's link records;
-kept in the ``links/`` cache, since a full replay of a 256-chip step takes seconds).
+and the peak and mean link utilisation of the winner's simulated step: each link's
+busy time over the whole step (every region's run times its run count:
+:func:`aoizora.replay.step_link_totals`) divided by the step time, from the
+simulator's link records; kept in the ``links/`` cache, since a full replay of a
+256-chip step takes seconds.
 
     >>> from sim.topology import parse_slice_spec
     >>> parse_slice_spec("v5e:4x4+wrap=10").spec
@@ -21,20 +23,21 @@ kept in the ``links/`` cache, since a full replay of a 256-chip step takes secon
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aoizora.cache import JsonCache, links_key, plan_caches
 from aoizora.errors import AoizoraError
 from aoizora.hlo.graph import graph_from_text
+from aoizora.hlo.nodes import CollectiveGraph
+from aoizora.plan.fields import compute_model_json
 from aoizora.planner import PlanOutcome, Progress, run_plan
-from aoizora.replay import replay
+from aoizora.replay import ReplayResult, replay, step_link_totals
 from aoizora.workloads.base import Workload
 from sim.errors import SimError
-from sim.records import SimResult
 from sim.topology import Slice
 
-__all__ = ["WhatIfRow", "run_whatif", "whatif_row"]
+__all__ = ["WhatIfRow", "run_whatif", "step_utilisation", "whatif_row"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class WhatIfRow:
     error: str | None = None
     search_gap: float | None = None
     search_bound_s: float | None = None
+    compute_model: dict[str, Any] | None = field(default=None, compare=False)
 
     def speedup_over(self, name: str) -> float | None:
         """Baseline latency / winner latency (None when either is missing)."""
@@ -79,12 +83,15 @@ class WhatIfRow:
             "plan_s": self.plan_s,
             "search_gap": self.search_gap,
             "search_bound_s": self.search_bound_s,
+            "compute_model": self.compute_model,
             "error": self.error,
         }
 
 
-def _utilisation(sim: SimResult) -> tuple[float, float]:
-    values = [link.utilisation for link in sim.links]
+def step_utilisation(result: ReplayResult, graph: CollectiveGraph) -> tuple[float, float]:
+    """Peak and mean over links of (busy time over the step) / step time."""
+    step = result.step_time_s
+    values = [t.busy_s / step for t in step_link_totals(result, graph)] if step > 0 else []
     if not values:
         return 0.0, 0.0
     return max(values), sum(values) / len(values)
@@ -101,7 +108,8 @@ def _winner_utilisation(outcome: PlanOutcome, cache: JsonCache | None) -> tuple[
         got = cache.get(key)
         if got is not None:
             return float(got["peak"]), float(got["mean"])
-    peak, mean = _utilisation(replay(graph_from_text(hlo_text), outcome.slice_, order).sim)
+    graph = graph_from_text(hlo_text)
+    peak, mean = step_utilisation(replay(graph, outcome.slice_, order), graph)
     if cache is not None and key is not None:
         cache.put(key, {"peak": peak, "mean": mean})
     return peak, mean
@@ -125,6 +133,7 @@ def whatif_row(spec: str, outcome: PlanOutcome, *, cache: JsonCache | None = Non
         plan_s=dict(outcome.timings_s)["total"],
         search_gap=None if outcome.search is None else outcome.search.gap,
         search_bound_s=None if outcome.search is None else outcome.search.bound_s,
+        compute_model=compute_model_json(outcome.slice_.chip),
     )
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -187,6 +187,51 @@ def _merge(
     return out, lse
 
 
+_Partial = tuple[jax.Array, jax.Array]  # a normalised partial attention and its log-sum-exp
+_Chunk = tuple[jax.Array, ...]
+
+
+def _sender(
+    seq_name: str | tuple[str, ...], perm: list[tuple[int, int]]
+) -> Callable[[_Chunk], _Chunk]:
+    """Send every array of a chunk one step along the ring ``perm``."""
+
+    def send(chunk: _Chunk) -> _Chunk:
+        return tuple(jax.lax.ppermute(x, seq_name, perm) for x in chunk)
+
+    return send
+
+
+def _ring_loop(
+    first: tuple[jax.Array, ...],
+    steps: int,
+    send: Callable[[tuple[jax.Array, ...]], tuple[jax.Array, ...]],
+    attend: Callable[[tuple[jax.Array, ...], jax.Array | int], _Partial],
+) -> _Partial:
+    """Attend to ``steps`` K/V chunks travelling a ring, the next one in flight meanwhile.
+
+    Step ``i`` sends the chunk it attends to on to the next device while attending
+    to it, so one transfer overlaps each chunk's attention (Ring Attention, Liu et
+    al. 2023, sec. 3); in a loop, as ring kernels run it, XLA cannot hoist every
+    transfer ahead of the attention (an unrolled chain of permutes it schedules
+    back to back). ``steps - 1`` sends in all.
+    """
+    out, lse = attend(first, 0)
+    if steps == 1:
+        return out, lse
+
+    def body(i: jax.Array, carry: tuple[tuple[jax.Array, ...], jax.Array, jax.Array]) -> Any:
+        chunk, acc, acc_lse = carry
+        following = send(chunk)  # independent of this step's attention: they overlap
+        o_s, l_s = attend(chunk, i)
+        acc, acc_lse = _merge(acc, acc_lse, o_s, l_s)
+        return following, acc, acc_lse
+
+    chunk, out, lse = jax.lax.fori_loop(1, steps - 1, body, (send(first), out, lse))
+    o_s, l_s = attend(chunk, steps - 1)
+    return _merge(out, lse, o_s, l_s)
+
+
 @dataclass(frozen=True)
 class _Call:
     """One sharded attention call: the mesh, the q sharding and the kernel."""
@@ -238,22 +283,17 @@ def _ring(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
         # PartitionSpec's order (checked: a +1 shift over ('context', 'fsdp') on a
         # (fsdp=2, context=4) mesh gives [7 6 0 1 2 3 4 5]), so "chunk idx - step" is wrong.
         perm = [(j, (j + 1) % n_seq) for j in range(n_seq)]
-        out: jax.Array | None = None
-        lse: jax.Array | None = None
-        for step in range(n_seq):
-            valid = pos < call.kv_valid_len if needs_mask else None
-            o_s, l_s = local_attention(ql, kl, vl, valid, kernel=call.kernel, with_lse=True)
+
+        def attend(chunk: tuple[jax.Array, ...], step: jax.Array | int) -> _Partial:
+            valid = chunk[2] < call.kv_valid_len if needs_mask else None
+            o_s, l_s = local_attention(
+                ql, chunk[0], chunk[1], valid, kernel=call.kernel, with_lse=True
+            )
             assert l_s is not None
-            if out is None or lse is None:
-                out, lse = o_s, l_s
-            else:
-                out, lse = _merge(out, lse, o_s, l_s)
-            if step + 1 < n_seq:
-                kl = jax.lax.ppermute(kl, seq_name, perm)
-                vl = jax.lax.ppermute(vl, seq_name, perm)
-                if needs_mask:
-                    pos = jax.lax.ppermute(pos, seq_name, perm)
-        assert out is not None
+            return o_s, l_s
+
+        chunk = (kl, vl, pos) if needs_mask else (kl, vl)
+        out, _ = _ring_loop(chunk, n_seq, _sender(seq_name, perm), attend)
         return out.astype(ql.dtype)
 
     positions = jnp.arange(k.shape[2], dtype=jnp.int32)
@@ -283,20 +323,19 @@ def _usp(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array, ulysses: int) ->
         # The U chunks of ring position r are contiguous: keys r*U*c .. (r+1)*U*c - 1.
         r = jax.lax.axis_index(seq_name) // u_deg
         block = kl.shape[2]
-        out: jax.Array | None = None
-        lse: jax.Array | None = None
-        for step in range(r_deg):
+
+        def attend(chunk: tuple[jax.Array, ...], step: jax.Array | int) -> _Partial:
             valid = None
             if call.needs_mask:
                 start = ((r - step) % r_deg) * block
                 valid = start + jnp.arange(block) < call.kv_valid_len
-            o_s, l_s = local_attention(ql, kl, vl, valid, kernel=call.kernel, with_lse=True)
+            o_s, l_s = local_attention(
+                ql, chunk[0], chunk[1], valid, kernel=call.kernel, with_lse=True
+            )
             assert l_s is not None
-            out, lse = (o_s, l_s) if out is None or lse is None else _merge(out, lse, o_s, l_s)
-            if step + 1 < r_deg:
-                kl = jax.lax.ppermute(kl, seq_name, perm)
-                vl = jax.lax.ppermute(vl, seq_name, perm)
-        assert out is not None
+            return o_s, l_s
+
+        out, _ = _ring_loop((kl, vl), r_deg, _sender(seq_name, perm), attend)
         out = out.astype(ql.dtype)
         return jax.lax.all_to_all(out, seq_name, 2, 1, tiled=True, axis_index_groups=groups)
 

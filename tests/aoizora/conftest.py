@@ -7,10 +7,14 @@ session, whichever test asks first.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.aoizora.maxdiffusion_reader import check_plan_document
 
 # Test processes may load libtpu at once; no TPU is ever opened (AOT compiles only).
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -28,3 +32,50 @@ def plan_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if keep:
         return Path(keep)
     return tmp_path_factory.mktemp("aoizora-plan-cache")
+
+
+def _plan_files(directory: Path) -> list[str]:
+    """Texts of the plan files (schema aoizora.plan/2) under ``directory`` that load_plan
+    accepts (tests also write broken plans on purpose, to see them refused)."""
+    from aoizora.errors import PlanError
+    from aoizora.plan import PLAN_SCHEMA, load_plan
+
+    texts = []
+    for path in sorted(directory.rglob("*.json")):
+        try:
+            text = path.read_text(encoding="utf-8")
+            if json.loads(text).get("schema") != PLAN_SCHEMA:
+                continue
+            load_plan(path)
+        except (OSError, ValueError, AttributeError, PlanError):
+            continue
+        texts.append(text)
+    return texts
+
+
+@pytest.fixture(autouse=True)
+def every_plan_written_is_checked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Every plan a test writes -- in this process (``Plan.to_json``) or by a command it
+    runs into its ``tmp_path`` -- validates against docs/plan.schema.json, and every Wan
+    plan among them exports to maxdiffusion and reads back, or is refused in one line
+    (tests/aoizora/maxdiffusion_reader.py)."""
+    from aoizora.plan.file import Plan
+
+    written: dict[str, None] = {}
+    real = Plan.to_json
+
+    def to_json(self: Plan) -> str:
+        text = real(self)
+        written[text] = None
+        return text
+
+    monkeypatch.setattr(Plan, "to_json", to_json)
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    monkeypatch.setattr(Plan, "to_json", real)
+    if tmp is not None:
+        written.update(dict.fromkeys(_plan_files(tmp)))
+    for text in written:
+        check_plan_document(text)

@@ -26,7 +26,7 @@ from aoizora.studies.validation import (
     parse_measurements,
     predict_collective,
 )
-from sim.topology import topologies_dir
+from sim.topology import Chip, load_chip, topologies_dir
 
 TRUE_BANDWIDTH = 3.7e10
 TRUE_LATENCY = 1.7e-6
@@ -189,17 +189,32 @@ def test_underdetermined_fits_say_what_to_change() -> None:
         calibrate(one_size, generation="v5e", overhead="sometimes")
 
 
+def load_chip_shipped(generation: str) -> Chip:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("AOIZORA_TOPOLOGIES_DIR", raising=False)
+        return load_chip(generation)
+
+
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_written_file_round_trips_and_never_replaces_the_shipped_one(tmp_path: Path) -> None:
+def test_written_file_round_trips_and_never_replaces_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shipped = topologies_dir() / "v5e.toml"
     before = _sha(shipped)
     fit = calibrate(_synthetic(_rows(EXACT_CASES)), generation="v5e", source_name="synthetic")
-    for bad in (shipped, topologies_dir() / "v5e.other.toml", tmp_path / "v5e.toml"):
+    for bad in (shipped, topologies_dir() / "v5e.other.toml"):
         with pytest.raises(CalibrationError, match="shipped topology files never change"):
             write_calibrated_topology(fit, bad)
+    # A folder of <generation>.toml files is what --topology-dir reads: v5e from it,
+    # every other generation shipped.
+    folder = write_calibrated_topology(fit, tmp_path / "cal" / "v5e.toml").parent
+    monkeypatch.setenv("AOIZORA_TOPOLOGIES_DIR", str(folder))
+    assert load_chip("v5e").link_bandwidth_bytes_per_s == fit.link_bandwidth_bytes_per_s
+    assert load_chip("v6e") == load_chip_shipped("v6e")
+    monkeypatch.delenv("AOIZORA_TOPOLOGIES_DIR")
     out = write_calibrated_topology(fit, tmp_path / "v5e.synthetic.toml")
     with pytest.raises(CalibrationError, match="--force"):
         write_calibrated_topology(fit, out)

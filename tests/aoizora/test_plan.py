@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.metadata
 import json
 import random
@@ -24,6 +25,7 @@ from aoizora.plan import (
     PlanInput,
     PredictedLatencies,
     Provenance,
+    compute_model_json,
     load_plan,
 )
 from aoizora.workloads.rules import Rules, logical_to_pspec
@@ -403,3 +405,22 @@ def test_partition_specs_follow_the_rules_on_the_planned_mesh() -> None:
     assert specs == (P(("context", "data"), None), P("data", "context", None))
     one_axis = _plan("v5e:2x2", (1, 4), pick=0)  # data=1 is dropped from every spec
     assert one_axis.partition_specs() == (P("context", None), P(None, "context", None))
+
+
+def test_the_compute_model_is_recorded_and_round_trips(tmp_path: Path) -> None:
+    chip = load_slice("v5e:2x4").chip
+    model = compute_model_json(chip)
+    plan = dataclasses.replace(
+        _plan(), compute_model=json.dumps(model, sort_keys=True, separators=(",", ":"))
+    )
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    back = aoizora.load_plan(path)
+    recorded = json.loads(path.read_text())["compute_model"]
+    assert recorded == model and json.loads(back.compute_model) == model
+    assert (
+        recorded["attention_efficiency"][recorded["attention_kernel"]] == chip.compute.attention_eff
+    )
+    assert recorded["parameter_file"] == "topologies/v5e.toml"
+    # A plan without one (written before the compute model) still loads.
+    assert Plan.from_json(_plan().to_json()).compute_model == ""

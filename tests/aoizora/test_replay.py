@@ -16,8 +16,12 @@ from sim.engine import simulate
 from sim.topology import load_chip, load_slice
 
 V5E = load_chip("v5e")
+C = V5E.compute  # the compute model's parameters (sim/compute.py): tile 128, no padding below
 N = 4096  # the dot below: f32[N,N] x f32[N,N]
-DOT_S = max(2 * N**3 / V5E.bf16_flops_per_s, 3 * N * N * 4 / V5E.hbm_bandwidth_bytes_per_s)
+DOT_S = max(
+    2 * N**3 / (V5E.bf16_flops_per_s * C.matmul_efficiency),
+    3 * N * N * 4 / (V5E.hbm_bandwidth_bytes_per_s * C.hbm_efficiency),
+)
 AG_BYTES = 8 * 2**20  # gathered output per device
 # bidir ring over 2 chips: both directions' halves cross the one link 0->1: B/2 bytes + 1 hop
 AG_S = V5E.hop_latency_s + (AG_BYTES / 2) / V5E.link_bandwidth_bytes_per_s
@@ -111,7 +115,7 @@ ENTRY %main (p: f32[1048576]) -> f32[1048576] {
     g = graph_from_text(body)
     r = replay(g, s, order)  # type: ignore[arg-type]
     # the slice reads and writes 4 MiB; the induction add reads 2 and writes 1 s32
-    slice_s = (2 * 1048576 * 4 + 3 * 4) / V5E.hbm_bandwidth_bytes_per_s
+    slice_s = (2 * 1048576 * 4 + 3 * 4) / (V5E.hbm_bandwidth_bytes_per_s * C.hbm_efficiency)
     assert r.region_times_s[1] == pytest.approx(AG_S + slice_s, rel=1e-9)
     assert r.step_time_s == pytest.approx(7 * (AG_S + slice_s), rel=1e-9)
     assert r.collectives[0].count == 7
@@ -169,19 +173,25 @@ def test_opaque_rules() -> None:
         1,
         (),
     )
-    flops = 4 * 2 * 12 * 4096 * 32768 * 128
-    assert opaque_cost_s(splash, V5E) == pytest.approx(flops / V5E.bf16_flops_per_s)
+    flops = 4 * 2 * 12 * 4096 * 32768 * 128  # head_dim 128 fills the 128-wide v5e MXU
+    assert C.mxu_tile == 128
+    assert opaque_cost_s(splash, V5E) == pytest.approx(
+        flops / (V5E.bf16_flops_per_s * C.attention_eff)
+    )
     a, b, out = Shape("bf16", (512, 4096)), Shape("bf16", (4096, 512)), Shape("bf16", (512, 512))
     mm = OpaqueNode(
         1, "online-softmax", "tpu_custom_call", "online-softmax", "c", 1, 0, (a, b), out, 1, ()
     )
-    mm_flops_s = 2 * 512 * 4096 * 512 / V5E.bf16_flops_per_s
-    mm_bytes_s = (a.size_bytes + b.size_bytes + out.size_bytes) / V5E.hbm_bandwidth_bytes_per_s
+    hbm = V5E.hbm_bandwidth_bytes_per_s * C.hbm_efficiency
+    mm_flops_s = 2 * 512 * 4096 * 512 / (V5E.bf16_flops_per_s * C.matmul_efficiency)
+    mm_bytes_s = (a.size_bytes + b.size_bytes + out.size_bytes) / hbm
     assert opaque_cost_s(mm, V5E) == pytest.approx(max(mm_flops_s, mm_bytes_s))
     other = OpaqueNode(2, "k", "tpu_custom_call", "", "c", 1, 0, (a,), a, 1, ())
-    assert opaque_cost_s(other, V5E) == pytest.approx(
-        2 * a.size_bytes / V5E.hbm_bandwidth_bytes_per_s
-    )
+    assert opaque_cost_s(other, V5E) == pytest.approx(2 * a.size_bytes / hbm)
+    # On a 256-wide MXU, Q.K^T contracts 128 of 256 rows: the attention FLOPs cost 1.5x.
+    v6e = load_chip("v6e")
+    ratio = opaque_cost_s(splash, v6e) * v6e.bf16_flops_per_s * v6e.compute.attention_eff / flops
+    assert v6e.compute.mxu_tile == 256 and ratio == pytest.approx(1.5)
 
 
 def test_wrong_device_count_is_a_placement_error() -> None:

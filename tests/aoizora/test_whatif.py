@@ -19,7 +19,7 @@ from aoizora.cache import JsonCache, links_key
 from aoizora.commands.whatif import render_rows, rows_to_csv
 from aoizora.hlo.graph import graph_from_text
 from aoizora.planner import run_plan
-from aoizora.replay import replay
+from aoizora.replay import replay, step_link_totals
 from aoizora.studies.whatif import run_whatif, whatif_row
 from aoizora.workloads.base import Workload, user_workload
 from aoizora.workloads.rules import Rules
@@ -85,12 +85,10 @@ def test_run_whatif_rows_match_their_plans(plan_cache_dir: Path) -> None:
         outcome = run_plan(workload, parse_slice_spec(spec), top_k=2, cache_dir=str(plan_cache_dir))
         assert row.step_s == outcome.winner_q2_s
         assert row.winner == outcome.winner.candidate.id
-        run = replay(
-            graph_from_text(outcome.winner.compile.hlo_text),
-            outcome.slice_,
-            outcome.winner_placement.order,
-        )
-        utils = [link.utilisation for link in run.sim.links]
+        graph = graph_from_text(outcome.winner.compile.hlo_text)
+        run = replay(graph, outcome.slice_, outcome.winner_placement.order)
+        # Busy time over the whole step: every region's link records times its runs.
+        utils = [t.busy_s / run.step_time_s for t in step_link_totals(run, graph)]
         assert row.peak_link_utilisation == max(utils)
         assert row.mean_link_utilisation == pytest.approx(sum(utils) / len(utils))
         for name, q2 in row.baselines_s:
@@ -198,7 +196,9 @@ def test_whatif_across_generations_in_one_table(plan_cache_dir: Path) -> None:
     assert v5e is not None and v6e is not None and tpu7x is not None
     assert v5e > v6e > tpu7x
     table = render_rows(rows)
-    assert len(table.splitlines()) == 2 + 3 and "4 (8 devices)" in table
+    # header, rule, a row per slice, then the compute model of each generation
+    assert len(table.splitlines()) == 2 + 3 + 3 and "4 (8 devices)" in table
+    assert table.count("compute model (") == 3 and "topologies/tpu7x.toml" in table
     parsed = list(csv.DictReader(io.StringIO(rows_to_csv(rows))))
     assert [int(r["num_devices"]) for r in parsed] == [8, 8, 8]
 

@@ -14,7 +14,9 @@ One concept per module:
 - :mod:`aoizora.studies.validation.validate` -- :func:`validate`: predictions grouped by
   workload and slice, with Spearman's rho, top-1 agreement and MAPE per group
   (the statistics live in :mod:`aoizora.metrics`);
-- :mod:`aoizora.studies.validation.gate` -- :class:`Thresholds` and :func:`gate`.
+- :mod:`aoizora.studies.validation.gate` -- :class:`Thresholds` and :func:`gate`;
+- :mod:`aoizora.studies.validation.origin` -- rows that ran on the host CPU (a dry run of
+  ``aoizora measure``): :func:`ran_on_cpu`, :func:`check_tpu_rows`.
 
 The file format is documented in ``docs/validation.md``. Every name is
 re-exported here, so ``from aoizora.studies.validation import ...`` keeps working.
@@ -54,6 +56,7 @@ from aoizora.studies.validation.format import (
     row_slice,
 )
 from aoizora.studies.validation.gate import GateFailure, Thresholds, gate
+from aoizora.studies.validation.origin import CPU_HARDWARE_PREFIX, check_tpu_rows, ran_on_cpu
 from aoizora.studies.validation.predict import (
     DIMWISE,
     Predictor,
@@ -72,6 +75,7 @@ from aoizora.studies.validation.validate import (
 __all__ = [
     "COLLECTIVE_KINDS",
     "COLUMNS",
+    "CPU_HARDWARE_PREFIX",
     "DEFAULT_ATTENTION",
     "DIMWISE",
     "ROW_KINDS",
@@ -85,6 +89,7 @@ __all__ = [
     "StepCase",
     "Thresholds",
     "ValidationReport",
+    "check_tpu_rows",
     "collective_nodes",
     "default_predictors",
     "format_measurements",
@@ -94,6 +99,7 @@ __all__ = [
     "parse_measurements",
     "predict_collective",
     "predict_step",
+    "ran_on_cpu",
     "rank_average",
     "read_measurements",
     "row_slice",

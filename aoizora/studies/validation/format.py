@@ -9,11 +9,15 @@ A measurement file is one CSV with a header row and two kinds of row (column
     buffer ``size_bytes``, optional algorithm.
 ``step``
     one denoising step of a model: model, clip, slice, mesh shape and axes,
-    sharding rules id, attention kind (optional), device order (libtpu ids in
-    mesh-flat order).
+    sharding rules id, attention kind and kernel (optional), device order (libtpu
+    device ids in mesh-flat order), and how a published figure became seconds per
+    step (:mod:`.format_step`).
 
 Both kinds carry the measured latency ``measured_s`` with its spread, the
-hardware and software it ran on and its public ``source``. Lines starting with
+hardware and software it ran on (``software_date``: when that software was
+current) and its public ``source``; ``status`` marks a row ``history`` (superseded
+by a later measurement of the same configuration) or ``excluded`` (the source
+itself flags it; ``notes`` says why) -- neither is gated. Lines starting with
 ``#`` are comments. Errors name the file and line.
 
 Example
@@ -39,6 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aoizora.errors import ValidationError
+from aoizora.studies.validation.cells import cell_error as _err
+from aoizora.studies.validation.cells import parse_float as _float
+from aoizora.studies.validation.format_step import STEP_COLUMNS, StepCase, step_case, step_cells
 from sim.errors import SimError
 from sim.topology import Slice, load_slice, make_slice
 
@@ -47,6 +54,7 @@ __all__ = [
     "COLUMNS",
     "ROW_KINDS",
     "SPREAD_KINDS",
+    "STATUSES",
     "CollectiveCase",
     "Coord",
     "Measurement",
@@ -71,6 +79,9 @@ COLLECTIVE_KINDS: tuple[str, ...] = (
 # half-width of a min..max range, the uncertainty of reading a published
 # figure, or not reported by the source (then spread_s stays empty).
 SPREAD_KINDS: tuple[str, ...] = ("std", "range", "reading", "unreported")
+# Rows the gate leaves out: superseded by a later measurement of the same
+# configuration, or flagged by the source itself (empty status: gated).
+STATUSES: tuple[str, ...] = ("history", "excluded")
 
 # Column order of the file format; a file must have a header naming a subset
 # that includes the required ones (unknown columns are an error, to catch typos).
@@ -90,23 +101,25 @@ COLUMNS: tuple[str, ...] = (
     "rules_id",
     "attention",
     "device_order",
+    "attention_kernel",
+    "phase",
+    "steps",
+    "figure_s",
+    "other_s",
     "measured_s",
     "spread_s",
     "spread_kind",
     "hardware",
     "software",
+    "software_date",
+    "status",
     "source",
     "notes",
 )
 _REQUIRED = ("row_id", "kind", "slice", "measured_s", "spread_kind", "source")
 _COLLECTIVE_ONLY = ("collective", "groups", "size_bytes", "algorithm")
-_STEP_ONLY = ("model", "clip", "mesh_shape", "mesh_axes", "rules_id", "device_order")
-# Optional step columns (added after the first format; files without them still parse).
-_STEP_OPTIONAL = ("attention",)
 _ROW_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
-_SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
-_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+_DATE_RE = re.compile(r"^20[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$")
 
 Coord = tuple[int, ...]
 
@@ -128,27 +141,6 @@ class CollectiveCase:
 
 
 @dataclass(frozen=True)
-class StepCase:
-    """What a ``step`` row measured: one denoising step of ``model`` on ``clip``.
-
-    ``clip`` is ``FRAMESxHEIGHTxWIDTH`` (e.g. ``81x480x832``); ``device_order``
-    lists libtpu device ids in mesh-flat (row-major) order, as
-    :meth:`aoizora.placement.device_order.DeviceOrder.from_physical_ids` takes them.
-    ``attention`` is the attention kind (``gather_kv``, ``ulysses``, ``ring``
-    for Wan); ``None`` when the row leaves it empty -- the step predictor then
-    takes maxdiffusion's default (see :mod:`aoizora.studies.validation.step`).
-    """
-
-    model: str
-    clip: str
-    mesh_shape: tuple[int, ...]
-    mesh_axes: tuple[str, ...]
-    rules_id: str
-    device_order: tuple[int, ...]
-    attention: str | None = None
-
-
-@dataclass(frozen=True)
 class Measurement:
     """One row of a measurement file."""
 
@@ -166,6 +158,13 @@ class Measurement:
     collective: CollectiveCase | None = None
     step: StepCase | None = None
     line: int = field(default=0, compare=False)
+    software_date: str = ""
+    status: str = ""
+
+    @property
+    def gated(self) -> bool:
+        """Whether the gate holds this row (neither history nor excluded)."""
+        return not self.status
 
     @property
     def workload(self) -> str:
@@ -192,34 +191,6 @@ class Measurement:
 
 
 # --------------------------------------------------------------------------- parsing
-
-
-def _err(name: str, line: int, message: str) -> ValidationError:
-    return ValidationError(f"{name}:{line}: {message}")
-
-
-def _float(text: str, *, column: str, name: str, line: int, positive: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise _err(
-            name, line, f"{column}={text!r} is not a number; write seconds, e.g. 6.8e-04"
-        ) from None
-    if not math.isfinite(value) or (value <= 0 if positive else value < 0):
-        rule = "a positive" if positive else "a non-negative"
-        raise _err(name, line, f"{column}={text!r} must be {rule} finite number, e.g. 6.8e-04")
-    return value
-
-
-def _ints(text: str, *, column: str, name: str, line: int) -> tuple[int, ...]:
-    try:
-        return tuple(int(t) for t in text.split())
-    except ValueError:
-        raise _err(
-            name,
-            line,
-            f"{column}={text!r} must be integers separated by spaces, e.g. '0 1 3 2'",
-        ) from None
 
 
 def _wrap(text: str, *, name: str, line: int) -> tuple[bool, ...] | None:
@@ -405,63 +376,6 @@ def _collective_case(
     )
 
 
-def _step_mesh(
-    cell: Mapping[str, str], *, name: str, line: int
-) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    if not _SHAPE_RE.match(cell["mesh_shape"]):
-        raise _err(name, line, f"mesh_shape={cell['mesh_shape']!r} must look like '2x4'")
-    mesh_shape = tuple(int(n) for n in cell["mesh_shape"].split("x"))
-    axes = tuple(cell["mesh_axes"].split())
-    if len(axes) != len(mesh_shape) or len(set(axes)) != len(axes):
-        raise _err(
-            name,
-            line,
-            f"mesh_axes={cell['mesh_axes']!r} must name each of the {len(mesh_shape)} "
-            "mesh dimensions once, separated by spaces, e.g. 'data context'",
-        )
-    return mesh_shape, axes
-
-
-def _step_case(
-    cell: Mapping[str, str], shape: tuple[int, ...], *, name: str, line: int
-) -> StepCase:
-    for key in _STEP_ONLY:
-        if not cell[key]:
-            raise _err(name, line, f"a 'step' row needs {key!r}")
-    if not _CLIP_RE.match(cell["clip"]):
-        raise _err(
-            name, line, f"clip={cell['clip']!r} must be FRAMESxHEIGHTxWIDTH, e.g. 81x480x832"
-        )
-    mesh_shape, axes = _step_mesh(cell, name=name, line=line)
-    attention = cell["attention"] or None
-    if attention is not None and not _NAME_RE.match(attention):
-        raise _err(
-            name,
-            line,
-            f"attention={attention!r} must be one attention kind name, e.g. 'gather_kv', or "
-            "empty for maxdiffusion's default",
-        )
-    order = _ints(cell["device_order"], column="device_order", name=name, line=line)
-    chips = math.prod(shape)
-    if sorted(order) != list(range(chips)) or math.prod(mesh_shape) != chips:
-        raise _err(
-            name,
-            line,
-            f"device_order={cell['device_order']!r} must be a permutation of the "
-            f"{chips} chip ids of {cell['slice']} and mesh_shape must multiply to {chips}, "
-            f"e.g. {' '.join(str(i) for i in range(chips))!r}",
-        )
-    return StepCase(
-        model=cell["model"],
-        clip=cell["clip"],
-        mesh_shape=mesh_shape,
-        mesh_axes=axes,
-        rules_id=cell["rules_id"],
-        device_order=order,
-        attention=attention,
-    )
-
-
 def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
     cell = {k: (raw.get(k) or "").strip() for k in COLUMNS}
     for key in _REQUIRED:
@@ -486,11 +400,13 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
             f"wraparound={cell['wraparound']!r} has {len(wrap)} flags but slice "
             f"{cell['slice']} has {len(shape)} dimensions",
         )
-    other = _STEP_ONLY + _STEP_OPTIONAL if kind == "collective" else _COLLECTIVE_ONLY
+    other = STEP_COLUMNS if kind == "collective" else _COLLECTIVE_ONLY
     stray = [k for k in other if cell[k]]
     if stray:
         raise _err(name, line, f"a {kind!r} row must leave {stray} empty")
+    date, status = _date_and_status(cell, name=name, line=line)
     is_collective = kind == "collective"
+    devices = math.prod(shape) * per_chip
     return Measurement(
         row_id=row_id,
         kind=kind,
@@ -508,9 +424,40 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
             if is_collective
             else None
         ),
-        step=None if is_collective else _step_case(cell, shape, name=name, line=line),
+        step=None if is_collective else step_case(cell, num_devices=devices, name=name, line=line),
         line=line,
+        software_date=date,
+        status=status,
     )
+
+
+def _date_and_status(cell: Mapping[str, str], *, name: str, line: int) -> tuple[str, str]:
+    date, status = cell["software_date"], cell["status"]
+    if date and not _DATE_RE.match(date):
+        raise _err(name, line, f"software_date={date!r} must be a date YYYY-MM-DD, e.g. 2026-04-22")
+    if status and status not in STATUSES:
+        raise _err(
+            name, line, f"status={status!r} must be empty (gated) or one of {list(STATUSES)}"
+        )
+    return date, status
+
+
+def _check_unique_configurations(rows: Sequence[Measurement], name: str) -> None:
+    """Two gated step rows of one configuration and slice: the older one is history."""
+    seen: dict[tuple[object, ...], Measurement] = {}
+    for row in rows:
+        if row.step is None or not row.gated:
+            continue
+        key = (row.slice_label, row.step.configuration)
+        first = seen.setdefault(key, row)
+        if first is not row:
+            raise _err(
+                name,
+                row.line,
+                f"row {row.row_id!r} measures the configuration of row {first.row_id!r} "
+                f"(line {first.line}) again; keep the latest software's row gated and set "
+                "status=history on the other",
+            )
 
 
 def parse_measurements(text: str, *, name: str = "<text>") -> tuple[Measurement, ...]:
@@ -550,6 +497,7 @@ def parse_measurements(text: str, *, name: str = "<text>") -> tuple[Measurement,
         rows.append(row)
     if not rows:
         raise ValidationError(f"{name}: the file has a header but no measurement rows")
+    _check_unique_configurations(rows, name)
     return tuple(rows)
 
 
@@ -576,7 +524,7 @@ def format_measurements(rows: Iterable[Measurement]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(COLUMNS)
     for r in rows:
-        c, s = r.collective, r.step
+        c = r.collective
         cells = {
             "row_id": r.row_id,
             "kind": r.kind,
@@ -588,18 +536,14 @@ def format_measurements(rows: Iterable[Measurement]) -> str:
             "groups": c.groups if c else "",
             "size_bytes": str(c.size_bytes) if c else "",
             "algorithm": (c.algorithm or "") if c else "",
-            "model": s.model if s else "",
-            "clip": s.clip if s else "",
-            "mesh_shape": "x".join(str(n) for n in s.mesh_shape) if s else "",
-            "mesh_axes": " ".join(s.mesh_axes) if s else "",
-            "rules_id": s.rules_id if s else "",
-            "attention": (s.attention or "") if s else "",
-            "device_order": " ".join(str(i) for i in s.device_order) if s else "",
+            **step_cells(r.step),
             "measured_s": _fmt_float(r.measured_s),
             "spread_s": "" if r.spread_s is None else _fmt_float(r.spread_s),
             "spread_kind": r.spread_kind,
             "hardware": r.hardware,
             "software": r.software,
+            "software_date": r.software_date,
+            "status": r.status,
             "source": r.source,
             "notes": r.notes,
         }

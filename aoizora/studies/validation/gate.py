@@ -1,7 +1,10 @@
 """The regression gate: each group's metrics against thresholds.
 
-``aoizora validate FILE --min-spearman X --min-top1 X --max-mape X`` exits 1
-when :func:`gate` returns any failure.
+``aoizora validate FILE --min-spearman X --min-top1 X --max-mape X --max-step-mape X
+--min-step-order X`` exits 1 when :func:`gate` returns any failure. Collective groups
+are held to Spearman's rho, top-1 and MAPE; step groups to top-1, their own MAPE limit
+and the order agreement (the measured order of configurations wherever the
+measurements differ by more than their spread).
 
 Example
 -------
@@ -38,6 +41,8 @@ class Thresholds:
     min_spearman: float | None = None
     min_top1: float | None = None
     max_mape_percent: float | None = None
+    max_step_mape_percent: float | None = None
+    min_step_order: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class GateFailure:
     limit: float
 
     def __str__(self) -> str:
-        side = ">=" if self.metric != "mape_percent" else "<="
+        side = "<=" if "mape" in self.metric else ">="
         return (
             f"{self.workload} on {self.slice_label}: {self.metric} = {self.value:.4g} "
             f"(needs {side} {self.limit:g})"
@@ -63,17 +68,18 @@ def gate(report: ValidationReport, thresholds: Thresholds) -> tuple[GateFailure,
     failures: list[GateFailure] = []
     t = thresholds
     for g in report.groups:
-        if t.min_spearman is not None and g.spearman is not None and g.spearman < t.min_spearman:
-            failures.append(
-                GateFailure(g.workload, g.slice_label, "spearman", g.spearman, t.min_spearman)
-            )
-        top1 = 1.0 if g.top1 else 0.0
-        if t.min_top1 is not None and top1 < t.min_top1:
-            failures.append(GateFailure(g.workload, g.slice_label, "top1", top1, t.min_top1))
-        if t.max_mape_percent is not None and g.mape_percent > t.max_mape_percent:
-            failures.append(
-                GateFailure(
-                    g.workload, g.slice_label, "mape_percent", g.mape_percent, t.max_mape_percent
-                )
-            )
+        checks: list[tuple[str, float | None, float | None, bool]] = [
+            ("top1", 1.0 if g.top1 else 0.0, t.min_top1, False)
+        ]
+        if g.kind == "step":
+            checks.append(("step_mape_percent", g.mape_percent, t.max_step_mape_percent, True))
+            checks.append(("step_order", g.order_agreement, t.min_step_order, False))
+        else:
+            checks.append(("spearman", g.spearman, t.min_spearman, False))
+            checks.append(("mape_percent", g.mape_percent, t.max_mape_percent, True))
+        for metric, value, limit, is_max in checks:
+            if value is None or limit is None:
+                continue
+            if (value > limit) if is_max else (value < limit):
+                failures.append(GateFailure(g.workload, g.slice_label, metric, value, limit))
     return tuple(failures)

@@ -16,8 +16,9 @@ Stage-2 pipeline (:mod:`aoizora.planner`):
    compile cache (``<cache_dir>/compiled``) and each graph is also memoised
    for the process (:func:`step_graph`);
 4. ``graph_from_text`` of the compiled HLO, then ``replay`` on the row's slice
-   with ``DeviceOrder.from_physical_ids(device_order)``: the prediction is
-   the replay's ``step_time_s``.
+   with ``DeviceOrder.from_physical_ids(device_order)`` and the row's attention
+   kernel selected in the compute model (:func:`row_chip_slice`; empty: the
+   generation's default): the prediction is the replay's ``step_time_s``.
 
 An empty ``attention`` cell means maxdiffusion's default, :data:`DEFAULT_ATTENTION`.
 
@@ -33,6 +34,7 @@ Clip(width=480, height=256, frames=5)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -47,12 +49,15 @@ from aoizora.replay import replay
 from aoizora.studies.validation.format import Measurement, StepCase, row_slice
 from aoizora.workloads.wan import WAN_CONFIGS, Clip, parse_resolution, wan_workload
 from aoizora.workloads.wan_config import MESH_AXIS_NAMES
+from sim.compute import ComputeParams
+from sim.errors import SimError
 from sim.topology import Slice
 
 __all__ = [
     "DEFAULT_ATTENTION",
     "canonical_mesh",
     "predict_step",
+    "row_chip_slice",
     "step_clip",
     "step_graph",
 ]
@@ -157,9 +162,27 @@ def step_graph(row: Measurement, *, cache_dir: str | None = None) -> CollectiveG
     )
 
 
-def predict_step(row: Measurement, *, cache_dir: str | None = None) -> float:
+def row_chip_slice(row: Measurement, *, compute: ComputeParams | None = None) -> Slice:
+    """The row's slice with the attention kernel it names selected (and, for a
+    calibration, other ``compute`` parameters of the same generation)."""
+    slice_ = row_slice(row)
+    params = compute or slice_.chip.compute
+    kernel = row.step.attention_kernel if row.step is not None else None
+    try:
+        params = params.with_kernel(kernel)
+    except SimError as exc:
+        raise ValidationError(f"row {row.row_id!r} (line {row.line}): {exc}") from None
+    if params == slice_.chip.compute:
+        return slice_
+    return slice_.with_chip(dataclasses.replace(slice_.chip, compute=params))
+
+
+def predict_step(
+    row: Measurement, *, cache_dir: str | None = None, compute: ComputeParams | None = None
+) -> float:
     """Simulated latency (seconds) of ``row``'s step with its device order: the planner's Q2.
 
+    ``compute`` replaces the generation's compute parameters (calibration).
     Raises :class:`~aoizora.errors.ValidationError` naming the row when the
     model, clip, rules, attention or mesh cannot be built, or the compile fails.
     """
@@ -167,7 +190,7 @@ def predict_step(row: Measurement, *, cache_dir: str | None = None) -> float:
         step = _step_of(row)
         graph = step_graph(row, cache_dir=cache_dir)
         shape, ids = canonical_mesh(step)
-        slice_ = row_slice(row)
+        slice_ = row_chip_slice(row, compute=compute)
         order = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=slice_)
         return replay(graph, slice_, order).step_time_s
     except AoizoraError as exc:

@@ -1,10 +1,14 @@
 """Predict every row of a measurement file and compute each group's metrics.
 
 Rows are grouped by :attr:`~aoizora.studies.validation.format.Measurement.group_key`
-(kind, workload, slice): a group is one question -- "rank these placements of
+(kind, workload, slice): a group is one question -- "rank these configurations of
 one step", "follow this size sweep of one collective". Each group gets
-Spearman's rho, top-1 agreement and MAPE (:mod:`aoizora.metrics`); the gate
-(:mod:`aoizora.studies.validation.gate`) holds them against thresholds.
+Spearman's rho, top-1 agreement and MAPE (:mod:`aoizora.metrics`) over its gated
+rows (rows marked ``history`` or ``excluded`` are predicted and reported, not
+gated), and the *order agreement*: of the pairs of gated rows whose measurements
+differ by more than their spreads (``|m_i - m_j| > s_i + s_j``), how many the
+predictions order the same way. The gate (:mod:`aoizora.studies.validation.gate`)
+holds them against thresholds.
 
 Example
 -------
@@ -29,9 +33,10 @@ from dataclasses import dataclass
 from aoizora.errors import ValidationError
 from aoizora.metrics import mape_percent, spearman, top1_agreement
 from aoizora.studies.validation.format import Measurement
+from aoizora.studies.validation.origin import check_tpu_rows
 from aoizora.studies.validation.predict import Predictor
 
-__all__ = ["GroupReport", "RowPrediction", "ValidationReport", "validate"]
+__all__ = ["GroupReport", "RowPrediction", "ValidationReport", "order_pairs", "validate"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,11 @@ class RowPrediction:
     predicted_s: float
     measured_s: float
     spread_s: float | None
+    status: str = ""
+
+    @property
+    def gated(self) -> bool:
+        return not self.status
 
     @property
     def error_percent(self) -> float:
@@ -67,10 +77,18 @@ class GroupReport:
     spearman: float | None
     top1: bool
     mape_percent: float
+    order_pairs: tuple[int, int] = (0, 0)  # (pairs ordered as measured, decisive pairs)
 
     @property
     def n(self) -> int:
-        return len(self.rows)
+        """Gated rows (the metrics' rows)."""
+        return sum(r.gated for r in self.rows)
+
+    @property
+    def order_agreement(self) -> float | None:
+        """Fraction of decisive pairs predicted in the measured order (None: no such pair)."""
+        agree, total = self.order_pairs
+        return agree / total if total else None
 
     def to_json_dict(self) -> dict[str, object]:
         return {
@@ -81,9 +99,12 @@ class GroupReport:
             "spearman": self.spearman,
             "top1": self.top1,
             "mape_percent": self.mape_percent,
+            "order_agreement": self.order_agreement,
+            "order_pairs": {"agree": self.order_pairs[0], "decisive": self.order_pairs[1]},
             "rows": [
                 {
                     "row_id": r.row_id,
+                    "status": r.status or "gated",
                     "predicted_s": r.predicted_s,
                     "measured_s": r.measured_s,
                     "spread_s": r.spread_s,
@@ -107,8 +128,8 @@ class ValidationReport:
 
     @property
     def overall_mape_percent(self) -> float:
-        """MAPE over every row of every group."""
-        rows = [r for g in self.groups for r in g.rows]
+        """MAPE over every gated row of every group."""
+        rows = [r for g in self.groups for r in g.rows if r.gated]
         return mape_percent([r.predicted_s for r in rows], [r.measured_s for r in rows])
 
     @property
@@ -131,10 +152,12 @@ def validate(
     """Predict every row with ``predictors[row.kind]`` and compute each group's metrics.
 
     Raises :class:`ValidationError` when a row's kind has no predictor (the
-    message names the row) or a predictor returns a non-positive latency.
+    message names the row), a predictor returns a non-positive latency, or a row ran on
+    the host CPU, not its TPU slice (:mod:`aoizora.studies.validation.origin`).
     """
     if not rows:
         raise ValidationError("no measurement rows to validate")
+    check_tpu_rows(rows)
     order: list[tuple[str, str, str]] = []
     grouped: dict[tuple[str, str, str], list[RowPrediction]] = {}
     for row in rows:
@@ -161,22 +184,41 @@ def validate(
                 predicted_s=predicted,
                 measured_s=row.measured_s,
                 spread_s=row.spread_s,
+                status=row.status,
             )
         )
-    groups: list[GroupReport] = []
-    for key in order:
-        preds = grouped[key]
-        p = [r.predicted_s for r in preds]
-        m = [r.measured_s for r in preds]
-        groups.append(
-            GroupReport(
-                kind=key[0],
-                workload=key[1],
-                slice_label=key[2],
-                rows=tuple(preds),
-                spearman=spearman(p, m),
-                top1=top1_agreement(p, m, [r.spread_s for r in preds]),
-                mape_percent=mape_percent(p, m),
-            )
-        )
-    return ValidationReport(groups=tuple(groups))
+    return ValidationReport(groups=tuple(_group(key, grouped[key]) for key in order))
+
+
+def order_pairs(rows: Sequence[RowPrediction]) -> tuple[int, int]:
+    """(pairs predicted in the measured order, pairs whose measurements differ beyond spread).
+
+    >>> rows = [RowPrediction("a", 1.0, 1.0, 0.1), RowPrediction("b", 2.0, 3.0, 0.1),
+    ...         RowPrediction("c", 1.5, 1.05, 0.1)]
+    >>> order_pairs(rows)  # a-b and c-b are decisive and ordered; a-c is within spread
+    (2, 2)
+    """
+    agree = total = 0
+    for i, a in enumerate(rows):
+        for b in rows[i + 1 :]:
+            if abs(a.measured_s - b.measured_s) <= (a.spread_s or 0.0) + (b.spread_s or 0.0):
+                continue
+            total += 1
+            agree += (a.predicted_s - b.predicted_s) * (a.measured_s - b.measured_s) > 0
+    return agree, total
+
+
+def _group(key: tuple[str, str, str], preds: Sequence[RowPrediction]) -> GroupReport:
+    gated = [r for r in preds if r.gated] or list(preds)
+    p = [r.predicted_s for r in gated]
+    m = [r.measured_s for r in gated]
+    return GroupReport(
+        kind=key[0],
+        workload=key[1],
+        slice_label=key[2],
+        rows=tuple(preds),
+        spearman=spearman(p, m),
+        top1=top1_agreement(p, m, [r.spread_s for r in gated]),
+        mape_percent=mape_percent(p, m),
+        order_pairs=order_pairs(gated),
+    )

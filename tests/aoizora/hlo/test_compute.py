@@ -63,7 +63,7 @@ def test_flops_match_xla_cost_analysis() -> None:
     ours = 0.0
     for comp in module.computations.values():  # XLA counts a loop body once, as here
         if "fused" not in comp.name and "region" in comp.name or comp is module.entry:
-            ours += sum(model.instruction(comp, i)[0] for i in comp.instructions)
+            ours += sum(model.instruction(comp, i).flops for i in comp.instructions)
     xla = compiled.cost_analysis()["flops"]
     # Analytic, one layer per chip (batch 1 of 8): the projection, QK^T and PV.
     dots = 2 * 512 * 1024 * 1024 + 2 * (2 * 8 * 512 * 512 * 128)

@@ -22,6 +22,7 @@ from aoizora.cache import JsonCache
 from aoizora.candidates.baselines import baseline_candidates
 from aoizora.candidates.space import argument_bytes_per_chip, make_candidate
 from aoizora.compile import cached_compile, compile_candidate, lower
+from aoizora.hlo.graph import graph_from_text
 from aoizora.tpu import slice_backend, topology_devices
 from aoizora.workloads.base import user_workload
 from aoizora.workloads.rules import Rules
@@ -84,8 +85,13 @@ def test_tiny_wan_on_2x4_ulysses_and_ring() -> None:
     res = compile_candidate(TINY, ring, load_slice("v5e:2x4"))
     assert res.ok, res.error
     assert _count(r"collective-permute-start\(", res.hlo_text) >= 2
-    # A ring of 4 runs the kernel 4 times for self-attention, once for cross-attention.
-    assert _count(r'custom_call_target="tpu_custom_call"', res.hlo_text) == 5
+    # A ring of 4 runs the kernel 4 times for self-attention (the first chunk, two in a
+    # loop that overlaps each chunk's transfer with the previous one's attention, the
+    # last), once for cross-attention -- in every layer.
+    assert _count(r'custom_call_target="tpu_custom_call"', res.hlo_text) == 4
+    graph = graph_from_text(res.hlo_text)
+    runs = sum(o.count for o in graph.opaques if o.target == "tpu_custom_call")
+    assert runs == 5 * WAN_CONFIGS["wan-tiny"].num_layers
 
 
 @pytest.mark.slow

@@ -1,0 +1,169 @@
+"""The plan's steps on devices: which configurations, their inputs, and one step's timing.
+
+:func:`step_targets` lists what ``aoizora measure`` times: the winner, the first ``top``
+runners-up and the baselines the plan file records (``alternatives``,
+:mod:`aoizora.plan.alternatives`). A configuration listed twice (a baseline that is the
+winner's sharding in the winner's order) is timed once, under every role it has.
+
+:func:`time_step` builds the workload's step for one configuration on the plan's mesh
+(:func:`aoizora.compile.jit_step`), compiles it, makes random inputs of the right shapes,
+dtypes and shardings on the devices (:func:`random_arguments`; no checkpoint: the time of
+a step does not depend on the weights' values) and times it
+(:func:`aoizora.measure.timing.time_calls`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from aoizora.candidates.space import Candidate
+from aoizora.compile import jit_step
+from aoizora.errors import MeasureError
+from aoizora.measure.devices import plan_mesh
+from aoizora.measure.timing import Clock, Timing, time_calls
+from aoizora.plan import Plan
+from aoizora.workloads.base import Workload
+from aoizora.workloads.wan import WAN_CONFIGS, wan_workload
+
+__all__ = [
+    "INPUT_SCALE",
+    "StepTarget",
+    "plan_workload",
+    "random_arguments",
+    "step_targets",
+    "time_step",
+]
+
+# Standard deviation of the random floating-point inputs: a usual weight-init scale,
+# small enough that bf16 activations stay finite through the layers.
+INPUT_SCALE = 0.02
+
+
+@dataclass(frozen=True)
+class StepTarget:
+    """One configuration to time: its roles, row-id key, plan and predicted step (simulated)."""
+
+    roles: tuple[str, ...]
+    key: str
+    plan: Plan
+    predicted_s: float
+
+    @property
+    def label(self) -> str:
+        return f"{' = '.join(self.roles)} ({self.plan.candidate_id})"
+
+    @property
+    def configuration(self) -> tuple[object, ...]:
+        p = self.plan
+        return (p.mesh_axis_names, p.mesh_shape, p.logical_rules, p.attention, p.physical_ids)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def step_targets(plan: Plan, *, top: int, baselines: bool) -> tuple[StepTarget, ...]:
+    """The winner, the first ``top`` runners-up (Q2 order) and, with ``baselines``, every
+    recorded baseline (by name); one target per distinct configuration."""
+    if top < 0:
+        raise MeasureError(f"--top {top}: give the number of runners-up to time, e.g. --top 2")
+    out = [StepTarget(("winner",), "winner", plan, plan.predicted.winner_s)]
+    runners = [a for a in plan.alternatives if a.role == "runner-up"][:top]
+    for k, alt in enumerate(runners, start=1):
+        variant = plan.alternative_plan(alt)
+        out.append(StepTarget((f"runner-up {k}",), f"runner-up-{k}", variant, alt.step_s))
+    if baselines:
+        for alt in (a for a in plan.alternatives if a.role == "baseline"):
+            out.append(
+                StepTarget(
+                    (f"baseline {alt.name!r}",),
+                    f"baseline-{_slug(alt.name)}",
+                    plan.alternative_plan(alt),
+                    alt.step_s,
+                )
+            )
+    merged: dict[tuple[object, ...], StepTarget] = {}
+    for t in out:
+        first = merged.get(t.configuration)
+        if first is None:
+            merged[t.configuration] = t
+        else:
+            merged[t.configuration] = StepTarget(
+                (*first.roles, *t.roles), first.key, first.plan, first.predicted_s
+            )
+    return tuple(merged.values())
+
+
+def plan_workload(plan: Plan) -> Workload:
+    """The Wan step the plan was made for (random weights; the backend picks the kernels:
+    Pallas splash attention on TPU, XLA attention on CPU). Raises :class:`MeasureError` for
+    plans of other workloads (their steps have no measurement row format yet)."""
+    if plan.model not in WAN_CONFIGS or plan.clip is None:
+        raise MeasureError(
+            f"plan workload {plan.workload!r} is not a Wan model ({sorted(WAN_CONFIGS)}): step "
+            "rows describe Wan denoising steps; time its collectives with --no-steps "
+            "--collectives"
+        )
+    workload = wan_workload(plan.model, plan.clip)
+    if workload.name != plan.workload:
+        raise MeasureError(
+            f"the plan was made for workload {plan.workload!r} but this AoiZora builds "
+            f"{workload.name!r} for model {plan.model!r}; re-run aoizora plan with this version"
+        )
+    return workload
+
+
+def _random_leaf(key: jax.Array, leaf: Any) -> jax.Array:
+    if jnp.issubdtype(leaf.dtype, jnp.floating):
+        return (jax.random.normal(key, leaf.shape, jnp.float32) * INPUT_SCALE).astype(leaf.dtype)
+    return jnp.zeros(leaf.shape, leaf.dtype)  # integer or boolean inputs: zeros
+
+
+def random_arguments(abstract_args: Any, shardings: Any, *, seed: int = 0) -> Any:
+    """Arrays shaped like ``abstract_args`` (pytrees of ShapeDtypeStruct), made on the devices
+    with ``shardings`` (the same structure), so no host ever holds a whole array: floats
+    normal with standard deviation :data:`INPUT_SCALE`, other dtypes zeros."""
+    leaves, tree = jax.tree.flatten(abstract_args)
+    placed = jax.tree.leaves(shardings)
+    if len(placed) != len(leaves):
+        raise MeasureError(f"{len(leaves)} inputs but {len(placed)} input shardings")
+
+    def make(key: jax.Array) -> list[jax.Array]:
+        keys = jax.random.split(key, len(leaves))
+        return [_random_leaf(k, leaf) for k, leaf in zip(keys, leaves, strict=True)]
+
+    values = jax.jit(make, out_shardings=placed)(jax.random.key(seed))
+    return jax.tree.unflatten(tree, values)
+
+
+def time_step(
+    target: StepTarget,
+    workload: Workload,
+    devices: Sequence[Any],
+    *,
+    backend: str,
+    warmup: int,
+    repeats: int,
+    clock: Clock = time.perf_counter,
+    say: Callable[[str], None] | None = None,
+) -> Timing:
+    """Compile ``target``'s step on its planned mesh over ``devices`` and time it."""
+    plan = target.plan
+    mesh = plan_mesh(plan, devices, backend=backend)
+    candidate = Candidate(
+        plan.mesh_axis_names, plan.mesh_shape, plan.rules_name, plan.rules, plan.attention
+    )
+    t0 = time.perf_counter()
+    jitted = jit_step(workload, candidate, mesh, "cpu" if backend == "cpu" else "tpu")
+    compiled = jitted.lower(*workload.abstract_args).compile()
+    args = random_arguments(workload.abstract_args, compiled.input_shardings[0])
+    if say is not None:
+        say(f"compiled and placed inputs in {time.perf_counter() - t0:.1f} s")
+    return time_calls(lambda: compiled(*args), warmup=warmup, repeats=repeats, clock=clock)
