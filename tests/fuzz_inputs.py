@@ -248,17 +248,20 @@ def _captured() -> Iterator[io.StringIO]:
 
 
 def _csv_blocks(rows_per_block: int | None) -> list[bytes]:
-    """The shipped measurement file, and its rows of each chip generation with the header
-    (the first ``rows_per_block`` of them: a case predicts a few rows, not all)."""
+    """The shipped measurement file (parsed only: its step rows would compile), its
+    collective rows, and those of each chip generation with the header (the first
+    ``rows_per_block`` of them: a case predicts a few rows, not all)."""
     text = (ROOT / "validation" / "measurements.csv").read_bytes()
     lines = text.split(b"\n")
     head = [ln for ln in lines if ln.startswith(b"#")]
     header = next(ln for ln in lines if ln.startswith(b"row_id"))
     rows = [ln for ln in lines if ln and not ln.startswith((b"#", b"row_id"))]
+    rows = [ln for ln in rows if ln.split(b",")[1] == b"collective"]
     blocks: dict[bytes, list[bytes]] = {}
     for row in rows:
         blocks.setdefault(row.split(b",")[2].split(b":")[0], []).append(row)
-    return [text] + [
+    collectives = b"\n".join([*head, header, *rows]) + b"\n"
+    return [text, collectives] + [
         b"\n".join([*head, header, *block[:rows_per_block]]) + b"\n"
         for generation, block in blocks.items()
         # whole blocks: the one generation whose rows determine a default fit

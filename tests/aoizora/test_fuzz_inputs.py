@@ -41,8 +41,10 @@ def test_mutated_files_are_rejected_in_one_line_or_round_trip(name: str, scratch
         run_case(target, data.draw(mutated(seed)), scratch, tally)
 
     case()
-    # The real files are accepted (the junk factories are, by design, rejected).
-    expected = "rejected" if name == "workload" else "accepted"
-    assert [run_case(target, seed, scratch, Tally()) for seed in seeds] == [expected] * len(seeds)
+    # The real files are accepted (the junk factories are, by design, rejected; a
+    # measurement file with step rows is parsed only: they would compile).
+    expected = {"rejected"} if name == "workload" else {"accepted", "skipped"}
+    outcomes = [run_case(target, seed, scratch, Tally()) for seed in seeds]
+    assert set(outcomes) <= expected and (name == "workload" or "accepted" in outcomes)
     assert tally.failures == 0, {o: tally.examples.get(o) for o in FAILURES if tally.counts[o]}
     assert tally.counts["rejected"] > 0  # the mutations do break files
