@@ -255,7 +255,8 @@ def reassert_handlers() -> None:
     installs its own SIGTERM handler); nothing unless :func:`install_handlers` ran."""
     if _state.installed and threading.current_thread() is threading.main_thread():
         for sig in _SIGNALS:
-            signal.signal(sig, _handler)
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, _handler)
 
 
 def install_handlers(prog: str) -> None:
@@ -266,7 +267,10 @@ def install_handlers(prog: str) -> None:
     _state.installed = True
     quiet_libtpu()
     for sig in _SIGNALS:
-        signal.signal(sig, _handler)
+        # A signal ignored from the start stays ignored: a shell starts a script's
+        # background jobs with SIGINT ignored, so that Ctrl-C does not end them.
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _handler)
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)

@@ -58,6 +58,8 @@ def _interrupt(argv: list[str], pattern: str, pause: str | None, sig: int) -> di
     proc = subprocess.Popen(
         [sys.executable, "-m", "aoizora", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=env,
+        # SIGINT as a foreground job has it (a background shell job starts it ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     lines: list[str] = []
     seen = threading.Event()

@@ -79,6 +79,12 @@ def _survivors(children: dict[int, str], *, within_s: float = 5.0) -> list[int]:
         time.sleep(0.1)
 
 
+def _as_foreground() -> None:
+    """In the child before it runs: SIGINT as a terminal's foreground job has it (a shell
+    starts background jobs with SIGINT ignored, and a command keeps that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _Run:
     """``aoizora plan`` as a subprocess, its stderr read line by line as it comes."""
 
@@ -91,6 +97,7 @@ class _Run:
             [sys.executable, "-m", "aoizora", *PLAN_ARGS, "--cache-dir", str(cache),
              "--out", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=_as_foreground,
         )  # fmt: skip
         self.lines: list[str] = []
         self.stdout = ""
@@ -316,3 +323,20 @@ def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where:
     ]
     assert ("atexit ran" in out) == (where == "python")
     assert len(children) >= 2 and not _survivors(children)
+
+
+@pytest.mark.parametrize("ignored", [True, False])
+def test_a_signal_ignored_from_the_start_stays_ignored(ignored: bool) -> None:
+    # A script's background job starts with SIGINT ignored so that Ctrl-C spares it.
+    script = (
+        "import signal\n"
+        "from aoizora.interrupts import install_handlers\n"
+        "install_handlers('aoizora test')\n"
+        "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
+    )
+    disposition = signal.SIG_IGN if ignored else signal.SIG_DFL
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, disposition),
+    ).stdout  # fmt: skip
+    assert out.strip() == str(ignored)

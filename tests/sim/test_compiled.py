@@ -249,7 +249,8 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
 
 
 _LONG_RUN = """
-import sys, traceback
+import signal, sys, traceback
+signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in background
 from sim.engine import Flow, simulate
 from sim.topology import make_slice
 s = make_slice([16, 16], link_bandwidth_bytes_per_s=1e9, hop_latency_s=1e-6)
