@@ -27,6 +27,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# ``python -m aoizora ARGS`` with SIGINT as a foreground job has it (a script's background
+# job starts with SIGINT ignored, and the command keeps that).
+_FOREGROUND = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "sys.argv[0] = 'aoizora'; runpy.run_module('aoizora', run_name='__main__', alter_sys=True)"
+)
 TINY = ["--model", "wan-tiny", "--resolution", "256x256", "--frames", "5", "--top-k", "2"]
 PHASES = [
     ("Stage 1", ["plan", "--slice", "v5e:2x2"], r"^\[stage 1 +\d+/", None),
@@ -56,10 +62,8 @@ def _interrupt(argv: list[str], pattern: str, pause: str | None, sig: int) -> di
     if pause:
         env["AOIZORA_PAUSE_AT"] = pause
     proc = subprocess.Popen(
-        [sys.executable, "-m", "aoizora", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env,
-        # SIGINT as a foreground job has it (a background shell job starts it ignored)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        [sys.executable, "-c", _FOREGROUND, *argv], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     lines: list[str] = []
     seen = threading.Event()

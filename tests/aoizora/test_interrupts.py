@@ -79,10 +79,13 @@ def _survivors(children: dict[int, str], *, within_s: float = 5.0) -> list[int]:
         time.sleep(0.1)
 
 
-def _as_foreground() -> None:
-    """In the child before it runs: SIGINT as a terminal's foreground job has it (a shell
-    starts background jobs with SIGINT ignored, and a command keeps that)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# ``python -m aoizora ARGS``, with SIGINT as a terminal's foreground job has it: a shell
+# starts a script's background jobs with SIGINT ignored, and a command keeps that (so
+# would this test's commands, were pytest started that way).
+AOIZORA_IN_FOREGROUND = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "sys.argv[0] = 'aoizora'; runpy.run_module('aoizora', run_name='__main__', alter_sys=True)"
+)
 
 
 class _Run:
@@ -94,10 +97,9 @@ class _Run:
         if pause is not None:
             env["AOIZORA_PAUSE_AT"] = pause
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "aoizora", *PLAN_ARGS, "--cache-dir", str(cache),
+            [sys.executable, "-c", AOIZORA_IN_FOREGROUND, *PLAN_ARGS, "--cache-dir", str(cache),
              "--out", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            preexec_fn=_as_foreground,
         )  # fmt: skip
         self.lines: list[str] = []
         self.stdout = ""
@@ -329,14 +331,15 @@ def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where:
 def test_a_signal_ignored_from_the_start_stays_ignored(ignored: bool) -> None:
     # A script's background job starts with SIGINT ignored so that Ctrl-C spares it.
     script = (
-        "import signal\n"
+        "import signal, sys\n"
         "from aoizora.interrupts import install_handlers\n"
+        "if sys.argv[1] == 'ignored':  # as a background job of a script starts\n"
+        "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
         "install_handlers('aoizora test')\n"
         "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
     )
-    disposition = signal.SIG_IGN if ignored else signal.SIG_DFL
+    mode = "ignored" if ignored else "default"
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, disposition),
-    ).stdout  # fmt: skip
+        [sys.executable, "-c", script, mode], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == str(ignored)
