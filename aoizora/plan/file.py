@@ -10,7 +10,11 @@ the order of ``mesh.devices.flat``; a tpu7x chip appears once per device, its id
 ``2 x chip id + core``), the predicted step latencies of the winner and
 the baselines (labelled ``"simulated"``: they come from the simulator, not from a
 TPU) and the versions it was made with. Every workload's plan has the same fields.
-Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load.
+Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load. Optional
+top-level fields: a whole clip's latency (``clip_s``, ``text_encoder_s``, ``denoise_s``,
+``vae_decode_s``: :class:`~aoizora.plan.clip_latency.ClipLatency`), the VAE decoder's own
+plan (``vae``, a plan of the same schema for the same slice) and ``compute_model`` (the
+compute model's parameters and their file, kept as written).
 
 On the TPU host::
 
@@ -64,6 +68,7 @@ from jax.sharding import PartitionSpec
 
 from aoizora.errors import PlanError, WorkloadError
 from aoizora.placement.device_order import Coord, DeviceOrder
+from aoizora.plan.clip_latency import CLIP_KEYS, ClipLatency
 from aoizora.plan.fields import (
     PlanInput,
     PredictedLatencies,
@@ -114,6 +119,8 @@ _TOP_KEYS = (
     "slice",
 )
 _TOP_KEYS_V2 = (*_TOP_KEYS, "inputs", "workload")
+# Optional in /2 (docs/plan.schema.json): a clip's latency, the VAE's plan, the compute model.
+_OPTIONAL_KEYS = (*CLIP_KEYS, "compute_model", "vae")
 
 
 @dataclass(frozen=True)
@@ -142,8 +149,12 @@ class Plan:
     provenance: Provenance
     workload: str = ""
     inputs: tuple[PlanInput, ...] = ()
+    latency: ClipLatency | None = None
+    vae: Plan | None = None
+    compute_model: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        self._check_optional()
         check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
         object.__setattr__(self, "workload", self.workload or self.model)
         check_text(self.workload, "workload", "e.g. 'wan2.1-1.3b@832x480x81'")
@@ -173,6 +184,21 @@ class Plan:
         self._check_order(slice_)
 
     # --- validation -------------------------------------------------------
+
+    def _check_optional(self) -> None:
+        if self.latency is not None and not isinstance(self.latency, ClipLatency):
+            raise PlanError(f"the clip latency must be a ClipLatency, got {self.latency!r}")
+        if self.compute_model is not None and not isinstance(self.compute_model, dict):
+            raise PlanError(f"compute_model is {self.compute_model!r}; it must be a JSON object")
+        if self.vae is None:
+            return
+        if not isinstance(self.vae, Plan) or self.vae.vae is not None:
+            raise PlanError(f"vae must be a plan without a vae of its own, got {self.vae!r}")
+        if self.vae.slice_name != self.slice_name:
+            raise PlanError(
+                f"vae.slice is {self.vae.slice_name!r} but the plan is for {self.slice_name!r}; "
+                "the VAE decodes on the slice that denoised"
+            )
 
     def _check_mesh(self, slice_: Slice) -> None:
         names = self.mesh_axis_names
@@ -425,6 +451,9 @@ class Plan:
                 "jaxlib": self.provenance.jaxlib,
                 "libtpu": self.provenance.libtpu,
             },
+            **({} if self.latency is None else self.latency.to_json()),
+            **({} if self.vae is None else {"vae": self.vae.to_json_dict()}),
+            **({} if self.compute_model is None else {"compute_model": self.compute_model}),
         }
 
     def to_json(self) -> str:
@@ -469,7 +498,8 @@ class Plan:
                 "can read)"
             )
         old = schema == _OLD_SCHEMA
-        check_keys(data, _TOP_KEYS if old else _TOP_KEYS_V2, "plan")
+        optional = () if old else tuple(k for k in _OPTIONAL_KEYS if k in data)
+        check_keys(data, (*(_TOP_KEYS if old else _TOP_KEYS_V2), *optional), "plan")
         mesh = json_object(data["mesh"], "mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], "device_order", ("coords", "physical_ids"))
         predicted = json_object(
@@ -505,7 +535,23 @@ class Plan:
                 source=predicted["source"],
             ),
             provenance=Provenance(**provenance),
+            **_optional_fields(cls, data, optional),
         )
+
+
+def _optional_fields(cls: type[Plan], data: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The optional fields of a /2 plan that ``keys`` names (already checked to be allowed)."""
+    out: dict[str, Any] = {}
+    if any(k in keys for k in CLIP_KEYS):
+        out["latency"] = ClipLatency.from_json(data, "plan")
+    if "compute_model" in keys:
+        out["compute_model"] = json_object(data["compute_model"], "compute_model", None)
+    if "vae" in keys:
+        try:
+            out["vae"] = cls._from_json_dict(data["vae"])
+        except PlanError as exc:
+            raise PlanError(f"vae: {exc}") from None
+    return out
 
 
 def _clip(value: Any, *, required: bool) -> Clip | None:
