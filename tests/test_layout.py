@@ -35,8 +35,10 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.rank",),
     ("aoizora.plan",),
     ("aoizora.planner",),
+    ("aoizora.request",),
     ("aoizora.report",),
     ("aoizora.studies",),
+    ("aoizora.serving",),
     ("aoizora.export",),
     ("aoizora.commands", "aoizora.cli", "aoizora.demo", "aoizora.__main__"),
     # The package itself re-exports the public API (load_plan, user_workload, ...).
