@@ -23,7 +23,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # imported lazily, and a run imports only its own command's module, so that
 # `aoizora hlo` does not pay for importing JAX and `aoizora plan --slice v5e:3x3`
 # is refused before JAX starts.
-COMMANDS: tuple[str, ...] = ("plan", "export", "whatif", "validate", "calibrate", "hlo")
+COMMANDS: tuple[str, ...] = ("plan", "export", "whatif", "serve", "validate", "calibrate", "hlo")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

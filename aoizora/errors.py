@@ -15,6 +15,7 @@ __all__ = [
     "ExportError",
     "PlacementError",
     "PlanError",
+    "ServingError",
     "ValidationError",
 ]
 
@@ -53,3 +54,7 @@ class ExportError(AoizoraError):
 
 class ValidationError(AoizoraError):
     """A measurement file is malformed."""
+
+
+class ServingError(AoizoraError):
+    """A serving question cannot be answered as asked (a rate, trace, price or objective)."""
