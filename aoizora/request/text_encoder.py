@@ -1,17 +1,18 @@
 """The text encoder's part of a clip: UMT5-XXL on the host CPU, as maxdiffusion runs it.
 
 maxdiffusion (AI-Hypercomputer/maxdiffusion at 7cfb880, ``pipelines/wan/wan_pipeline.py``)
-loads the UMT5 encoder as a PyTorch ``UMT5EncoderModel`` on the host and calls it once
-for the prompt and once for the negative prompt (``use_batched_text_encoder: False`` in
-``base_wan_14b.yml``); its own comment puts a call at "~10s/call CPU text encoder", and it
-caches the embeddings of a repeated prompt pair. So the default is two calls of 10 s,
-20 s a request, on the host (docs/facts.md, Text encoder). The host runs it before the
-slice denoises; it is not compiled or simulated, and ``--text-encoder-s`` replaces it
-(for a faster host, batched prompts, or cached prompts).
+loads the UMT5 encoder as a PyTorch ``UMT5EncoderModel`` on the TPU VM's host CPU and
+encodes the prompt and the negative prompt there before the slice denoises. Its timing
+summary calls that phase "Conditioning"; the measured figures on a v7x-8 are 3.9 s and
+2.2 s (maxdiffusion PR #430, two runs of Wan 2.2), so the default is the slower, 3.9 s a
+request (docs/facts.md, Text encoder). It is a host phase: not compiled, not simulated;
+``--text-encoder-s`` replaces it (another host, a cached prompt pair -- maxdiffusion
+caches the embeddings of a repeated pair -- or its own comment's "~10s/call" for an
+unbatched, uncompiled float32 encoder).
 
     >>> te = host_text_encoder()
     >>> te.seconds, te.where
-    (20.0, 'host')
+    (3.9, 'host')
     >>> host_text_encoder(0)
     Traceback (most recent call last):
     ...
@@ -26,15 +27,14 @@ from typing import Any
 
 from aoizora.errors import WorkloadError
 
-__all__ = ["HOST_CALLS", "HOST_SECONDS_PER_CALL", "TextEncoder", "host_text_encoder"]
+__all__ = ["HOST_TEXT_ENCODER_S", "TextEncoder", "host_text_encoder"]
 
-# maxdiffusion wan_pipeline.py encode_prompt: "the ~10s/call CPU text encoder".
-HOST_SECONDS_PER_CALL = 10.0
-# base_wan_14b.yml use_batched_text_encoder: False -- prompt and negative prompt apart.
-HOST_CALLS = 2
+# maxdiffusion PR #430 TIMING SUMMARY on v7x-8: "Conditioning: 3.9s" (and 2.2 s in a
+# second run): the host's UMT5 encoding of both prompts of one request.
+HOST_TEXT_ENCODER_S = 3.9
 _SOURCE = (
-    "maxdiffusion 7cfb880 pipelines/wan/wan_pipeline.py: UMT5 on the host CPU, '~10s/call'; "
-    "base_wan_14b.yml use_batched_text_encoder: False (two calls a request)"
+    "maxdiffusion PR #430 (2026-06-25) TIMING SUMMARY on v7x-8: Conditioning 3.9 s "
+    "(2.2 s in a second run); UMT5 on the host CPU (pipelines/wan/wan_pipeline.py at 7cfb880)"
 )
 
 
@@ -52,13 +52,13 @@ class TextEncoder:
 
 
 def host_text_encoder(seconds: float | None = None) -> TextEncoder:
-    """The host-CPU text encoder: maxdiffusion's default, or ``seconds`` if given."""
+    """The host-CPU text encoder: maxdiffusion's measured conditioning, or ``seconds``."""
     if seconds is None:
-        return TextEncoder("host", HOST_CALLS * HOST_SECONDS_PER_CALL, _SOURCE)
+        return TextEncoder("host", HOST_TEXT_ENCODER_S, _SOURCE)
     if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
         raise WorkloadError(
             f"--text-encoder-s {seconds}: must be a positive number of seconds, e.g. "
-            f"--text-encoder-s 10 (default {HOST_CALLS * HOST_SECONDS_PER_CALL:g}: "
-            f"maxdiffusion's two host calls)"
+            f"--text-encoder-s 10 (default {HOST_TEXT_ENCODER_S:g}: maxdiffusion's measured "
+            "conditioning on a v7x-8 host)"
         )
     return TextEncoder("host", float(seconds), "given (--text-encoder-s)")

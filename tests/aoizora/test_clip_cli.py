@@ -37,7 +37,7 @@ def test_plan_reports_the_clip_and_records_the_vae_plan(
     assert code == 0, err[-2000:]
     s = json.loads(text)
     parts = s["text_encoder_s"] + s["denoise_s"] + s["vae_decode_s"]
-    assert s["clip_s"] == pytest.approx(parts) and s["text_encoder_s"] == 20.0  # host default
+    assert s["clip_s"] == pytest.approx(parts) and s["text_encoder_s"] == 3.9  # host default
     assert s["steps"] == 50 and s["text_encoder"]["where"] == "host"
     vae = s["vae"]
     assert vae["workload"] == "vae-tiny@64x64x9" and vae["winner"]["q2_s"] == s["vae_decode_s"]
