@@ -2,8 +2,8 @@
 
 Architecture from Wan-Video/Wan2.1 ``wan/modules/vae.py`` and Wan-Video/Wan2.2
 ``wan/modules/vae2_2.py`` (``Decoder3d``), written anew here; the decoding loop and
-its sharding follow maxdiffusion ``models/wan/autoencoder_kl_wan.py`` (docs/facts.md,
-Wan VAE). Sizes are in :mod:`aoizora.workloads.vae_config`.
+its sharding follow maxdiffusion ``models/wan/autoencoder_kl_wan.py``
+(docs/facts.md, Wan VAE). Sizes are in :mod:`aoizora.workloads.vae_config`.
 
 * A 1x1x1 conv on the whole latent, then the decoder runs on the first latent frame
   alone and on the others in chunks of ``chunk`` frames (maxdiffusion's

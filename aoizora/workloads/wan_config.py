@@ -105,7 +105,7 @@ class WanConfig:
     shape, both resident in HBM, switching at a boundary step). ``vae`` names the VAE
     decoder (a key of :data:`aoizora.workloads.vae_config.VAE_CONFIGS`) and
     ``sample_steps`` the denoising steps of one clip as the model is served
-    (maxdiffusion's ``num_inference_steps``; docs/facts.md, Wan VAE and clip latency).
+    (maxdiffusion's ``num_inference_steps``; docs/facts.md, Clip latency).
     """
 
     name: str
