@@ -487,7 +487,7 @@ class Plan:
             raise PlanError(cite_schema(str(exc))) from None
 
     @classmethod
-    def _from_json_dict(cls, data: Any) -> Plan:
+    def _from_json_dict(cls, data: Any, optional_keys: Sequence[str] = _OPTIONAL_KEYS) -> Plan:
         if not isinstance(data, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema")
@@ -498,7 +498,7 @@ class Plan:
                 "can read)"
             )
         old = schema == _OLD_SCHEMA
-        optional = () if old else tuple(k for k in _OPTIONAL_KEYS if k in data)
+        optional = () if old else tuple(k for k in optional_keys if k in data)
         check_keys(data, (*(_TOP_KEYS if old else _TOP_KEYS_V2), *optional), "plan")
         mesh = json_object(data["mesh"], "mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], "device_order", ("coords", "physical_ids"))
@@ -548,7 +548,7 @@ def _optional_fields(cls: type[Plan], data: dict[str, Any], keys: Sequence[str])
         out["compute_model"] = json_object(data["compute_model"], "compute_model", None)
     if "vae" in keys:
         try:
-            out["vae"] = cls._from_json_dict(data["vae"])
+            out["vae"] = cls._from_json_dict(data["vae"], [k for k in _OPTIONAL_KEYS if k != "vae"])
         except PlanError as exc:
             raise PlanError(f"vae: {exc}") from None
     return out
