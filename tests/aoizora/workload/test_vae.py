@@ -74,21 +74,20 @@ def test_public_shapes() -> None:
 
 @pytest.mark.parametrize("cfg", [VAE_CONFIGS["vae-tiny"], TINY_22], ids=["2.1", "2.2"])
 def test_chunked_decode_equals_the_whole_causal_decode(cfg: VaeConfig) -> None:
-    """Chunks of 1, 2 or 3 latent frames with the two-frame caches (the last chunk padded)
+    """Chunks of 1 or 2 latent frames with the two-frame caches (2: the last chunk padded)
     give the clip one causal pass over every frame gives: the caches carry exactly the
     frames a causal convolution needs, and the first frame is not doubled in time."""
-    clip = Clip(64, 64, 13)  # 4 latent frames: the first, then 3 more
+    clip = Clip(32, 32, 13)  # 4 latent frames: the first, then 3 more
     wl = vae_workload(cfg, clip)
     params = _random(wl.abstract_args[0], 0)
     z = jax.random.normal(jax.random.PRNGKey(1), wl.abstract_args[1].shape)
     whole = jax.jit(vae_decode(cfg, _cpu_ctx(), whole=True))(params, z)
-    assert whole.shape == (1, 13, 64, 64, 3) and float(jnp.std(whole)) > 0.1
-    for chunk in (1, 2, 3):
-        out = jax.jit(vae_decode(cfg, _cpu_ctx(), chunk=chunk))(params, z)
-        np.testing.assert_allclose(out, whole, atol=1e-5, rtol=1e-5)
+    assert whole.shape == (1, 13, 32, 32, 3) and float(jnp.std(whole)) > 0.1
+    by_one = jax.jit(vae_decode(cfg, _cpu_ctx(), chunk=1))
+    for decode in (by_one, jax.jit(vae_decode(cfg, _cpu_ctx(), chunk=2))):
+        np.testing.assert_allclose(decode(params, z), whole, atol=1e-5, rtol=1e-5)
     # The caches matter: the last frames depend on the first latent frame.
-    z2 = z.at[:, 0].set(0.0)
-    other = jax.jit(vae_decode(cfg, _cpu_ctx(), chunk=1))(params, z2)
+    other = by_one(params, z.at[:, 0].set(0.0))
     assert float(jnp.max(jnp.abs(other[:, -1] - whole[:, -1]))) > 1e-3
 
 
