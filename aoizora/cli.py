@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "export",
     "measure",
     "whatif",
+    "serve",
     "validate",
     "calibrate",
     "hlo",

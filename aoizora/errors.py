@@ -16,6 +16,7 @@ __all__ = [
     "MeasureError",
     "PlacementError",
     "PlanError",
+    "ServingError",
     "ValidationError",
 ]
 
@@ -58,3 +59,7 @@ class ValidationError(AoizoraError):
 
 class MeasureError(AoizoraError):
     """A measurement on devices cannot run as asked (no TPU, devices that are not the plan's)."""
+
+
+class ServingError(AoizoraError):
+    """A serving question cannot be answered as asked (a rate, trace, price or objective)."""

@@ -11,7 +11,8 @@ real collectives and their placement):
 * :func:`matmul_flops`, :func:`conv_flops` -- ``2`` FLOPs per multiply-add, a
   convolution counting only the taps that meet real input
   (:func:`window_positions`), as XLA's ``HloCostAnalysis`` counts
-  ``HandleDot``/``HandleConvolution``.
+  ``HandleDot``/``HandleConvolution``; :func:`conv_matmul` -- the shape a convolution
+  has on the MXU (:class:`sim.compute.Matmul`).
 * :func:`attention_flops` -- a fused attention kernel (FlashAttention, Dao et al.
   2022, sec. 3.1): ``2*S_q*S_kv*D`` for ``Q.K^T`` plus ``2*S_q*S_kv*D_v`` for
   ``P.V`` per (batch x head) index, no mask sparsity; it runs at the chip's peak
@@ -47,6 +48,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
+from sim.compute import Matmul
 from sim.errors import CollectiveError
 from sim.routing import route
 from sim.topology import Slice, make_slice
@@ -153,6 +155,69 @@ def conv_flops(
     4294967296.0
     """
     return matmul_flops(batch * output_features * math.prod(positions), input_features)
+
+
+@dataclass(frozen=True)
+class ConvDim:
+    """One spatial dimension of a convolution: input, output and window sizes and how the
+    window moves (XLA's ``window={size=.. stride=.. pad=.. lhs_dilate=.. rhs_dilate=..}``)."""
+
+    input_size: int
+    output_size: int
+    window_size: int
+    stride: int = 1
+    padding_low: int = 0
+    lhs_dilation: int = 1
+    rhs_dilation: int = 1
+
+    @property
+    def slides(self) -> bool:
+        """A window sliding over real input: not XLA's dot written as a convolution, whose
+        window stands for a free dimension (a size-1 input padded so each window meets it
+        once, or a dilated input)."""
+        return (
+            self.input_size > 1
+            and self.lhs_dilation == 1
+            and self.window_size <= (self.input_size + 2 * self.padding_low)
+        )
+
+
+def conv_matmul(
+    *, batch: int, input_features: int, output_features: int, dims: Sequence[ConvDim]
+) -> Matmul:
+    """A convolution as MXU matmuls: for each kernel tap, every output position along the
+    dimensions its window slides over (:attr:`ConvDim.slides`), times the batch, streams
+    ``(positions x input features) @ (input features x output features)`` -- so the
+    positions fill the MXU's free dimension, as an im2col matmul per tap would; the
+    ``batch`` of the record is the valid taps per such position (only taps meeting real
+    input count, :func:`window_positions`). Dimensions that do not slide stay taps of a
+    batch of ``batch x i`` products. FLOPs are :func:`conv_flops` either way.
+
+    >>> same = (ConvDim(90, 90, 3, padding_low=1), ConvDim(160, 160, 3, padding_low=1))
+    >>> mm = conv_matmul(batch=1, input_features=96, output_features=96, dims=same)
+    >>> mm.m, round(mm.batch, 2), mm.flops == conv_flops(
+    ...     batch=1, input_features=96, output_features=96, positions=(268, 478))
+    (14400, 8.9, True)
+    >>> conv_matmul(batch=8, input_features=128, output_features=64,
+    ...             dims=(ConvDim(1, 8, 8, padding_low=7),))  # a dot written as a conv
+    Matmul(batch=8, m=8, k=128, n=64)
+    """
+    positions = [
+        window_positions(
+            d.input_size, d.output_size, d.window_size, stride=d.stride,
+            padding_low=d.padding_low, lhs_dilation=d.lhs_dilation,
+            rhs_dilation=d.rhs_dilation,
+        )
+        for d in dims
+    ]  # fmt: skip
+    rows = math.prod(d.output_size for d in dims if d.slides)
+    taps = math.prod(positions)
+    return Matmul(
+        batch=taps if rows == 1 else taps / rows,
+        m=batch * rows,
+        k=input_features,
+        n=output_features,
+    )
 
 
 def attention_flops(

@@ -42,10 +42,13 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.rank",),
     ("aoizora.plan",),
     ("aoizora.planner",),
+    ("aoizora.request",),
     ("aoizora.report",),
     ("aoizora.studies",),
     # Timing a plan on devices: reads plans and workloads, writes measurement rows.
     ("aoizora.measure",),
+    # Serving capacity: sizes replicas from plans' clip latencies.
+    ("aoizora.serving",),
     ("aoizora.export",),
     ("aoizora.commands", "aoizora.cli", "aoizora.demo", "aoizora.__main__"),
     # The package itself re-exports the public API (load_plan, user_workload, ...).

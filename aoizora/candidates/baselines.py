@@ -20,6 +20,11 @@ Every workload gets a baseline by one documented rule, and Wan keeps maxdiffusio
   = the rest, same rules, attention and device-order function. The natural-mesh rule
   applied to Wan gives exactly the existing deployment on 4 chips or more (a test
   checks it; on 2 chips it puts the CFG pair on ``data``).
+* The Wan VAE decoder (``info["kind"] == "vae"``) keeps maxdiffusion's two VAE
+  deployments: ``"maxdiffusion spatial"`` -- its rules with ``width`` (maxdiffusion's
+  ``vae_spatial: -1``) = all devices; and ``"replicated"`` -- every device decodes the
+  whole clip (maxdiffusion ``replicate_vae: True``), a mesh whose axes shard nothing,
+  which the candidate space rejects as idle but a deployment may still choose.
 
 The planner adds *logical search* (the best-Q1 sharding in the default order) for
 every workload (:mod:`aoizora.planner`).
@@ -57,6 +62,7 @@ from sim.topology import Slice
 __all__ = [
     "BASELINE_NAMES",
     "DEFAULT_DEPLOYMENT",
+    "VAE_BASELINE_NAMES",
     "WAN_BASELINE_NAMES",
     "Baseline",
     "baseline_candidates",
@@ -66,8 +72,9 @@ __all__ = [
 
 DEFAULT_DEPLOYMENT = "default deployment"
 WAN_BASELINE_NAMES: tuple[str, ...] = ("existing deployment", "maxdiffusion recipe")
+VAE_BASELINE_NAMES: tuple[str, ...] = ("maxdiffusion spatial", "replicated")
 # Every name a baseline may have (the planner adds "logical search").
-BASELINE_NAMES: tuple[str, ...] = (DEFAULT_DEPLOYMENT, *WAN_BASELINE_NAMES)
+BASELINE_NAMES: tuple[str, ...] = (DEFAULT_DEPLOYMENT, *WAN_BASELINE_NAMES, *VAE_BASELINE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,16 @@ def _wan_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Cand
     return out
 
 
+def _vae_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
+    spatial = make_candidate(workload, {"width": num_devices}, "maxdiffusion", "none")
+    out: list[tuple[str, Candidate, str]] = []
+    if not check_candidate(workload, spatial):  # e.g. a width the devices do not divide
+        out.append(("maxdiffusion spatial", spatial, "maxdiffusion's vae_spatial = all devices"))
+    replicated = make_candidate(workload, {"height": num_devices}, "replicated", "none")
+    out.append(("replicated", replicated, "maxdiffusion's replicate_vae: every device decodes"))
+    return out
+
+
 def _generic_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
     found = default_deployment(workload, num_devices)
     return [] if found is None else [(DEFAULT_DEPLOYMENT, found[0], found[1])]
@@ -150,6 +167,7 @@ def _generic_baselines(workload: Workload, num_devices: int) -> list[tuple[str, 
 # Workload kinds (``info["kind"]``) with baselines of their own; all others get the rule.
 _NAMED: dict[str, Callable[[Workload, int], list[tuple[str, Candidate, str]]]] = {
     "wan": _wan_baselines,
+    "vae": _vae_baselines,
 }
 
 

@@ -10,6 +10,12 @@
 with ``--exhaustive``, ``exhaustive`` (``winner``, ``winner_q1_rank``,
 ``spearman_q1_q2``, ``top1_hit``, ``kept_hit``).
 
+A Wan model (``--model``) is planned as a whole clip unless ``--no-clip``: the model's
+VAE decoder is planned on the same slice too, and the table and ``--json`` report
+``clip_s`` = ``text_encoder_s`` + ``denoise_s`` + ``vae_decode_s`` (top-level keys; also
+``steps``, ``text_encoder`` and ``vae``, the VAE's plan); the plan file records them and
+the VAE's plan (docs/serving.md, Clip latency).
+
 ``--workload FILE.py:FACTORY`` (or ``package.module:FACTORY``) plans a model of
 your own: ``FACTORY()`` returns ``aoizora.user_workload(...)`` (docs/workload.md).
 A slice libtpu cannot describe fails before any work. Progress goes to stderr, the
@@ -41,6 +47,7 @@ from aoizora.commands.args import (
     use_topology_dir,
     workload_from_args,
 )
+from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
 from aoizora.commands.export import EMIT_TARGETS, add_config_argument
 from aoizora.errors import ExportError
 
@@ -87,6 +94,7 @@ def register(subparsers: Any) -> None:
         help="also write the plan for a serving stack (maxdiffusion) into DIR (docs/export.md)",
     )
     add_config_argument(p)
+    add_clip_arguments(p, switch="--no-clip")
     p.set_defaults(func=run)
 
 
@@ -95,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_search_arguments(args)
     resume_from_cache(args.cache_dir)
+    check_clip_arguments(args)
     if args.emit is not None and args.emit[0] not in EMIT_TARGETS:
         raise ExportError(
             f"--emit {args.emit[0]!r}: AoiZora emits {list(EMIT_TARGETS)}, e.g. "
@@ -120,7 +129,16 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
         **fan_out_options(args),  # type: ignore[arg-type]
     )
-    plan = outcome.plan()
+    clip = None
+    if args.model is not None and not args.no_clip:
+        from aoizora.request.clip_plan import plan_clip
+
+        progress(f"== whole clip: planning the VAE decode of {workload.name} on {slice_.name}")
+        clip = plan_clip(
+            outcome, cache_dir=args.cache_dir, max_placements=args.max_placements,
+            progress=progress, **fan_out_options(args), **clip_options(args),  # type: ignore[arg-type]
+        )  # fmt: skip
+    plan = outcome.plan() if clip is None else clip.plan()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.save(out)
@@ -130,11 +148,15 @@ def run(args: argparse.Namespace) -> int:
         for path in write_report_dir(outcome, Path(args.report)):
             progress(f"wrote {path}")
     if args.json:
-        summary = outcome_summary(outcome)
+        summary = outcome_summary(outcome) | ({} if clip is None else clip.to_json())
         summary["plan_file"] = str(out)
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         sys.stdout.write(render_report(outcome))
+        if clip is not None:
+            from aoizora.report.clip import render_clip
+
+            sys.stdout.write(render_clip(clip))
         print(f"plan written to {out}")
     if args.emit is not None:
         _emit(outcome, plan, Path(args.emit[1]), args.maxdiffusion_config, progress)

@@ -4,7 +4,10 @@
         --slices v5e:2x4,v5e:4x4,v5e:4x4+wrap,v6e:4x4,v5p:2x2x2 [--csv F] [--json]
     aoizora whatif --workload my_model.py:make --slices v5e:2x4,v6e:2x4
 
-Every slice is checked with libtpu before any planning starts.
+Every slice is checked with libtpu before any planning starts. ``--clip`` (a Wan model)
+also plans each slice's VAE decoder and adds the whole clip's latency (``clip_s`` =
+``text_encoder_s`` + ``denoise_s`` + ``vae_decode_s``, the names ``aoizora plan --json``
+uses) to the table, the CSV and the JSON; off by default (it compiles the VAE too).
 
 Every latency is simulated (the compiled step replayed in the ICI simulator).
 """
@@ -31,6 +34,7 @@ from aoizora.commands.args import (
     use_topology_dir,
     workload_from_args,
 )
+from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
 
 __all__ = ["register", "render_rows", "rows_to_csv", "run"]
 
@@ -52,6 +56,7 @@ def register(subparsers: Any) -> None:
     add_compute_arguments(p)
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_clip_arguments(p, switch="--clip")
     p.set_defaults(func=run)
 
 
@@ -87,7 +92,10 @@ def _baseline_names(rows: Any) -> list[str]:
     return names or ["existing deployment", "maxdiffusion recipe", "logical search"]
 
 
-def _header(names: list[str]) -> tuple[str, ...]:
+_CLIP_COLUMNS = ("clip (sim)", "denoise", "VAE decode")
+
+
+def _header(names: list[str], clip: bool) -> tuple[str, ...]:
     labels = dict(_BASELINE_COLUMNS)
     return (
         "slice",
@@ -98,13 +106,23 @@ def _header(names: list[str]) -> tuple[str, ...]:
         "gap",
         "peak link util",
         "mean link util",
+        *(_CLIP_COLUMNS if clip else ()),
         "winner",
     )
 
 
-def _cells(row: Any, names: list[str]) -> tuple[str, ...]:
+def _clip_cells(row: Any, clip: bool) -> tuple[str, ...]:
+    if not clip:
+        return ()
+    lat = row.latency
+    if lat is None:
+        return ("",) * len(_CLIP_COLUMNS)
+    return tuple(_fmt(v, 1, " s") for v in (lat.clip_s, lat.denoise_s, lat.vae_decode_s))
+
+
+def _cells(row: Any, names: list[str], clip: bool) -> tuple[str, ...]:
     if row.error is not None:
-        blank = ("",) * (len(names) + 4)
+        blank = ("",) * (len(names) + 4 + (len(_CLIP_COLUMNS) if clip else 0))
         return (row.spec, _chips(row), "failed", *blank, row.error[:80])
     bound = None if row.search_bound_s is None else min(row.search_bound_s, row.step_s or 0.0)
     return (
@@ -116,17 +134,20 @@ def _cells(row: Any, names: list[str]) -> tuple[str, ...]:
         _fmt(row.search_gap, 100, " %"),
         _fmt(row.peak_link_utilisation, 100, " %"),
         _fmt(row.mean_link_utilisation, 100, " %"),
+        *_clip_cells(row, clip),
         f"{row.winner} @ {row.placement}",
     )
 
 
 def render_rows(rows: Any) -> str:
-    """The comparison table, one line per slice, one speedup column per baseline, and the
+    """The comparison table, one line per slice, one speedup column per baseline, the
     placement search's proven bound and gap (no placement of the slice is faster than
-    the bound; 0 % when the winner is proven best)."""
+    the bound; 0 % when the winner is proven best), and the clip's latency, denoising and
+    VAE decode when the rows have them (``--clip``)."""
     names = _baseline_names(rows)
-    header = _header(names)
-    cells = [header, *(_cells(r, names) for r in rows)]
+    clip = any(getattr(r, "latency", None) is not None for r in rows)
+    header = _header(names, clip)
+    cells = [header, *(_cells(r, names, clip) for r in rows)]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -167,6 +188,10 @@ def rows_to_csv(rows: Any) -> str:
             "error",
             "search_bound_s",
             "search_gap",
+            "clip_s",
+            "text_encoder_s",
+            "denoise_s",
+            "vae_decode_s",
         ]
     )
     for r in rows:
@@ -190,8 +215,12 @@ def rows_to_csv(rows: Any) -> str:
                 r.error,
                 r.search_bound_s,
                 r.search_gap,
+                *(("",) * 4 if r.latency is None else (
+                    r.latency.clip_s, r.latency.text_encoder_s, r.latency.denoise_s,
+                    r.latency.vae_decode_s,
+                )),
             ]
-        )
+        )  # fmt: skip
     return out.getvalue()
 
 
@@ -207,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
     resume_from_cache(args.cache_dir)
+    check_clip_arguments(args)
     use_topology_dir(args)
     # bad specs fail before any work
     slices = select_attention_kernel(args, [parse_slice_spec(spec) for spec in specs])
@@ -223,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         progress=progress_printer(quiet=args.quiet),
         plan_options=fan_out_options(args),
+        clip=clip_options(args) if args.clip else None,
     )
     if args.csv:
         write_atomic(Path(args.csv), rows_to_csv(rows))

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from aoizora.hlo.text import Computation, HloModule, Instruction
 from sim.compute import Matmul, Work
-from sim.costs import window_positions
+from sim.costs import ConvDim, conv_matmul
 
 __all__ = ["COLLECTIVE_OPCODES", "CostModel", "FusionSummary", "collective_base"]
 
@@ -125,12 +125,14 @@ def _window(instr: Instruction, rank: int) -> dict[str, list[int]]:
 
 
 def _conv_matmul(comp: Computation, instr: Instruction) -> Matmul:
-    """A convolution as matmuls: one ``(batch x i) @ (i x o)`` per tap that meets real input.
+    """A convolution as matmuls (:func:`sim.costs.conv_matmul`): per tap meeting real
+    input, the output positions its window slides over times the batch as rows.
 
     TPU prints most matmuls as convolutions (``dim_labels=bf_io->bf``), some with a
     padded window standing for a batch dimension (``window={size=8 pad=7_7}``):
     :func:`sim.costs.window_positions` keeps those from counting eight times, as
-    XLA's ``HloCostAnalysis::HandleConvolution`` counts only the valid taps.
+    XLA's ``HloCostAnalysis::HandleConvolution`` counts only the valid taps, and
+    such windows do not slide, so they stay a batch of ``(batch x i) @ (i x o)``.
     """
     labels = instr.attrs.get("dim_labels", "")
     lhs_shape = comp.by_name[instr.operands[0]].shape.dims
@@ -143,19 +145,19 @@ def _conv_matmul(comp: Computation, instr: Instruction) -> Matmul:
     lhs, rhs, out = m.groups()
     spatial = sorted(c for c in out if c.isdigit())
     win = _window(instr, len(spatial))
-    positions = [
-        window_positions(
+    dims = [
+        ConvDim(
             lhs_shape[lhs.index(c)], instr.shape.dims[out.index(c)], kernel[rhs.index(c)],
             stride=win["stride"][d], padding_low=win["pad"][d],
             lhs_dilation=win["lhs_dilate"][d], rhs_dilation=win["rhs_dilate"][d],
         )
         for d, c in enumerate(spatial)
     ]  # fmt: skip
-    return Matmul(
-        batch=math.prod(positions),
-        m=instr.shape.dims[out.index("b")],
-        k=kernel[rhs.index("i")],
-        n=kernel[rhs.index("o")],
+    return conv_matmul(
+        batch=instr.shape.dims[out.index("b")],
+        input_features=kernel[rhs.index("i")],
+        output_features=kernel[rhs.index("o")],
+        dims=dims,
     )
 
 

@@ -24,14 +24,16 @@ from typing import Any
 import jax.numpy as jnp
 
 from aoizora.errors import PlanError
+from aoizora.placement.device_order import Coord
 from aoizora.workloads.base import Workload
 from aoizora.workloads.rules import is_logical_axes, rule_pair_from_json
-from sim.topology import Chip, topologies_dir
+from sim.topology import Chip, Slice, topologies_dir
 
 __all__ = [
     "PlanInput",
     "PredictedLatencies",
     "Provenance",
+    "check_device_order",
     "check_keys",
     "check_latency",
     "check_positive_int",
@@ -281,3 +283,53 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         "attention_efficiency": dict(p.attention_efficiency),
         "sources": dict(p.sources),
     }
+
+
+def check_device_order(coords: Any, physical_ids: Any, slice_: Slice, slice_name: str) -> None:
+    """``device_order``: one chip coordinate and one libtpu device id per device of
+    ``slice_`` (named ``slice_name``), mesh-flat; every device exactly once (a tpu7x chip
+    once per core)."""
+    n = slice_.num_devices
+    if not isinstance(coords, tuple) or len(coords) != n:
+        raise PlanError(
+            f"device_order.coords has {length_of(coords)} entries; slice "
+            f"{slice_name} needs exactly {n} (one per device, mesh-flat order)"
+        )
+    if not isinstance(physical_ids, tuple) or len(physical_ids) != n:
+        raise PlanError(
+            f"device_order.physical_ids has {length_of(physical_ids)} entries; slice "
+            f"{slice_name} needs exactly {n}"
+        )
+    seen: dict[int, int] = {}
+    times: dict[Coord, int] = {}
+    for i, (coord, pid) in enumerate(zip(coords, physical_ids, strict=True)):
+        where = f"device_order.coords[{i}]"
+        if not (
+            isinstance(coord, tuple)
+            and all(isinstance(c, int) and not isinstance(c, bool) for c in coord)
+            and slice_.contains(coord)
+        ):
+            raise PlanError(
+                f"{where} is {coord!r}; it must be {slice_.num_dims} integer coordinates on "
+                f"{slice_name} (shape {list(slice_.shape)}), e.g. "
+                f"{list(slice_.coords[-1])}"
+            )
+        # A chip of several devices (tpu7x) appears once per device: its ids are
+        # devices_per_chip * chip id + core (docs/facts.md, Ironwood (TPU7x)).
+        per_chip = slice_.chip.devices_per_chip
+        times[coord] = times.get(coord, 0) + 1
+        if times[coord] > per_chip:
+            raise PlanError(
+                f"{where} {list(coord)} repeats an earlier entry; every chip of "
+                f"{slice_name} must appear exactly {per_chip} time(s)"
+            )
+        chip_id = slice_.physical_id(coord)
+        bad = isinstance(pid, bool) or not isinstance(pid, int) or pid in seen
+        if bad or pid // per_chip != chip_id:
+            raise PlanError(
+                f"device_order.physical_ids[{i}] is {pid!r} but chip {list(coord)} of "
+                f"{slice_name} hosts the unused device ids "
+                f"{[chip_id * per_chip + c for c in range(per_chip)]} (x fastest: chip id "
+                f"= x + X*y; every device exactly once)"
+            )
+        seen[pid] = i

@@ -9,10 +9,14 @@ device order (chip coordinates *and* libtpu physical ids, in mesh-flat order, i.
 the order of ``mesh.devices.flat``; a tpu7x chip appears once per device, its ids
 ``2 x chip id + core``), the predicted step latencies of the winner and
 the baselines (labelled ``"simulated"``: they come from the simulator, not from a
-TPU) and the versions it was made with. Every workload's plan has the same fields,
-and may hold ``alternatives``: the runners-up and baselines with their configurations
-(:mod:`aoizora.plan.alternatives`; ``aoizora measure`` times them).
-Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load.
+TPU) and the versions it was made with. Every workload's plan has the same fields.
+Plan files of schema ``"aoizora.plan/1"`` (Wan only, no inputs) still load. Optional
+top-level fields: ``alternatives`` (the runners-up and baselines with their configurations,
+:mod:`aoizora.plan.alternatives`; ``aoizora measure`` times them), a whole clip's latency
+(``clip_s``, ``text_encoder_s``, ``denoise_s``, ``vae_decode_s``:
+:class:`~aoizora.plan.clip_latency.ClipLatency`), the VAE decoder's own plan (``vae``, a
+plan of the same schema for the same slice) and ``compute_model`` (the compute model the
+predictions used).
 
 On the TPU host::
 
@@ -69,10 +73,12 @@ from aoizora.atomic import write_atomic
 from aoizora.errors import AoizoraError, PlanError, WorkloadError
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.plan.alternatives import PlanAlternative
+from aoizora.plan.clip_latency import CLIP_KEYS, ClipLatency
 from aoizora.plan.fields import (
     PlanInput,
     PredictedLatencies,
     Provenance,
+    check_device_order,
     check_keys,
     check_positive_int,
     check_text,
@@ -80,7 +86,6 @@ from aoizora.plan.fields import (
     json_object,
     json_rules,
     json_text,
-    length_of,
 )
 from aoizora.plan.schema import cite_schema
 from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
@@ -120,8 +125,9 @@ _TOP_KEYS = (
 )
 _TOP_KEYS_V2 = (*_TOP_KEYS, "inputs", "workload")
 # Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
-# with their configurations (aoizora.plan.alternatives, written since aoizora measure).
-_OPTIONAL_KEYS = ("alternatives", "compute_model")
+# with their configurations (aoizora.plan.alternatives), a clip's latency, the VAE's plan,
+# the compute model.
+_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "vae")
 
 
 @dataclass(frozen=True)
@@ -153,8 +159,11 @@ class Plan:
     alternatives: tuple[PlanAlternative, ...] = ()
     # The compute model the predictions used, as canonical JSON (fields.compute_model_json).
     compute_model: str = ""
+    latency: ClipLatency | None = None
+    vae: Plan | None = None
 
     def __post_init__(self) -> None:
+        self._check_optional()
         check_text(self.model, "model", "e.g. 'wan2.1-1.3b'")
         object.__setattr__(self, "workload", self.workload or self.model)
         check_text(self.workload, "workload", "e.g. 'wan2.1-1.3b@832x480x81'")
@@ -181,10 +190,23 @@ class Plan:
         slice_ = self.slice
         self._check_mesh(slice_)
         self._check_rules()
-        self._check_order(slice_)
+        check_device_order(self.coords, self.physical_ids, slice_, self.slice_name)
         self._check_alternatives()
 
     # --- validation -------------------------------------------------------
+
+    def _check_optional(self) -> None:
+        if self.latency is not None and not isinstance(self.latency, ClipLatency):
+            raise PlanError(f"the clip latency must be a ClipLatency, got {self.latency!r}")
+        if self.vae is None:
+            return
+        if not isinstance(self.vae, Plan) or self.vae.vae is not None:
+            raise PlanError(f"vae must be a plan without a vae of its own, got {self.vae!r}")
+        if self.vae.slice_name != self.slice_name:
+            raise PlanError(
+                f"vae.slice is {self.vae.slice_name!r} but the plan is for {self.slice_name!r}; "
+                "the VAE decodes on the slice that denoised"
+            )
 
     def _check_mesh(self, slice_: Slice) -> None:
         names = self.mesh_axis_names
@@ -241,52 +263,6 @@ class Plan:
                     f"{where} ({logical!r}) names a mesh axis twice: {list(axes)}; "
                     "e.g. ['embed', ['context', 'fsdp']]"
                 )
-
-    def _check_order(self, slice_: Slice) -> None:
-        n = slice_.num_devices
-        if not isinstance(self.coords, tuple) or len(self.coords) != n:
-            raise PlanError(
-                f"device_order.coords has {length_of(self.coords)} entries; slice "
-                f"{self.slice_name} needs exactly {n} (one per device, mesh-flat order)"
-            )
-        if not isinstance(self.physical_ids, tuple) or len(self.physical_ids) != n:
-            raise PlanError(
-                f"device_order.physical_ids has {length_of(self.physical_ids)} entries; slice "
-                f"{self.slice_name} needs exactly {n}"
-            )
-        seen: dict[int, int] = {}
-        times: dict[Coord, int] = {}
-        for i, (coord, pid) in enumerate(zip(self.coords, self.physical_ids, strict=True)):
-            where = f"device_order.coords[{i}]"
-            if not (
-                isinstance(coord, tuple)
-                and all(isinstance(c, int) and not isinstance(c, bool) for c in coord)
-                and slice_.contains(coord)
-            ):
-                raise PlanError(
-                    f"{where} is {coord!r}; it must be {slice_.num_dims} integer coordinates on "
-                    f"{self.slice_name} (shape {list(slice_.shape)}), e.g. "
-                    f"{list(slice_.coords[-1])}"
-                )
-            # A chip of several devices (tpu7x) appears once per device: its ids are
-            # devices_per_chip * chip id + core (docs/facts.md, Ironwood (TPU7x)).
-            per_chip = slice_.chip.devices_per_chip
-            times[coord] = times.get(coord, 0) + 1
-            if times[coord] > per_chip:
-                raise PlanError(
-                    f"{where} {list(coord)} repeats an earlier entry; every chip of "
-                    f"{self.slice_name} must appear exactly {per_chip} time(s)"
-                )
-            chip_id = slice_.physical_id(coord)
-            bad = isinstance(pid, bool) or not isinstance(pid, int) or pid in seen
-            if bad or pid // per_chip != chip_id:
-                raise PlanError(
-                    f"device_order.physical_ids[{i}] is {pid!r} but chip {list(coord)} of "
-                    f"{self.slice_name} hosts the unused device ids "
-                    f"{[chip_id * per_chip + c for c in range(per_chip)]} (x fastest: chip id "
-                    f"= x + X*y; every device exactly once)"
-                )
-            seen[pid] = i
 
     def _check_alternatives(self) -> None:
         if not isinstance(self.alternatives, tuple) or not all(
@@ -483,6 +459,8 @@ class Plan:
                 "jaxlib": self.provenance.jaxlib,
                 "libtpu": self.provenance.libtpu,
             },
+            **({} if self.latency is None else self.latency.to_json()),
+            **({} if self.vae is None else {"vae": self.vae.to_json_dict()}),
         }
 
     def to_json(self) -> str:
@@ -516,7 +494,7 @@ class Plan:
             raise PlanError(cite_schema(str(exc))) from None
 
     @classmethod
-    def _from_json_dict(cls, data: Any) -> Plan:
+    def _from_json_dict(cls, data: Any, optional_keys: Sequence[str] = _OPTIONAL_KEYS) -> Plan:
         if not isinstance(data, dict):
             raise PlanError(f"a plan must be a JSON object, got {type(data).__name__}")
         schema = data.get("schema")
@@ -527,7 +505,7 @@ class Plan:
                 "can read)"
             )
         old = schema == _OLD_SCHEMA
-        check_keys(data, _TOP_KEYS if old else _TOP_KEYS_V2, "plan", _OPTIONAL_KEYS)
+        check_keys(data, _TOP_KEYS if old else _TOP_KEYS_V2, "plan", optional_keys)
         mesh = json_object(data["mesh"], "mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], "device_order", ("coords", "physical_ids"))
         predicted = json_object(
@@ -572,12 +550,26 @@ class Plan:
                 if "compute_model" in data
                 else None
             ),
+            **_clip_fields(cls, data),
         )
 
 
 def _canonical(value: Mapping[str, Any] | None) -> str:
     """A JSON object as canonical text (sorted keys), so plans compare and hash stably."""
     return "" if not value else json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
+
+
+def _clip_fields(cls: type[Plan], data: dict[str, Any]) -> dict[str, Any]:
+    """A plan's clip latency and VAE plan, when it has them (keys already checked)."""
+    out: dict[str, Any] = {}
+    if any(k in data for k in CLIP_KEYS):
+        out["latency"] = ClipLatency.from_json(data, "plan")
+    if "vae" in data:
+        try:
+            out["vae"] = cls._from_json_dict(data["vae"], [k for k in _OPTIONAL_KEYS if k != "vae"])
+        except PlanError as exc:
+            raise PlanError(f"vae: {exc}") from None
+    return out
 
 
 def _clip(value: Any, *, required: bool) -> Clip | None:

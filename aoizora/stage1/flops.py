@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from aoizora.stage1.shardy import Op, TensorType
 from sim.compute import Attention, Matmul, Work
-from sim.costs import window_positions
+from sim.costs import ConvDim, conv_matmul
 
 __all__ = ["attention_operands", "kernel_work", "op_flops", "op_matmul"]
 
@@ -82,7 +82,7 @@ def op_matmul(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> Matmu
 
     ``local_shape(v)`` is value ``v``'s shape on one chip. A ``dot_general`` is
     ``batch`` products ``(M x K) @ (K x N)``; a convolution one ``(batch x i) @
-    (i x o)`` per valid tap (:func:`sim.costs.window_positions`, as XLA counts).
+    (i x o)`` per valid tap, sliding positions as rows (:func:`sim.costs.conv_matmul`).
     """
     if op.name == "stablehlo.dot_general":
         lhs, rhs = local_shape(op.operands[0]), local_shape(op.operands[1])
@@ -99,19 +99,19 @@ def op_matmul(op: Op, *, local_shape: Callable[[int], tuple[int, ...]]) -> Matmu
         lhs = local_shape(op.operands[0])
         kernel = local_shape(op.operands[1])
         out = local_shape(op.results[0])
-        positions = [
-            window_positions(
+        dims = [
+            ConvDim(
                 lhs[i], out[o], kernel[k], stride=c.strides[d],
                 padding_low=c.padding_low[d], lhs_dilation=c.lhs_dilation[d],
                 rhs_dilation=c.rhs_dilation[d],
             )
             for d, (i, k, o) in enumerate(c.spatial)
         ]  # fmt: skip
-        return Matmul(
-            math.prod(positions),
-            lhs[c.input_batch],
-            kernel[c.kernel_input_feature],
-            kernel[c.kernel_output_feature],
+        return conv_matmul(
+            batch=lhs[c.input_batch],
+            input_features=kernel[c.kernel_input_feature],
+            output_features=kernel[c.kernel_output_feature],
+            dims=dims,
         )
     return None
 

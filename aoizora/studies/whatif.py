@@ -13,7 +13,9 @@ and the peak and mean link utilisation of the winner's simulated step: each link
 busy time over the whole step (every region's run times its run count:
 :func:`aoizora.replay.step_link_totals`) divided by the step time, from the
 simulator's link records; kept in the ``links/`` cache, since a full replay of a
-256-chip step takes seconds.
+256-chip step takes seconds. With ``clip`` options (``whatif --clip``) each slice's VAE
+decoder is planned too and the row carries the whole clip's latency (``clip_s``,
+``text_encoder_s``, ``denoise_s``, ``vae_decode_s``: :mod:`aoizora.request.clip_plan`).
 
     >>> from sim.topology import parse_slice_spec
     >>> parse_slice_spec("v5e:4x4+wrap=10").spec
@@ -23,16 +25,18 @@ simulator's link records; kept in the ``links/`` cache, since a full replay of a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aoizora.cache import JsonCache, links_key, plan_caches
 from aoizora.errors import AoizoraError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
+from aoizora.plan.clip_latency import ClipLatency
 from aoizora.plan.fields import compute_model_json
 from aoizora.planner import PlanOutcome, Progress, run_plan
 from aoizora.replay import ReplayResult, replay, step_link_totals
+from aoizora.request.clip_plan import plan_clip
 from aoizora.workloads.base import Workload
 from sim.errors import SimError
 from sim.topology import Slice
@@ -59,6 +63,8 @@ class WhatIfRow:
     search_gap: float | None = None
     search_bound_s: float | None = None
     compute_model: dict[str, Any] | None = field(default=None, compare=False)
+    latency: ClipLatency | None = None
+    vae_winner: str | None = None
 
     def speedup_over(self, name: str) -> float | None:
         """Baseline latency / winner latency (None when either is missing)."""
@@ -85,6 +91,8 @@ class WhatIfRow:
             "search_bound_s": self.search_bound_s,
             "compute_model": self.compute_model,
             "error": self.error,
+            **({} if self.latency is None else self.latency.to_json()),
+            **({} if self.vae_winner is None else {"vae_winner": self.vae_winner}),
         }
 
 
@@ -147,6 +155,7 @@ def run_whatif(
     progress: Progress | None = None,
     plan: Callable[..., PlanOutcome] = run_plan,
     plan_options: Mapping[str, Any] | None = None,
+    clip: Mapping[str, Any] | None = None,
 ) -> tuple[WhatIfRow, ...]:
     """Plan ``workload`` on every slice (:func:`sim.topology.parse_slice_spec` reads
     specs such as ``v5e:4x4+wrap``), in the given order; rows are labelled ``slice_.spec``.
@@ -154,7 +163,8 @@ def run_whatif(
     A slice that cannot be planned (unknown shape, nothing fits in HBM, every
     compile failed) becomes a row with ``error`` set; the study goes on.
     ``plan_options`` go to ``plan`` as they are (e.g. ``workers``, ``ray``,
-    ``search_seconds``).
+    ``search_seconds``). ``clip`` (``steps``, ``text_encoder``, ``vae_chunk``) adds the
+    whole clip's latency to every row (:func:`aoizora.request.clip_plan.plan_clip`).
     """
     say = progress or (lambda _: None)
     rows: list[WhatIfRow] = []
@@ -172,7 +182,13 @@ def run_whatif(
                 **dict(plan_options or {}),
             )
             links = plan_caches(cache_dir).links if cache_dir is not None else None
-            rows.append(whatif_row(spec, outcome, cache=links))
+            row = whatif_row(spec, outcome, cache=links)
+            if clip is not None:
+                cp = plan_clip(outcome, plan=plan, cache_dir=cache_dir, progress=progress,
+                               max_placements=max_placements, **dict(plan_options or {}),
+                               **clip)  # fmt: skip
+                row = replace(row, latency=cp.latency, vae_winner=cp.vae.winner.candidate.id)
+            rows.append(row)
         except (AoizoraError, SimError) as exc:
             say(f"== what-if {spec}: failed: {exc}")
             rows.append(

@@ -126,22 +126,24 @@ _LATENT: LogicalAxes = (
 )
 
 
-def wan_abstract_args(cfg: WanConfig, clip: Clip) -> tuple[Any, ...]:
+def wan_abstract_args(cfg: WanConfig, clip: Clip, *, clips: int = 1) -> tuple[Any, ...]:
     """``(params, latents, timestep, text)`` as :class:`jax.ShapeDtypeStruct` pytrees.
 
     latents ``(2, C, F', H', W')`` bf16 (C = 16, or 48 for TI2V-5B), timestep ``(2,)``
     f32 (``(2, tokens)`` with a timestep per token), text ``(2, text_len, text_dim)``
     bf16 (umT5 output, both CFG prompts). A model with experts (A14B) takes the
     idle expert's weights second: ``(params, idle_params, latents, timestep, text)``.
+    ``clips`` clips denoised together make the batch ``2 x clips``.
     """
     f, h, w = latent_shape(clip, cfg)
+    batch = CFG_BATCH * clips
     if h % cfg.patch[1] or w % cfg.patch[2] or f % cfg.patch[0]:
         raise WorkloadError(f"latent {(f, h, w)} is not divisible by patch {cfg.patch}")
     params = wan_param_shapes(cfg, jnp.bfloat16)
-    latents = jax.ShapeDtypeStruct((CFG_BATCH, cfg.in_channels, f, h, w), jnp.bfloat16)
-    t_shape = (CFG_BATCH, num_tokens(clip, cfg)) if cfg.per_token_timestep else (CFG_BATCH,)
+    latents = jax.ShapeDtypeStruct((batch, cfg.in_channels, f, h, w), jnp.bfloat16)
+    t_shape = (batch, num_tokens(clip, cfg)) if cfg.per_token_timestep else (batch,)
     timestep = jax.ShapeDtypeStruct(t_shape, jnp.float32)
-    text = jax.ShapeDtypeStruct((CFG_BATCH, cfg.text_len, cfg.text_dim), jnp.bfloat16)
+    text = jax.ShapeDtypeStruct((batch, cfg.text_len, cfg.text_dim), jnp.bfloat16)
     experts = (params, params) if cfg.experts is not None else (params,)
     return (*experts, latents, timestep, text)
 
@@ -447,17 +449,17 @@ def wan_step(
 MAX_PAD_FRACTION = 0.01
 
 
-def _wan_check(cfg: WanConfig, clip: Clip) -> Callable[[Mapping[str, int], Rules, str],
-                                                        tuple[str, ...]]:  # fmt: skip
+def _wan_check(cfg: WanConfig, clip: Clip, batch: int = CFG_BATCH,
+               ) -> Callable[[Mapping[str, int], Rules, str], tuple[str, ...]]:  # fmt: skip
     tokens = num_tokens(clip, cfg)
 
     def check(sizes: Mapping[str, int], rules: Rules, attention: str) -> tuple[str, ...]:
         names = tuple(sizes)
         reasons: list[str] = []
-        if sizes.get("data", 1) > CFG_BATCH:
+        if sizes.get("data", 1) > batch:
             reasons.append(
-                f"data={sizes['data']} exceeds the CFG batch of {CFG_BATCH} "
-                f"(two passes per step); use data <= {CFG_BATCH}"
+                f"data={sizes['data']} exceeds the CFG batch of {batch} "
+                f"(two passes per clip per step); use data <= {batch}"
             )
         qkv = logical_to_pspec(_QKV, rules, names, sizes)
         seq_deg = sharding_degree(qkv[2], sizes)
@@ -510,6 +512,7 @@ def wan_workload(
     kernel: Literal["auto", "splash", "xla"] = "auto",
     scan_layers: bool = True,
     config: WanConfig | None = None,
+    clips: int = 1,
 ) -> Workload:
     """The Wan denoising step for ``model`` (a key of ``WAN_CONFIGS``) and ``clip``.
 
@@ -518,6 +521,8 @@ def wan_workload(
     to cross-check FLOPs, since ``cost_analysis`` does not cost Pallas calls).
     ``scan_layers=False`` unrolls the layer loop (``cost_analysis`` counts a
     ``scan`` body once). ``config`` overrides the named model (custom test shapes).
+    ``clips`` > 1 denoises that many clips of one kind together (a serving batch: batch
+    ``2 x clips``, the name ends ``xN``).
 
         >>> wl = wan_workload("wan2.1-1.3b", parse_resolution("480p"))
         >>> wl.name, wl.info["tokens"]
@@ -533,7 +538,10 @@ def wan_workload(
     cfg = config
     if kernel not in ("auto", "splash", "xla"):
         raise WorkloadError(f"kernel {kernel!r} unknown; use 'auto', 'splash' or 'xla'")
-    args = wan_abstract_args(cfg, clip)
+    if isinstance(clips, bool) or not isinstance(clips, int) or clips < 1:
+        raise WorkloadError(f"clips {clips!r}: must be a positive number of clips, e.g. 2")
+    batch = CFG_BATCH * clips
+    args = wan_abstract_args(cfg, clip, clips=clips)
     arg_axes, out_axes = wan_logical_axes(cfg)
 
     def build(ctx: BuildContext) -> Callable[..., Any]:
@@ -555,6 +563,7 @@ def wan_workload(
         return expert_step
 
     suffix = "" if (kernel == "auto" and scan_layers) else f"[{kernel},scan={scan_layers}]"
+    suffix += "" if clips == 1 else f"x{clips}"
     return Workload(
         name=f"{cfg.name}@{clip.label}{suffix}",
         build=build,
@@ -564,28 +573,34 @@ def wan_workload(
         abstract_out=args[-3],  # the velocity has the latents' shape and dtype
         rule_sets=WAN_RULE_SETS,
         attention_kinds=attention_kinds(cfg.num_heads),
-        probes=_probes(cfg, clip),
-        check=_wan_check(cfg, clip),
+        probes=_probes(cfg, clip, batch),
+        check=_wan_check(cfg, clip, batch),
         mesh_axis_names=MESH_AXIS_NAMES,  # fixed, so candidate ids stay data2.fsdp1.context4...
         model=cfg.name,
         clip=clip,
-        info={
-            "kind": "wan",
-            "model": cfg.name,
-            "clip": clip.label,
-            "tokens": num_tokens(clip, cfg),
-            "num_heads": cfg.num_heads,
-            "num_layers": cfg.num_layers,
-            "num_params": cfg.num_params,
-            "analytic_flops": wan_flops(cfg, clip).total,
-            **_experts_info(cfg),
-        },
+        info=_info(cfg, clip, clips),
     )
 
 
-def _probes(cfg: WanConfig, clip: Clip) -> tuple[Probe, ...]:
+def _info(cfg: WanConfig, clip: Clip, clips: int) -> dict[str, Any]:
+    """The workload's facts for reports (``clips`` when several are denoised together)."""
+    return {
+        "kind": "wan",
+        "model": cfg.name,
+        "clip": clip.label,
+        "tokens": num_tokens(clip, cfg),
+        "num_heads": cfg.num_heads,
+        "num_layers": cfg.num_layers,
+        "num_params": cfg.num_params,
+        "analytic_flops": wan_flops(cfg, clip, batch=CFG_BATCH * clips).total,
+        **({"clips": clips} if clips > 1 else {}),
+        **_experts_info(cfg),
+    }
+
+
+def _probes(cfg: WanConfig, clip: Clip, batch: int = CFG_BATCH) -> tuple[Probe, ...]:
     """The activations whose sharding Stage 1 checks (hidden, q/k/v, FFN, text K/V)."""
-    b, s, d, t = CFG_BATCH, num_tokens(clip, cfg), cfg.dim, cfg.text_len
+    b, s, d, t = batch, num_tokens(clip, cfg), cfg.dim, cfg.text_len
     return (
         Probe("hidden", (b, s, d), _HIDDEN, paddable=("activation_length",)),
         Probe("qkv", (b, cfg.num_heads, s, cfg.head_dim), _QKV, paddable=("activation_length",)),

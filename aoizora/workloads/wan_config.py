@@ -102,7 +102,10 @@ class WanConfig:
     channels), ``per_token_timestep`` (TI2V-5B embeds a timestep per token, so the
     modulation is per token), ``sizes``/``default_frames`` (what ``"720p"`` means for
     the model, e.g. 1280x704 for TI2V-5B) and ``experts`` (A14B: two experts of this
-    shape, both resident in HBM, switching at a boundary step).
+    shape, both resident in HBM, switching at a boundary step). ``vae`` names the VAE
+    decoder (a key of :data:`aoizora.workloads.vae_config.VAE_CONFIGS`) and
+    ``sample_steps`` the denoising steps of one clip as the model is served
+    (maxdiffusion's ``num_inference_steps``; docs/facts.md, Clip latency).
     """
 
     name: str
@@ -123,6 +126,8 @@ class WanConfig:
     sizes: tuple[tuple[str, int, int], ...] = (("480p", 832, 480), ("720p", 1280, 720))
     default_frames: int = 81
     experts: ExpertSchedule | None = None
+    vae: str = "wan2.1-vae"
+    sample_steps: int = 50
 
     def __post_init__(self) -> None:
         if self.dim != self.num_heads * self.head_dim:
@@ -150,11 +155,13 @@ class WanConfig:
 
 WAN_CONFIGS: dict[str, WanConfig] = {
     # Wan-Video/Wan2.1 wan/configs/wan_t2v_1_3B.py and wan_t2v_14B.py
-    "wan2.1-1.3b": WanConfig("wan2.1-1.3b", 1536, 8960, 12, 128, 30),
+    # Steps: maxdiffusion base_wan_1_3b.yml / base_wan_14b.yml num_inference_steps 30 / 50.
+    "wan2.1-1.3b": WanConfig("wan2.1-1.3b", 1536, 8960, 12, 128, 30, sample_steps=30),
     "wan2.1-14b": WanConfig("wan2.1-14b", 5120, 13824, 40, 128, 40),
     # CI-sized: 8 heads (divisible by 1, 2, 4, 8); head_dim 128 = splash's lane width.
     "wan-tiny": WanConfig(
-        "wan-tiny", 1024, 2048, 8, 128, 2, text_len=128, text_dim=256, freq_dim=256
+        "wan-tiny", 1024, 2048, 8, 128, 2, text_len=128, text_dim=256, freq_dim=256,
+        vae="vae-tiny",
     ),
     # Wan-Video/Wan2.2 wan/configs/wan_ti2v_5B.py: Wan2.2_VAE (z_dim 48, stride 4x16x16),
     # sizes 1280*704 / 704*1280 (configs/__init__.py SUPPORTED_SIZES), frame_num 121; its
@@ -163,6 +170,7 @@ WAN_CONFIGS: dict[str, WanConfig] = {
         "wan2.2-ti2v-5b", 3072, 14336, 24, 128, 30, in_channels=48, out_channels=48,
         vae_stride=(4, 16, 16), per_token_timestep=True,
         sizes=(("720p", 1280, 704), ("704p", 1280, 704)), default_frames=121,
+        vae="wan2.2-vae",  # sample_steps 50: wan_ti2v_5B.py
     ),
     # Wan-Video/Wan2.2 wan/configs/wan_t2v_A14B.py: two Wan-14B-shaped experts
     # (high_noise_model, low_noise_model), 40 steps, shift 12, boundary 0.875; the same
@@ -170,6 +178,7 @@ WAN_CONFIGS: dict[str, WanConfig] = {
     "wan2.2-a14b": WanConfig(
         "wan2.2-a14b", 5120, 13824, 40, 128, 40,
         experts=ExpertSchedule(sample_steps=40, sample_shift=12.0, boundary=0.875),
+        sample_steps=40,
     ),
 }  # fmt: skip
 

@@ -349,7 +349,7 @@ def test_cli_plan_on_v5e_2x4(tmp_path: Path, cache_dir: Path) -> None:
     out = tmp_path / "plan.json"
     proc = _cli(
         "plan", "--model", MODEL, "--slice", "v5e:2x4", "--resolution", "256x256",
-        "--frames", "5", "--top-k", "2", "--out", str(out), "--json",
+        "--frames", "5", "--top-k", "2", "--out", str(out), "--json", "--no-clip",
         cache=cache_dir,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -357,6 +357,7 @@ def test_cli_plan_on_v5e_2x4(tmp_path: Path, cache_dir: Path) -> None:
     assert summary["slice"] == "v5e:2x4"
     assert "[compile" in proc.stderr  # progress during compiles
     plan = load_plan(out)
+    assert "clip_s" not in summary and plan.vae is None and plan.latency is None  # --no-clip
     assert plan.candidate_id == summary["winner"]["candidate"]
     assert plan.predicted.winner_s == summary["winner"]["q2_s"]
     assert len(plan.physical_ids) == 8 and sorted(plan.physical_ids) == list(range(8))

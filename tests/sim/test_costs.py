@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from sim.collectives import collective_flows
 from sim.costs import (
+    ConvDim,
     all_to_all_link_load,
     attention_flops,
     best_box,
     collective_time_s,
     conv_flops,
+    conv_matmul,
     matmul_flops,
     roofline_s,
+    window_positions,
 )
 from sim.engine import simulate
 from sim.errors import CollectiveError
@@ -118,3 +125,41 @@ def test_work_formulas() -> None:
             "broadcast", group_size=2, bytes_per_device=1.0, ring=False,
             link_bandwidth_bytes_per_s=1.0, hop_latency_s=0.0,
         )  # fmt: skip
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 40), st.integers(1, 3), st.integers(0, 1)), min_size=1, max_size=3
+    ),
+    st.integers(1, 4),
+    st.integers(1, 300),
+    st.integers(1, 300),
+)
+def test_conv_matmul_keeps_the_flops_and_streams_sliding_positions(
+    dims: list[tuple[int, int, int]], batch: int, cin: int, cout: int
+) -> None:
+    """A convolution on the MXU: the FLOPs of :func:`conv_flops`; the output positions of
+    every sliding dimension, times the batch, are the matmul's rows."""
+    conv = [ConvDim(n, n - k + 1 + 2 * p, k, padding_low=p) for n, k, p in dims if n >= k]
+    assume(conv)
+    mm = conv_matmul(batch=batch, input_features=cin, output_features=cout, dims=conv)
+    positions = [window_positions(d.input_size, d.output_size, d.window_size,
+                                  padding_low=d.padding_low) for d in conv]  # fmt: skip
+    flops = conv_flops(batch=batch, input_features=cin, output_features=cout, positions=positions)
+    assert mm.flops == pytest.approx(flops)
+    rows = math.prod(d.output_size for d in conv if d.input_size > 1)
+    assert mm.m == batch * rows and (mm.k, mm.n) == (cin, cout)
+
+
+def test_a_dot_written_as_a_convolution_stays_a_batch_of_products() -> None:
+    """XLA's dot-as-convolution forms (a size-1 input padded so each window meets it once,
+    a dilated input) do not slide: one ``(batch x i) @ (i x o)`` per valid tap, as before."""
+    padded = conv_matmul(batch=16, input_features=128, output_features=64,
+                         dims=(ConvDim(1, 8, 8, padding_low=7),))  # fmt: skip
+    dilated = conv_matmul(batch=16, input_features=128, output_features=64,
+                          dims=(ConvDim(3, 17, 1, lhs_dilation=8),))  # fmt: skip
+    assert (padded.batch, padded.m) == (8, 16) and (dilated.batch, dilated.m) == (3, 16)
+    # A 3x3 'same' convolution over a 90 x 160 frame: 14,400 rows on the MXU, not 1.
+    frame = (ConvDim(90, 90, 3, padding_low=1), ConvDim(160, 160, 3, padding_low=1))
+    same = conv_matmul(batch=1, input_features=96, output_features=96, dims=frame)
+    assert same.m == 14400 and same.batch == pytest.approx(268 * 478 / 14400)
