@@ -264,46 +264,6 @@ static void lowered(share_t *s, int lk) {
 
 /* -- the filling -------------------------------------------------------------- */
 
-/* Ascending; only the values matter (equal doubles are interchangeable), so
- * any correct sort gives the Python reference's order. Quicksort (median of
- * three) down to runs of 16, then one insertion pass: no comparison callback. */
-static void sort_doubles(double *v, ptrdiff_t n) {
-    while (n > 16) {
-        double a = v[0], b = v[n / 2], c = v[n - 1];
-        double pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
-        ptrdiff_t i = 0, j = n - 1;
-        while (1) { /* Hoare partition */
-            while (v[i] < pivot) i++;
-            while (v[j] > pivot) j--;
-            if (i >= j) break;
-            double tmp = v[i];
-            v[i] = v[j];
-            v[j] = tmp;
-            i++;
-            j--;
-        }
-        /* [0, j] <= pivot <= [j + 1, n): sort the smaller side first. */
-        ptrdiff_t left = j + 1;
-        if (left < n - left) {
-            sort_doubles(v, left);
-            v += left;
-            n -= left;
-        } else {
-            sort_doubles(v + left, n - left);
-            n = left;
-        }
-    }
-    for (ptrdiff_t a = 1; a < n; a++) {
-        double x = v[a];
-        ptrdiff_t b = a;
-        while (b > 0 && v[b - 1] > x) {
-            v[b] = v[b - 1];
-            b--;
-        }
-        v[b] = x;
-    }
-}
-
 static double level_of(share_t *s, int lk) {
     int64_t epoch = s->epoch;
     double cap = s->capacity[lk];
@@ -320,26 +280,36 @@ static double level_of(share_t *s, int lk) {
         s->held = h;
         s->held_cap = k;
     }
+    double at = s->at;
     for (int i = 0; i < k; i++) {
         int f = u[i];
-        if (s->fixed[f] == epoch)
+        if (s->fixed[f] == epoch) {
             cap -= s->new_rate[f];
-        else if (s->loose[f] == epoch || s->bottleneck[f] == lk)
+        } else if (s->loose[f] == epoch || s->bottleneck[f] == lk) {
             unfrozen += 1;
-        else
-            s->held[nheld++] = s->rate[f];
-    }
-    double at = s->at;
-    if (nheld) {
-        if (nheld > 1) sort_doubles(s->held, nheld);
-        unfrozen += (int)nheld;
-        for (ptrdiff_t i = 0; i < nheld; i++) {
-            double r = s->held[i];
-            double x = cap / (double)unfrozen;
-            if (x <= r && r >= at) return x > at ? x : at;
-            cap -= r;
-            unfrozen -= 1;
+        } else {
+            double r = s->rate[f];
+            if (r < at)
+                cap -= r;
+            else
+                s->held[nheld++] = r;
         }
+    }
+    /* Water-filling without sorting (sim/sharing.py: the same passes, in users
+     * order): a held flow below the level of the rest is below the final level
+     * too, so each pass takes all such flows out until one takes none. */
+    double *h = s->held;
+    while (nheld) {
+        double x = cap / (double)(unfrozen + nheld);
+        ptrdiff_t kept = 0;
+        for (ptrdiff_t i = 0; i < nheld; i++) {
+            if (h[i] < x)
+                cap -= h[i];
+            else
+                h[kept++] = h[i];
+        }
+        if (kept == nheld) return x > at ? x : at;
+        nheld = kept;
     }
     if (unfrozen == 0) return INFINITY;
     double x = cap / (double)unfrozen;

@@ -263,27 +263,36 @@ class LinkSharing:
         cap = self.capacity[lk]
         unfrozen = 0
         held: list[float] = []
+        at = self._at
         for f in self.users[lk]:
             if fixed[f] == epoch:
                 cap -= new_rate[f]
             elif loose[f] == epoch or bottleneck[f] == lk:
                 unfrozen += 1
             else:
-                held.append(rate[f])
-        at = self._at
-        if held:
-            if len(held) > 1:
-                held.sort()
-            unfrozen += len(held)
-            for r in held:
-                x = cap / unfrozen
                 # A flow held below the fill level reached is frozen already:
                 # it only takes capacity (a link full of such flows is tied
                 # with one that saturated at that level, and freezes nothing).
-                if x <= r and r >= at:
-                    return x if x > at else at
-                cap -= r
-                unfrozen -= 1
+                r = rate[f]
+                if r < at:
+                    cap -= r
+                else:
+                    held.append(r)
+        # Water-filling without sorting: a held flow below the level of the
+        # flows not yet counted as below is below the final level too (the
+        # level only rises as such flows are taken out), so each pass takes
+        # every such flow out, in users order, until a pass takes none.
+        while held:
+            x = cap / (unfrozen + len(held))
+            kept: list[float] = []
+            for r in held:
+                if r < x:
+                    cap -= r
+                else:
+                    kept.append(r)
+            if len(kept) == len(held):
+                return x if x > at else at
+            held = kept
         if unfrozen == 0:
             return _INF  # every flow is held below capacity elsewhere
         x = cap / unfrozen
