@@ -107,23 +107,19 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->done = calloc(M, sizeof(int64_t));
     s->queued = calloc(M, sizeof(int64_t));
     s->key = malloc(M * sizeof(double));
-    s->rate = calloc(N, sizeof(double));
-    s->bottleneck = malloc(N * sizeof(int));
-    s->fixed = calloc(N, sizeof(int64_t));
-    s->loose = calloc(N, sizeof(int64_t));
-    s->new_rate = calloc(N, sizeof(double));
+    s->fs = calloc(N, sizeof(flow_share));
     s->d_prev = malloc(N * sizeof(int));
     s->d_next = malloc(N * sizeof(int));
     if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
-        !s->since || !s->dirty || !s->done || !s->queued || !s->key || !s->rate ||
-        !s->bottleneck || !s->fixed || !s->loose || !s->new_rate || !s->d_prev || !s->d_next)
+        !s->since || !s->dirty || !s->done || !s->queued || !s->key || !s->fs ||
+        !s->d_prev || !s->d_next)
         return -1;
     for (int l = 0; l < m; l++) {
         s->capacity[l] = capacity[l];
         s->level[l] = INFINITY;
         s->key[l] = INFINITY;
     }
-    for (int f = 0; f < n; f++) s->bottleneck[f] = -1;
+    for (int f = 0; f < n; f++) s->fs[f].bottleneck = -1;
     return 0;
 }
 
@@ -141,11 +137,7 @@ void share_free(share_t *s) {
     free(s->done);
     free(s->queued);
     free(s->key);
-    free(s->rate);
-    free(s->bottleneck);
-    free(s->fixed);
-    free(s->loose);
-    free(s->new_rate);
+    free(s->fs);
     free(s->d_prev);
     free(s->d_next);
     free(s->heap);
@@ -283,12 +275,12 @@ static double level_of(share_t *s, int lk) {
     double at = s->at;
     for (int i = 0; i < k; i++) {
         int f = u[i];
-        if (s->fixed[f] == epoch) {
-            cap -= s->new_rate[f];
-        } else if (s->loose[f] == epoch || s->bottleneck[f] == lk) {
+        if (s->fs[f].fixed == epoch) {
+            cap -= s->fs[f].new_rate;
+        } else if (s->fs[f].loose == epoch || s->fs[f].bottleneck == lk) {
             unfrozen += 1;
         } else {
-            double r = s->rate[f];
+            double r = s->fs[f].rate;
             if (r < at)
                 cap -= r;
             else
@@ -340,14 +332,14 @@ static void saturate(share_t *s, int lk, double x) {
     int k = s->users_n[lk];
     for (int i = 0; i < k; i++) {
         int f = u[i];
-        if (s->fixed[f] == epoch) continue;
-        int was = s->bottleneck[f];
-        double old = s->rate[f];
-        int unfrozen = s->loose[f] == epoch;
+        if (s->fs[f].fixed == epoch) continue;
+        int was = s->fs[f].bottleneck;
+        double old = s->fs[f].rate;
+        int unfrozen = s->fs[f].loose == epoch;
         if (!unfrozen && was != lk && old < below) continue;
-        s->fixed[f] = epoch;
-        s->new_rate[f] = x;
-        s->bottleneck[f] = lk;
+        s->fs[f].fixed = epoch;
+        s->fs[f].new_rate = x;
+        s->fs[f].bottleneck = lk;
         ivec_push(&s->frozen, f, &s->nomem);
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int m = s->route_chan[p];
@@ -366,8 +358,8 @@ static void release(share_t *s, int lk) {
     int k = s->users_n[lk];
     for (int i = 0; i < k; i++) {
         int f = u[i];
-        if (s->fixed[f] != epoch && s->loose[f] != epoch && s->bottleneck[f] == lk) {
-            s->loose[f] = epoch;
+        if (s->fs[f].fixed != epoch && s->fs[f].loose != epoch && s->fs[f].bottleneck == lk) {
+            s->fs[f].loose = epoch;
             for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
                 int m = s->route_chan[p];
                 if (m != lk) lowered(s, m);
@@ -411,12 +403,12 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
     for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
     for (ptrdiff_t i = 0; i < s->frozen.n; i++) {
         int f = s->frozen.v[i];
-        double r = s->new_rate[f];
-        double old = s->rate[f];
+        double r = s->fs[f].new_rate;
+        double old = s->fs[f].rate;
         if (old == 0.0) {
-            s->rate[f] = r;
-        } else if (s->loose[f] == epoch || fabs(r - old) > REL_TOL * r) {
-            s->rate[f] = r;
+            s->fs[f].rate = r;
+        } else if (s->fs[f].loose == epoch || fabs(r - old) > REL_TOL * r) {
+            s->fs[f].rate = r;
             changed_push(s, f, old);
         }
     }
@@ -507,12 +499,12 @@ static void adopt_solution(share_t *s, int F, ptrdiff_t P, const int *flows, con
     for (int j = 0; j < F; j++) {
         int f = flows[j];
         double r = solved[j];
-        s->bottleneck[f] = first[j];
-        double old = s->rate[f];
+        s->fs[f].bottleneck = first[j];
+        double old = s->fs[f].rate;
         if (old == 0.0) {
-            s->rate[f] = r;
+            s->fs[f].rate = r;
         } else if (fabs(r - old) > REL_TOL * r) {
-            s->rate[f] = r;
+            s->fs[f].rate = r;
             changed_push(s, f, old);
         }
     }
@@ -583,13 +575,13 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
             if (!s->users_n[lk]) s->busy_s[lk] += now - s->since[lk];
             if (!whole) raised(s, lk);
         }
-        s->rate[f] = 0.0;
-        s->bottleneck[f] = -1;
+        s->fs[f].rate = 0.0;
+        s->fs[f].bottleneck = -1;
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
         draining_add(s, f);
-        s->loose[f] = epoch;
+        s->fs[f].loose = epoch;
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int lk = s->route_chan[p];
             if (!s->users_n[lk]) s->since[lk] = now;
