@@ -51,6 +51,7 @@ typedef struct {
     flow_share *fs; /* per flow: rate, bottleneck, this update's marks */
     int64_t epoch;
     int64_t *dirty, *done, *queued;
+    int64_t *exact; /* key[l] is l's level as its flows stand, solved in this update */
     double *key;
     fill_item *heap;
     ptrdiff_t heap_n, heap_cap;

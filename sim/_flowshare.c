@@ -106,12 +106,13 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->dirty = calloc(M, sizeof(int64_t));
     s->done = calloc(M, sizeof(int64_t));
     s->queued = calloc(M, sizeof(int64_t));
+    s->exact = calloc(M, sizeof(int64_t));
     s->key = malloc(M * sizeof(double));
     s->fs = calloc(N, sizeof(flow_share));
     s->d_prev = malloc(N * sizeof(int));
     s->d_next = malloc(N * sizeof(int));
     if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
-        !s->since || !s->dirty || !s->done || !s->queued || !s->key || !s->fs ||
+        !s->since || !s->dirty || !s->done || !s->queued || !s->exact || !s->key || !s->fs ||
         !s->d_prev || !s->d_next)
         return -1;
     for (int l = 0; l < m; l++) {
@@ -136,6 +137,7 @@ void share_free(share_t *s) {
     free(s->dirty);
     free(s->done);
     free(s->queued);
+    free(s->exact);
     free(s->key);
     free(s->fs);
     free(s->d_prev);
@@ -241,12 +243,14 @@ static void first_dirty(share_t *s, int lk) {
 }
 
 static void raised(share_t *s, int lk) {
+    s->exact[lk] = 0;
     if (s->done[lk] != s->epoch && s->dirty[lk] != s->epoch) first_dirty(s, lk);
 }
 
 static void lowered(share_t *s, int lk) {
     int64_t epoch = s->epoch;
     if (s->done[lk] == epoch) return;
+    s->exact[lk] = 0;
     if (s->dirty[lk] != epoch) first_dirty(s, lk);
     if (s->queued[lk] != epoch) {
         s->queued[lk] = epoch;
@@ -316,6 +320,7 @@ static void resolve(share_t *s) {
         if (s->done[lk] != epoch) {
             double x = level_of(s, lk);
             s->key[lk] = x;
+            s->exact[lk] = epoch;
             if (x < INFINITY) heap_push(s, x, SATURATE, lk);
         }
     }
@@ -348,6 +353,8 @@ static void saturate(share_t *s, int lk, double x) {
                 raised(s, m);
             else if (old < below)
                 lowered(s, m);
+            else
+                s->exact[m] = 0; /* the same rate to 1e-12, but not the same double */
         }
     }
 }
@@ -381,9 +388,11 @@ static void fill(share_t *s) {
             if (old > s->at) s->at = old;
             release(s, lk);
         } else if (it.key == s->key[lk]) {
-            double x = level_of(s, lk);
+            /* An exact key was solved from the link's flows as they still are. */
+            double x = s->exact[lk] == epoch ? it.key : level_of(s, lk);
             if (x > it.key * (1.0 + REL_TOL)) {
                 s->key[lk] = x;
+                s->exact[lk] = epoch;
                 if (x < INFINITY) heap_push(s, x, SATURATE, lk);
             } else {
                 s->at = x;

@@ -116,6 +116,10 @@ class LinkSharing:
         self._dirty: list[int] = [0] * m
         self._done: list[int] = [0] * m
         self._queued: list[int] = [0] * m
+        # _exact[l] == epoch: _key[l] is l's level solved from its flows as
+        # they still stand (nothing on l changed since), so popping it needs
+        # no second solve.
+        self._exact: list[int] = [0] * m
         self._key: list[float] = [_INF] * m
         self._fixed: list[int] = [0] * n
         self._loose: list[int] = [0] * n
@@ -236,6 +240,7 @@ class LinkSharing:
     def _raised(self, lk: int) -> None:
         """``lk``'s level can only have risen: its heap key stays a lower bound."""
         epoch = self._epoch
+        self._exact[lk] = 0
         if self._done[lk] != epoch and self._dirty[lk] != epoch:
             self._first_dirty(lk)
 
@@ -244,6 +249,7 @@ class LinkSharing:
         epoch = self._epoch
         if self._done[lk] == epoch:
             return
+        self._exact[lk] = 0
         if self._dirty[lk] != epoch:
             self._first_dirty(lk)
         if self._queued[lk] != epoch:
@@ -309,6 +315,7 @@ class LinkSharing:
             if done[lk] != epoch:
                 x = self._level_of(lk)
                 key[lk] = x
+                self._exact[lk] = epoch
                 if x < _INF:
                     heapq.heappush(heap, (x, _SATURATE, lk))
         self._stale.clear()
@@ -332,9 +339,10 @@ class LinkSharing:
                     self._at = old
                 self._release(lk)
             elif k == key[lk]:
-                x = self._level_of(lk)
+                x = k if self._exact[lk] == epoch else self._level_of(lk)
                 if x > k * (1.0 + _REL_TOL):
                     key[lk] = x  # the key was a stale lower bound
+                    self._exact[lk] = epoch
                     if x < _INF:
                         heapq.heappush(heap, (x, _SATURATE, lk))
                 else:
@@ -373,6 +381,8 @@ class LinkSharing:
                     self._raised(m)
                 elif old < below:
                     self._lowered(m)
+                else:
+                    self._exact[m] = 0  # the same rate to 1e-12, not the same double
 
     def _release(self, lk: int) -> None:
         """The filling passed ``lk``'s old level and ``lk`` did not saturate there."""
