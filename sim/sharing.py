@@ -25,7 +25,13 @@ level by level (a heap keyed by level), and visits only *dirty* links:
   old rate at its old (clean) bottleneck counts as ``min(old rate, x)``
   (:func:`sim.maxmin.saturation_level`); a new flow, a flow bottlenecked at
   this very link, or a flow whose old bottleneck no longer holds it counts as
-  unfrozen (``x``).
+  unfrozen (``x``). The solve needs no sort: it takes out, pass by pass, the
+  held flows below the level the rest would reach (the level only rises as
+  they go, so each one taken out is below the final level too) until a pass
+  takes none -- the same water level, in a few linear passes.
+- A level solved from a link's flows as they still stand is *exact*: when
+  the filling pops it, the link saturates there without a second solve. Any
+  change to one of its flows (frozen, loosened, arrived, left) clears that.
 - When the filling reaches a dirty link's level, the link saturates and
   freezes its unfrozen flows at that level. A flow whose rate changes (or
   that is new) makes all its links dirty.
