@@ -1,9 +1,10 @@
 /* The compiled flow-event core of sim.engine: shared types and prototypes.
  *
- * Two parts, one per file:
- * - _flowshare.c: LinkSharing (sim/sharing.py) and max_min_rates
- *   (sim/maxmin.py) ported statement by statement, so every rate, level and
- *   bottleneck is the same double as the Python reference computes;
+ * Three parts, one per file:
+ * - _flowshare.c: LinkSharing (sim/sharing.py) ported statement by
+ *   statement, so every rate, level and bottleneck is the same double as the
+ *   Python reference computes; _flowwhole.c: its whole solve of big batches
+ *   (max_min_rates of sim/maxmin.py), likewise;
  * - _flowcore.c: the engine's event loop (sim/pycore.py) over a heap agenda,
  *   and the Python module sim._flowcore.
  *
@@ -75,5 +76,8 @@ void share_free(share_t *s);
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
                  const int *departures, ptrdiff_t num_departures);
 void share_close(share_t *s, double now);
+/* Internal to the two sharing files: record a changed rate; solve every draining flow. */
+void changed_push(share_t *s, int f, double old);
+int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals);
 
 #endif
