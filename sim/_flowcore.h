@@ -47,6 +47,15 @@ typedef struct {
     double *capacity;
     int **users;        /* users[l]: draining flows on l, in arrival order */
     int *users_n, *users_cap;
+    int **upair; /* upair[l][i]: the route position (pair) of users[l][i] */
+    /* Per link, kept from its first solve in an update (cache[l] == epoch):
+     * capacity less this update's frozen rates, unfrozen flows, held rates. */
+    int64_t *cache;
+    double *c_cap;
+    int *c_unf;
+    double **h_rate;
+    int **h_pair, *h_n, *h_cap;
+    int *h_pos; /* per route position: its index in its link's held list */
     double *level, *busy_s, *since;
     const int *route_ptr, *route_chan; /* flow f crosses route_chan[route_ptr[f]..] */
     flow_share *fs; /* per flow: rate, bottleneck, this update's marks */

@@ -99,6 +99,15 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->capacity = malloc(M * sizeof(double));
     s->users = calloc(M, sizeof(int *));
     s->users_n = calloc(M, sizeof(int));
+    s->upair = calloc(M, sizeof(int *));
+    s->cache = calloc(M, sizeof(int64_t));
+    s->c_cap = calloc(M, sizeof(double));
+    s->c_unf = calloc(M, sizeof(int));
+    s->h_rate = calloc(M, sizeof(double *));
+    s->h_pair = calloc(M, sizeof(int *));
+    s->h_n = calloc(M, sizeof(int));
+    s->h_cap = calloc(M, sizeof(int));
+    s->h_pos = calloc((size_t)(n > 0 && route_ptr[n] > 0 ? route_ptr[n] : 1), sizeof(int));
     s->users_cap = calloc(M, sizeof(int));
     s->level = malloc(M * sizeof(double));
     s->busy_s = calloc(M, sizeof(double));
@@ -111,6 +120,9 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->fs = calloc(N, sizeof(flow_share));
     s->d_prev = malloc(N * sizeof(int));
     s->d_next = malloc(N * sizeof(int));
+    if (!s->upair || !s->cache || !s->c_cap || !s->c_unf || !s->h_rate || !s->h_pair || !s->h_n ||
+        !s->h_cap || !s->h_pos)
+        return -1;
     if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
         !s->since || !s->dirty || !s->done || !s->queued || !s->exact || !s->key || !s->fs ||
         !s->d_prev || !s->d_next)
@@ -125,8 +137,21 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
 }
 
 void share_free(share_t *s) {
-    if (s->users)
-        for (int l = 0; l < s->m; l++) free(s->users[l]);
+    for (int l = 0; l < s->m; l++) {
+        if (s->users) free(s->users[l]);
+        if (s->upair) free(s->upair[l]);
+        if (s->h_rate) free(s->h_rate[l]);
+        if (s->h_pair) free(s->h_pair[l]);
+    }
+    free(s->upair);
+    free(s->cache);
+    free(s->c_cap);
+    free(s->c_unf);
+    free(s->h_rate);
+    free(s->h_pair);
+    free(s->h_n);
+    free(s->h_cap);
+    free(s->h_pos);
     free(s->capacity);
     free(s->users);
     free(s->users_n);
@@ -163,17 +188,20 @@ void share_close(share_t *s, double now) {
 
 /* -- bookkeeping: users, the draining list, the changed list ---------------- */
 
-static void users_append(share_t *s, int lk, int f) {
+static void users_append(share_t *s, int lk, int f, int p) {
     if (s->users_n[lk] == s->users_cap[lk]) {
         int cap = s->users_cap[lk] ? 2 * s->users_cap[lk] : 4;
         int *v = realloc(s->users[lk], (size_t)cap * sizeof(int));
-        if (v == NULL) {
+        if (v != NULL) s->users[lk] = v;
+        int *w = v == NULL ? NULL : realloc(s->upair[lk], (size_t)cap * sizeof(int));
+        if (w == NULL) {
             s->nomem = 1;
             return;
         }
-        s->users[lk] = v;
+        s->upair[lk] = w;
         s->users_cap[lk] = cap;
     }
+    s->upair[lk][s->users_n[lk]] = p;
     s->users[lk][s->users_n[lk]++] = f;
 }
 
@@ -184,6 +212,8 @@ static void users_remove(share_t *s, int lk, int f) {
     for (int i = 0; i < k; i++) {
         if (u[i] == f) {
             memmove(u + i, u + i + 1, (size_t)(k - i - 1) * sizeof(int));
+            int *q = s->upair[lk];
+            memmove(q + i, q + i + 1, (size_t)(k - i - 1) * sizeof(int));
             s->users_n[lk] = k - 1;
             return;
         }
@@ -260,13 +290,69 @@ static void lowered(share_t *s, int lk) {
 
 /* -- the filling -------------------------------------------------------------- */
 
-static double level_of(share_t *s, int lk) {
+/* A link's flows as the filling stands, kept from its first solve in an
+ * update (sim/sharing.py, _cache_build): its capacity less the rates frozen
+ * in this update, how many flows are unfrozen, and the rates of the others
+ * (held at their old rates elsewhere). Freezing or loosening one of its flows
+ * updates these (cache_unhold and saturate, release), so a second solve of
+ * the link reads them instead of every flow on it. */
+static void cache_build(share_t *s, int lk) {
     int64_t epoch = s->epoch;
-    double cap = s->capacity[lk];
-    int unfrozen = 0;
-    ptrdiff_t nheld = 0;
-    const int *u = s->users[lk];
     int k = s->users_n[lk];
+    if (s->h_cap[lk] < k) {
+        double *v = realloc(s->h_rate[lk], (size_t)k * sizeof(double));
+        if (v != NULL) s->h_rate[lk] = v;
+        int *w = v == NULL ? NULL : realloc(s->h_pair[lk], (size_t)k * sizeof(int));
+        if (w == NULL) {
+            s->nomem = 1;
+            return;
+        }
+        s->h_pair[lk] = w;
+        s->h_cap[lk] = k;
+    }
+    double cap = s->capacity[lk];
+    int unfrozen = 0, nheld = 0;
+    const int *u = s->users[lk], *pair = s->upair[lk];
+    double *rate = s->h_rate[lk];
+    int *hp = s->h_pair[lk];
+    for (int i = 0; i < k; i++) {
+        const flow_share *q = &s->fs[u[i]];
+        if (q->fixed == epoch) {
+            cap -= q->new_rate;
+        } else if (q->loose == epoch || q->bottleneck == lk) {
+            unfrozen += 1;
+        } else {
+            rate[nheld] = q->rate;
+            hp[nheld] = pair[i];
+            s->h_pos[pair[i]] = nheld;
+            nheld++;
+        }
+    }
+    s->c_cap[lk] = cap;
+    s->c_unf[lk] = unfrozen;
+    s->h_n[lk] = nheld;
+    s->cache[lk] = epoch;
+}
+
+/* The flow crossing lk as route position p is no longer held there: the
+ * last held entry takes its place (the Python twin moves the same one). */
+static void cache_unhold(share_t *s, int lk, int p) {
+    int k = s->h_pos[p], last = --s->h_n[lk];
+    if (k != last) {
+        int q = s->h_pair[lk][last];
+        s->h_rate[lk][k] = s->h_rate[lk][last];
+        s->h_pair[lk][k] = q;
+        s->h_pos[q] = k;
+    }
+}
+
+static double level_of(share_t *s, int lk) {
+    if (s->cache[lk] != s->epoch) cache_build(s, lk);
+    if (s->nomem) return INFINITY;
+    double cap = s->c_cap[lk];
+    int unfrozen = s->c_unf[lk];
+    ptrdiff_t nheld = 0;
+    int k = s->h_n[lk];
     if (s->held_cap < k) {
         double *h = realloc(s->held, (size_t)k * sizeof(double));
         if (h == NULL) {
@@ -276,24 +362,20 @@ static double level_of(share_t *s, int lk) {
         s->held = h;
         s->held_cap = k;
     }
+    /* A flow held below the fill level reached is frozen already: it only
+     * takes capacity. */
     double at = s->at;
+    const double *rate = s->h_rate[lk];
     for (int i = 0; i < k; i++) {
-        int f = u[i];
-        if (s->fs[f].fixed == epoch) {
-            cap -= s->fs[f].new_rate;
-        } else if (s->fs[f].loose == epoch || s->fs[f].bottleneck == lk) {
-            unfrozen += 1;
-        } else {
-            double r = s->fs[f].rate;
-            if (r < at)
-                cap -= r;
-            else
-                s->held[nheld++] = r;
-        }
+        double r = rate[i];
+        if (r < at)
+            cap -= r;
+        else
+            s->held[nheld++] = r;
     }
-    /* Water-filling without sorting (sim/sharing.py: the same passes, in users
-     * order): a held flow below the level of the rest is below the final level
-     * too, so each pass takes all such flows out until one takes none. */
+    /* Water-filling without sorting (sim/sharing.py: the same passes, in the
+     * held list's order): a held flow below the level of the rest is below the
+     * final level too, so each pass takes all such flows out until one takes none. */
     double *h = s->held;
     while (nheld) {
         double x = cap / (double)(unfrozen + nheld);
@@ -349,6 +431,13 @@ static void saturate(share_t *s, int lk, double x) {
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int m = s->route_chan[p];
             if (m == lk) continue;
+            if (s->cache[m] == epoch) {
+                if (unfrozen || was == m)
+                    s->c_unf[m] -= 1;
+                else
+                    cache_unhold(s, m, p);
+                s->c_cap[m] -= x;
+            }
             if (unfrozen || was == m || old > above)
                 raised(s, m);
             else if (old < below)
@@ -369,7 +458,12 @@ static void release(share_t *s, int lk) {
             s->fs[f].loose = epoch;
             for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
                 int m = s->route_chan[p];
-                if (m != lk) lowered(s, m);
+                if (m == lk) continue;
+                if (s->cache[m] == epoch) { /* held there (bottlenecked at lk): now unfrozen */
+                    cache_unhold(s, m, p);
+                    s->c_unf[m] += 1;
+                }
+                lowered(s, m);
             }
         }
     }
@@ -460,7 +554,7 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int lk = s->route_chan[p];
             if (!s->users_n[lk]) s->since[lk] = now;
-            users_append(s, lk, f);
+            users_append(s, lk, f, p);
         }
     }
     if (whole) {

@@ -32,6 +32,9 @@ level by level (a heap keyed by level), and visits only *dirty* links:
 - A level solved from a link's flows as they still stand is *exact*: when
   the filling pops it, the link saturates there without a second solve. Any
   change to one of its flows (frozen, loosened, arrived, left) clears that.
+  Its first solve in an update classifies its flows once (capacity less the
+  rates frozen so far, unfrozen count, held rates); freezing or loosening one
+  of them updates that, so a later solve reads no flow it has not changed.
 - When the filling reaches a dirty link's level, the link saturates and
   freezes its unfrozen flows at that level. A flow whose rate changes (or
   that is new) makes all its links dirty.
@@ -126,6 +129,16 @@ class LinkSharing:
         # they still stand (nothing on l changed since), so popping it needs
         # no second solve.
         self._exact: list[int] = [0] * m
+        # A link's flows as the filling stands, kept from its first solve in
+        # an update (_cache[l] == epoch): capacity less the rates frozen in
+        # this update, the number of unfrozen flows, and the old rates of the
+        # flows held elsewhere (with the flows, and each one's place).
+        self._cache: list[int] = [0] * m
+        self._c_cap: list[float] = [0.0] * m
+        self._c_unf: list[int] = [0] * m
+        self._h_rate: list[list[float]] = [[] for _ in range(m)]
+        self._h_flow: list[list[int]] = [[] for _ in range(m)]
+        self._h_pos: dict[tuple[int, int], int] = {}  # (flow, link) -> place in the lists
         self._key: list[float] = [_INF] * m
         self._fixed: list[int] = [0] * n
         self._loose: list[int] = [0] * n
@@ -264,36 +277,64 @@ class LinkSharing:
 
     # -- the filling ---------------------------------------------------------
 
-    def _level_of(self, lk: int) -> float:
-        """Solve ``sum(min(t_f, x)) = capacity`` for link ``lk`` (see the module doc)."""
+    def _cache_build(self, lk: int) -> None:
+        """Classify ``lk``'s flows once per update (see ``_cache`` in ``__init__``)."""
         epoch = self._epoch
         fixed = self._fixed
         loose = self._loose
         bottleneck = self.bottleneck
         rate = self.rate
         new_rate = self._new_rate
+        pos = self._h_pos
         cap = self.capacity[lk]
         unfrozen = 0
-        held: list[float] = []
-        at = self._at
+        h_rate: list[float] = []
+        h_flow: list[int] = []
         for f in self.users[lk]:
             if fixed[f] == epoch:
                 cap -= new_rate[f]
             elif loose[f] == epoch or bottleneck[f] == lk:
                 unfrozen += 1
             else:
-                # A flow held below the fill level reached is frozen already:
-                # it only takes capacity (a link full of such flows is tied
-                # with one that saturated at that level, and freezes nothing).
-                r = rate[f]
-                if r < at:
-                    cap -= r
-                else:
-                    held.append(r)
+                pos[f, lk] = len(h_rate)
+                h_rate.append(rate[f])
+                h_flow.append(f)
+        self._c_cap[lk] = cap
+        self._c_unf[lk] = unfrozen
+        self._h_rate[lk] = h_rate
+        self._h_flow[lk] = h_flow
+        self._cache[lk] = epoch
+
+    def _unhold(self, lk: int, f: int) -> None:
+        """``f`` is no longer held on ``lk``: the last held entry takes its place."""
+        h_rate, h_flow = self._h_rate[lk], self._h_flow[lk]
+        k = self._h_pos.pop((f, lk))
+        last_rate, last_flow = h_rate.pop(), h_flow.pop()
+        if last_flow != f:
+            h_rate[k] = last_rate
+            h_flow[k] = last_flow
+            self._h_pos[last_flow, lk] = k
+
+    def _level_of(self, lk: int) -> float:
+        """Solve ``sum(min(t_f, x)) = capacity`` for link ``lk`` (see the module doc)."""
+        if self._cache[lk] != self._epoch:
+            self._cache_build(lk)
+        cap = self._c_cap[lk]
+        unfrozen = self._c_unf[lk]
+        held: list[float] = []
+        at = self._at
+        for r in self._h_rate[lk]:
+            # A flow held below the fill level reached is frozen already:
+            # it only takes capacity (a link full of such flows is tied
+            # with one that saturated at that level, and freezes nothing).
+            if r < at:
+                cap -= r
+            else:
+                held.append(r)
         # Water-filling without sorting: a held flow below the level of the
         # flows not yet counted as below is below the final level too (the
         # level only rises as such flows are taken out), so each pass takes
-        # every such flow out, in users order, until a pass takes none.
+        # every such flow out, in the held list's order, until a pass takes none.
         while held:
             x = cap / (unfrozen + len(held))
             kept: list[float] = []
@@ -364,6 +405,7 @@ class LinkSharing:
         rate = self.rate
         bottleneck = self.bottleneck
         links = self.links
+        cache = self._cache
         above = x * (1.0 + _REL_TOL)
         below = x * (1.0 - _REL_TOL)
         for f in self.users[lk]:
@@ -381,6 +423,12 @@ class LinkSharing:
             for m in links[f]:
                 if m == lk:
                     continue
+                if cache[m] == epoch:
+                    if unfrozen or was == m:
+                        self._c_unf[m] -= 1
+                    else:
+                        self._unhold(m, f)
+                    self._c_cap[m] -= x
                 # In m's equation f counted as unfrozen (loose, or bottlenecked
                 # at m) or as held at its old rate; now it takes exactly x.
                 if unfrozen or was == m or old > above:
@@ -397,12 +445,17 @@ class LinkSharing:
         loose = self._loose
         bottleneck = self.bottleneck
         links = self.links
+        cache = self._cache
         for f in self.users[lk]:
             if fixed[f] != epoch and loose[f] != epoch and bottleneck[f] == lk:
                 loose[f] = epoch  # no longer held at its old rate: unfrozen everywhere
                 for m in links[f]:
-                    if m != lk:
-                        self._lowered(m)
+                    if m == lk:
+                        continue
+                    if cache[m] == epoch:  # held there (bottlenecked at lk): now unfrozen
+                        self._unhold(m, f)
+                        self._c_unf[m] += 1
+                    self._lowered(m)
 
     def _commit(self, new: list[int]) -> list[tuple[int, float]]:
         epoch = self._epoch
