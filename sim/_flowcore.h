@@ -41,6 +41,18 @@ typedef struct {
     int bottleneck;
 } flow_share;
 
+/* A link's flows as one update's filling stands (valid while epoch is the
+ * update's): capacity less the rates frozen, the unfrozen flows, and the held
+ * flows with their old rates; flows and route positions ("pairs"). */
+typedef struct {
+    int64_t epoch;
+    double cap;
+    int nheld, nunf, room;
+    double *rate;
+    int *ints; /* one allocation: hflow, hpair, uflow, upair, room each */
+    int *hflow, *hpair, *uflow, *upair;
+} link_cache;
+
 /* Max-min fair sharing kept between events (sim.sharing.LinkSharing). */
 typedef struct {
     int m, n;
@@ -48,14 +60,8 @@ typedef struct {
     int **users;        /* users[l]: draining flows on l, in arrival order */
     int *users_n, *users_cap;
     int **upair; /* upair[l][i]: the route position (pair) of users[l][i] */
-    /* Per link, kept from its first solve in an update (cache[l] == epoch):
-     * capacity less this update's frozen rates, unfrozen flows, held rates. */
-    int64_t *cache;
-    double *c_cap;
-    int *c_unf;
-    double **h_rate;
-    int **h_pair, *h_n, *h_cap;
-    int *h_pos; /* per route position: its index in its link's held list */
+    link_cache *lc; /* per link, kept from its first solve in an update */
+    int *h_pos;     /* per route position: its index in its link's held or unfrozen list */
     double *level, *busy_s, *since;
     const int *route_ptr, *route_chan; /* flow f crosses route_chan[route_ptr[f]..] */
     flow_share *fs; /* per flow: rate, bottleneck, this update's marks */

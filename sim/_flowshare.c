@@ -100,13 +100,7 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->users = calloc(M, sizeof(int *));
     s->users_n = calloc(M, sizeof(int));
     s->upair = calloc(M, sizeof(int *));
-    s->cache = calloc(M, sizeof(int64_t));
-    s->c_cap = calloc(M, sizeof(double));
-    s->c_unf = calloc(M, sizeof(int));
-    s->h_rate = calloc(M, sizeof(double *));
-    s->h_pair = calloc(M, sizeof(int *));
-    s->h_n = calloc(M, sizeof(int));
-    s->h_cap = calloc(M, sizeof(int));
+    s->lc = calloc(M, sizeof(link_cache));
     s->h_pos = calloc((size_t)(n > 0 && route_ptr[n] > 0 ? route_ptr[n] : 1), sizeof(int));
     s->users_cap = calloc(M, sizeof(int));
     s->level = malloc(M * sizeof(double));
@@ -120,9 +114,7 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->fs = calloc(N, sizeof(flow_share));
     s->d_prev = malloc(N * sizeof(int));
     s->d_next = malloc(N * sizeof(int));
-    if (!s->upair || !s->cache || !s->c_cap || !s->c_unf || !s->h_rate || !s->h_pair || !s->h_n ||
-        !s->h_cap || !s->h_pos)
-        return -1;
+    if (!s->upair || !s->lc || !s->h_pos) return -1;
     if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
         !s->since || !s->dirty || !s->done || !s->queued || !s->exact || !s->key || !s->fs ||
         !s->d_prev || !s->d_next)
@@ -140,17 +132,11 @@ void share_free(share_t *s) {
     for (int l = 0; l < s->m; l++) {
         if (s->users) free(s->users[l]);
         if (s->upair) free(s->upair[l]);
-        if (s->h_rate) free(s->h_rate[l]);
-        if (s->h_pair) free(s->h_pair[l]);
+        if (s->lc) free(s->lc[l].rate);
+        if (s->lc) free(s->lc[l].ints);
     }
     free(s->upair);
-    free(s->cache);
-    free(s->c_cap);
-    free(s->c_unf);
-    free(s->h_rate);
-    free(s->h_pair);
-    free(s->h_n);
-    free(s->h_cap);
+    free(s->lc);
     free(s->h_pos);
     free(s->capacity);
     free(s->users);
@@ -292,67 +278,89 @@ static void lowered(share_t *s, int lk) {
 
 /* A link's flows as the filling stands, kept from its first solve in an
  * update (sim/sharing.py, _cache_build): its capacity less the rates frozen
- * in this update, how many flows are unfrozen, and the rates of the others
- * (held at their old rates elsewhere). Freezing or loosening one of its flows
- * updates these (cache_unhold and saturate, release), so a second solve of
- * the link reads them instead of every flow on it. */
-static void cache_build(share_t *s, int lk) {
+ * in this update, its unfrozen flows, and its held flows with their old rates.
+ * Freezing or loosening one of its flows moves it (saturate, release), so a
+ * second solve, a saturation and a release read these lists instead of every
+ * flow on the link. Lists lose an entry by moving the last one into its place,
+ * as the Python twin's do. */
+static link_cache *cache_build(share_t *s, int lk) {
     int64_t epoch = s->epoch;
+    link_cache *c = &s->lc[lk];
     int k = s->users_n[lk];
-    if (s->h_cap[lk] < k) {
-        double *v = realloc(s->h_rate[lk], (size_t)k * sizeof(double));
-        if (v != NULL) s->h_rate[lk] = v;
-        int *w = v == NULL ? NULL : realloc(s->h_pair[lk], (size_t)k * sizeof(int));
+    if (c->room < k) {
+        double *v = realloc(c->rate, (size_t)k * sizeof(double));
+        if (v != NULL) c->rate = v;
+        int *w = v == NULL ? NULL : realloc(c->ints, (size_t)k * 4 * sizeof(int));
         if (w == NULL) {
             s->nomem = 1;
-            return;
+            return c;
         }
-        s->h_pair[lk] = w;
-        s->h_cap[lk] = k;
+        c->ints = w;
+        c->room = k;
     }
+    c->hflow = c->ints;
+    c->hpair = c->ints + k;
+    c->uflow = c->ints + 2 * k;
+    c->upair = c->ints + 3 * k;
     double cap = s->capacity[lk];
-    int unfrozen = 0, nheld = 0;
+    int nunf = 0, nheld = 0;
     const int *u = s->users[lk], *pair = s->upair[lk];
-    double *rate = s->h_rate[lk];
-    int *hp = s->h_pair[lk];
     for (int i = 0; i < k; i++) {
         const flow_share *q = &s->fs[u[i]];
         if (q->fixed == epoch) {
             cap -= q->new_rate;
         } else if (q->loose == epoch || q->bottleneck == lk) {
-            unfrozen += 1;
+            c->uflow[nunf] = u[i];
+            c->upair[nunf] = pair[i];
+            s->h_pos[pair[i]] = nunf++;
         } else {
-            rate[nheld] = q->rate;
-            hp[nheld] = pair[i];
-            s->h_pos[pair[i]] = nheld;
-            nheld++;
+            c->rate[nheld] = q->rate;
+            c->hflow[nheld] = u[i];
+            c->hpair[nheld] = pair[i];
+            s->h_pos[pair[i]] = nheld++;
         }
     }
-    s->c_cap[lk] = cap;
-    s->c_unf[lk] = unfrozen;
-    s->h_n[lk] = nheld;
-    s->cache[lk] = epoch;
+    c->cap = cap;
+    c->nunf = nunf;
+    c->nheld = nheld;
+    c->epoch = epoch;
+    return c;
 }
 
-/* The flow crossing lk as route position p is no longer held there: the
- * last held entry takes its place (the Python twin moves the same one). */
-static void cache_unhold(share_t *s, int lk, int p) {
-    int k = s->h_pos[p], last = --s->h_n[lk];
+static link_cache *cache_of(share_t *s, int lk) {
+    link_cache *c = &s->lc[lk];
+    return c->epoch == s->epoch ? c : cache_build(s, lk);
+}
+
+/* Route position p's flow leaves lk's held or unfrozen list. */
+static void cache_unhold(share_t *s, link_cache *c, int p) {
+    int k = s->h_pos[p], last = --c->nheld;
     if (k != last) {
-        int q = s->h_pair[lk][last];
-        s->h_rate[lk][k] = s->h_rate[lk][last];
-        s->h_pair[lk][k] = q;
+        int q = c->hpair[last];
+        c->rate[k] = c->rate[last];
+        c->hflow[k] = c->hflow[last];
+        c->hpair[k] = q;
+        s->h_pos[q] = k;
+    }
+}
+
+static void cache_unfree(share_t *s, link_cache *c, int p) {
+    int k = s->h_pos[p], last = --c->nunf;
+    if (k != last) {
+        int q = c->upair[last];
+        c->uflow[k] = c->uflow[last];
+        c->upair[k] = q;
         s->h_pos[q] = k;
     }
 }
 
 static double level_of(share_t *s, int lk) {
-    if (s->cache[lk] != s->epoch) cache_build(s, lk);
+    const link_cache *c = cache_of(s, lk);
     if (s->nomem) return INFINITY;
-    double cap = s->c_cap[lk];
-    int unfrozen = s->c_unf[lk];
+    double cap = c->cap;
+    int unfrozen = c->nunf;
     ptrdiff_t nheld = 0;
-    int k = s->h_n[lk];
+    int k = c->nheld;
     if (s->held_cap < k) {
         double *h = realloc(s->held, (size_t)k * sizeof(double));
         if (h == NULL) {
@@ -365,7 +373,7 @@ static double level_of(share_t *s, int lk) {
     /* A flow held below the fill level reached is frozen already: it only
      * takes capacity. */
     double at = s->at;
-    const double *rate = s->h_rate[lk];
+    const double *rate = c->rate;
     for (int i = 0; i < k; i++) {
         double r = rate[i];
         if (r < at)
@@ -409,62 +417,76 @@ static void resolve(share_t *s) {
     s->stale.n = 0;
 }
 
-static void saturate(share_t *s, int lk, double x) {
+/* Freeze f at lk's level x (sim/sharing.py, _freeze): its other links' lists
+ * and keys learn what changed in their equations. */
+static void freeze(share_t *s, int lk, int f, double x, double above, double below) {
     int64_t epoch = s->epoch;
-    s->done[lk] = epoch;
-    s->level[lk] = x;
-    double above = x * (1.0 + REL_TOL);
-    double below = x * (1.0 - REL_TOL);
-    const int *u = s->users[lk];
-    int k = s->users_n[lk];
-    for (int i = 0; i < k; i++) {
-        int f = u[i];
-        if (s->fs[f].fixed == epoch) continue;
-        int was = s->fs[f].bottleneck;
-        double old = s->fs[f].rate;
-        int unfrozen = s->fs[f].loose == epoch;
-        if (!unfrozen && was != lk && old < below) continue;
-        s->fs[f].fixed = epoch;
-        s->fs[f].new_rate = x;
-        s->fs[f].bottleneck = lk;
-        ivec_push(&s->frozen, f, &s->nomem);
-        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-            int m = s->route_chan[p];
-            if (m == lk) continue;
-            if (s->cache[m] == epoch) {
-                if (unfrozen || was == m)
-                    s->c_unf[m] -= 1;
-                else
-                    cache_unhold(s, m, p);
-                s->c_cap[m] -= x;
-            }
-            if (unfrozen || was == m || old > above)
-                raised(s, m);
-            else if (old < below)
-                lowered(s, m);
+    flow_share *q = &s->fs[f];
+    int was = q->bottleneck;
+    double old = q->rate;
+    int unfrozen = q->loose == epoch;
+    q->fixed = epoch;
+    q->new_rate = x;
+    q->bottleneck = lk;
+    ivec_push(&s->frozen, f, &s->nomem);
+    for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+        int m = s->route_chan[p];
+        if (m == lk) continue;
+        link_cache *c = &s->lc[m];
+        if (c->epoch == epoch) {
+            if (unfrozen || was == m)
+                cache_unfree(s, c, p);
             else
-                s->exact[m] = 0; /* the same rate to 1e-12, but not the same double */
+                cache_unhold(s, c, p);
+            c->cap -= x;
         }
+        /* In m's equation f counted as unfrozen (loose, or bottlenecked at m)
+         * or as held at its old rate; now it takes exactly x. */
+        if (unfrozen || was == m || old > above)
+            raised(s, m);
+        else if (old < below)
+            lowered(s, m);
+        else
+            s->exact[m] = 0; /* the same rate to 1e-12, but not the same double */
     }
 }
 
+/* lk saturates at x: its unfrozen flows freeze there, and so do the flows
+ * held at old rates not below x (frozen earlier below x, a flow keeps its
+ * old rate and bottleneck). */
+static void saturate(share_t *s, int lk, double x) {
+    s->done[lk] = s->epoch;
+    s->level[lk] = x;
+    double above = x * (1.0 + REL_TOL);
+    double below = x * (1.0 - REL_TOL);
+    const link_cache *c = cache_of(s, lk);
+    if (s->nomem) return;
+    for (int i = 0; i < c->nunf; i++) freeze(s, lk, c->uflow[i], x, above, below);
+    for (int i = 0; i < c->nheld; i++)
+        if (!(c->rate[i] < below)) freeze(s, lk, c->hflow[i], x, above, below);
+}
+
+/* The filling passed lk's old level and lk did not saturate there: its
+ * bottlenecked flows are unfrozen everywhere. */
 static void release(share_t *s, int lk) {
     int64_t epoch = s->epoch;
-    const int *u = s->users[lk];
-    int k = s->users_n[lk];
-    for (int i = 0; i < k; i++) {
-        int f = u[i];
-        if (s->fs[f].fixed != epoch && s->fs[f].loose != epoch && s->fs[f].bottleneck == lk) {
-            s->fs[f].loose = epoch;
-            for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-                int m = s->route_chan[p];
-                if (m == lk) continue;
-                if (s->cache[m] == epoch) { /* held there (bottlenecked at lk): now unfrozen */
-                    cache_unhold(s, m, p);
-                    s->c_unf[m] += 1;
-                }
-                lowered(s, m);
+    const link_cache *c = cache_of(s, lk);
+    if (s->nomem) return;
+    for (int i = 0; i < c->nunf; i++) {
+        int f = c->uflow[i];
+        if (s->fs[f].loose == epoch || s->fs[f].bottleneck != lk) continue;
+        s->fs[f].loose = epoch;
+        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+            int m = s->route_chan[p];
+            if (m == lk) continue;
+            link_cache *d = &s->lc[m];
+            if (d->epoch == epoch) { /* held there (bottlenecked at lk): now unfrozen */
+                cache_unhold(s, d, p);
+                d->uflow[d->nunf] = f;
+                d->upair[d->nunf] = p;
+                s->h_pos[p] = d->nunf++;
             }
+            lowered(s, m);
         }
     }
 }

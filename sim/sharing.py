@@ -33,8 +33,9 @@ level by level (a heap keyed by level), and visits only *dirty* links:
   the filling pops it, the link saturates there without a second solve. Any
   change to one of its flows (frozen, loosened, arrived, left) clears that.
   Its first solve in an update classifies its flows once (capacity less the
-  rates frozen so far, unfrozen count, held rates); freezing or loosening one
-  of them updates that, so a later solve reads no flow it has not changed.
+  rates frozen so far, the unfrozen flows, the held flows and rates);
+  freezing or loosening one of them moves it between these lists, so a later
+  solve, the link's saturation and its release read only the lists.
 - When the filling reaches a dirty link's level, the link saturates and
   freezes its unfrozen flows at that level. A flow whose rate changes (or
   that is new) makes all its links dirty.
@@ -131,14 +132,15 @@ class LinkSharing:
         self._exact: list[int] = [0] * m
         # A link's flows as the filling stands, kept from its first solve in
         # an update (_cache[l] == epoch): capacity less the rates frozen in
-        # this update, the number of unfrozen flows, and the old rates of the
-        # flows held elsewhere (with the flows, and each one's place).
+        # this update, the unfrozen flows, and the flows held elsewhere with
+        # their old rates. A list loses an entry by moving its last one into
+        # its place (as the compiled core's lists do).
         self._cache: list[int] = [0] * m
         self._c_cap: list[float] = [0.0] * m
-        self._c_unf: list[int] = [0] * m
+        self._u_flow: list[list[int]] = [[] for _ in range(m)]
         self._h_rate: list[list[float]] = [[] for _ in range(m)]
         self._h_flow: list[list[int]] = [[] for _ in range(m)]
-        self._h_pos: dict[tuple[int, int], int] = {}  # (flow, link) -> place in the lists
+        self._h_pos: dict[tuple[int, int], int] = {}  # (flow, link) -> place in its list
         self._key: list[float] = [_INF] * m
         self._fixed: list[int] = [0] * n
         self._loose: list[int] = [0] * n
@@ -287,26 +289,31 @@ class LinkSharing:
         new_rate = self._new_rate
         pos = self._h_pos
         cap = self.capacity[lk]
-        unfrozen = 0
+        u_flow: list[int] = []
         h_rate: list[float] = []
         h_flow: list[int] = []
         for f in self.users[lk]:
             if fixed[f] == epoch:
                 cap -= new_rate[f]
             elif loose[f] == epoch or bottleneck[f] == lk:
-                unfrozen += 1
+                pos[f, lk] = len(u_flow)
+                u_flow.append(f)
             else:
                 pos[f, lk] = len(h_rate)
                 h_rate.append(rate[f])
                 h_flow.append(f)
         self._c_cap[lk] = cap
-        self._c_unf[lk] = unfrozen
+        self._u_flow[lk] = u_flow
         self._h_rate[lk] = h_rate
         self._h_flow[lk] = h_flow
         self._cache[lk] = epoch
 
+    def _cached(self, lk: int) -> None:
+        if self._cache[lk] != self._epoch:
+            self._cache_build(lk)
+
     def _unhold(self, lk: int, f: int) -> None:
-        """``f`` is no longer held on ``lk``: the last held entry takes its place."""
+        """``f`` leaves ``lk``'s held list: the last entry takes its place."""
         h_rate, h_flow = self._h_rate[lk], self._h_flow[lk]
         k = self._h_pos.pop((f, lk))
         last_rate, last_flow = h_rate.pop(), h_flow.pop()
@@ -315,12 +322,20 @@ class LinkSharing:
             h_flow[k] = last_flow
             self._h_pos[last_flow, lk] = k
 
+    def _unfree(self, lk: int, f: int) -> None:
+        """``f`` leaves ``lk``'s unfrozen list: the last entry takes its place."""
+        u_flow = self._u_flow[lk]
+        k = self._h_pos.pop((f, lk))
+        last_flow = u_flow.pop()
+        if last_flow != f:
+            u_flow[k] = last_flow
+            self._h_pos[last_flow, lk] = k
+
     def _level_of(self, lk: int) -> float:
         """Solve ``sum(min(t_f, x)) = capacity`` for link ``lk`` (see the module doc)."""
-        if self._cache[lk] != self._epoch:
-            self._cache_build(lk)
+        self._cached(lk)
         cap = self._c_cap[lk]
-        unfrozen = self._c_unf[lk]
+        unfrozen = len(self._u_flow[lk])
         held: list[float] = []
         at = self._at
         for r in self._h_rate[lk]:
@@ -397,65 +412,69 @@ class LinkSharing:
                     self._saturate(lk, x)
 
     def _saturate(self, lk: int, x: float) -> None:
-        epoch = self._epoch
-        self._done[lk] = epoch
+        """``lk`` saturates at ``x``: its unfrozen flows freeze there, and so do
+        the flows held at old rates not below ``x`` (frozen earlier below
+        ``x``, a flow keeps its old rate and bottleneck)."""
+        self._done[lk] = self._epoch
         self.level[lk] = x
-        fixed = self._fixed
-        loose = self._loose
-        rate = self.rate
-        bottleneck = self.bottleneck
-        links = self.links
-        cache = self._cache
         above = x * (1.0 + _REL_TOL)
         below = x * (1.0 - _REL_TOL)
-        for f in self.users[lk]:
-            if fixed[f] == epoch:
+        self._cached(lk)
+        for f in self._u_flow[lk]:
+            self._freeze(lk, f, x, above, below)
+        h_flow = self._h_flow[lk]
+        for i, r in enumerate(self._h_rate[lk]):
+            if not r < below:
+                self._freeze(lk, h_flow[i], x, above, below)
+
+    def _freeze(self, lk: int, f: int, x: float, above: float, below: float) -> None:
+        """Freeze ``f`` at ``lk``'s level ``x``; its other links learn what changed."""
+        epoch = self._epoch
+        was = self.bottleneck[f]
+        old = self.rate[f]
+        unfrozen = self._loose[f] == epoch
+        self._fixed[f] = epoch
+        self._new_rate[f] = x
+        self.bottleneck[f] = lk
+        self._frozen.append(f)
+        for m in self.links[f]:
+            if m == lk:
                 continue
-            was = bottleneck[f]
-            old = rate[f]
-            unfrozen = loose[f] == epoch
-            if not unfrozen and was != lk and old < below:
-                continue  # frozen earlier, at its old rate, at its old bottleneck
-            fixed[f] = epoch
-            self._new_rate[f] = x
-            bottleneck[f] = lk
-            self._frozen.append(f)
-            for m in links[f]:
-                if m == lk:
-                    continue
-                if cache[m] == epoch:
-                    if unfrozen or was == m:
-                        self._c_unf[m] -= 1
-                    else:
-                        self._unhold(m, f)
-                    self._c_cap[m] -= x
-                # In m's equation f counted as unfrozen (loose, or bottlenecked
-                # at m) or as held at its old rate; now it takes exactly x.
-                if unfrozen or was == m or old > above:
-                    self._raised(m)
-                elif old < below:
-                    self._lowered(m)
+            if self._cache[m] == epoch:
+                if unfrozen or was == m:
+                    self._unfree(m, f)
                 else:
-                    self._exact[m] = 0  # the same rate to 1e-12, not the same double
+                    self._unhold(m, f)
+                self._c_cap[m] -= x
+            # In m's equation f counted as unfrozen (loose, or bottlenecked
+            # at m) or as held at its old rate; now it takes exactly x.
+            if unfrozen or was == m or old > above:
+                self._raised(m)
+            elif old < below:
+                self._lowered(m)
+            else:
+                self._exact[m] = 0  # the same rate to 1e-12, not the same double
 
     def _release(self, lk: int) -> None:
-        """The filling passed ``lk``'s old level and ``lk`` did not saturate there."""
+        """The filling passed ``lk``'s old level and ``lk`` did not saturate there:
+        its bottlenecked flows are unfrozen everywhere."""
         epoch = self._epoch
-        fixed = self._fixed
         loose = self._loose
         bottleneck = self.bottleneck
-        links = self.links
         cache = self._cache
-        for f in self.users[lk]:
-            if fixed[f] != epoch and loose[f] != epoch and bottleneck[f] == lk:
-                loose[f] = epoch  # no longer held at its old rate: unfrozen everywhere
-                for m in links[f]:
-                    if m == lk:
-                        continue
-                    if cache[m] == epoch:  # held there (bottlenecked at lk): now unfrozen
-                        self._unhold(m, f)
-                        self._c_unf[m] += 1
-                    self._lowered(m)
+        self._cached(lk)
+        for f in self._u_flow[lk]:
+            if loose[f] == epoch or bottleneck[f] != lk:
+                continue
+            loose[f] = epoch
+            for m in self.links[f]:
+                if m == lk:
+                    continue
+                if cache[m] == epoch:  # held there (bottlenecked at lk): now unfrozen
+                    self._unhold(m, f)
+                    self._h_pos[f, m] = len(self._u_flow[m])
+                    self._u_flow[m].append(f)
+                self._lowered(m)
 
     def _commit(self, new: list[int]) -> list[tuple[int, float]]:
         epoch = self._epoch
