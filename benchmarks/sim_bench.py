@@ -14,10 +14,10 @@ Cases, and how their flows arrive:
 - **10,000 dense random flows** on an 8x8 mesh (seeded; sizes uniform in
   [64 kB, 16 MB]; starts uniform over 2 ms; src != dst uniform): flows
   arrive **one at a time, thousands in flight** -- arrivals come far faster
-  than the network drains them (the 2 ms of arrivals carry about 80 GB of
-  byte-hops, some 40 ms of the whole mesh's bandwidth), so up to about 10,000
-  drain at once and every arrival and departure re-shares a crowded network
-  -- the "dense" case of issue 28;
+  than the network drains them (the 2 ms of arrivals carry about 80 GB over
+  5.3 hops on average, some 42 ms of the whole mesh's bandwidth), so up to
+  9,671 drain at once and every arrival and departure re-shares a crowded
+  network -- the "dense" case of issue 28;
 - **a planner-style replay** as ``aoizora/replay.py`` builds for a compiled
   step: 50 x (a compute on every chip, then all-reduces over the rows, then
   over the columns of a 4x4 mesh, ``bidir_ring``): flows arrive in **small
