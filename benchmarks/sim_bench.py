@@ -407,12 +407,15 @@ def _worker(args: argparse.Namespace) -> None:
     import sim
 
     got = measure(cases[args.worker][0], args.repeat)
-    try:  # which core the baseline ran: its compiled one if it has one and it built
-        import sim._flowcore  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    # Which core ran, with its path: a revision without core_status has no
+    # compiled core (importing sim._flowcore there could find this checkout's
+    # editable build, which that engine never calls).
+    try:
+        from sim.engine import core_status  # type: ignore[attr-defined,unused-ignore]
 
-        core = "compiled core"
+        core = core_status().removeprefix("sim: ")
     except ImportError:
-        core = "Python engine"
+        core = "no compiled core: the Python engine"
     print(json.dumps({**got, "sim": str(Path(sim.__file__).parent), "core": core}))
 
 
