@@ -1,6 +1,6 @@
 """The one build step pyproject.toml cannot declare stably: the compiled event core.
 
-``sim._flowcore`` (``sim/_flowcore.c``, ``sim/_flowshare.c``) is plain C with no
+``sim._flowcore`` (``sim/_flowcore.c``, ``_flowshare.c``, ``_flowwhole.c``) is plain C with no
 dependency beyond the Python headers; ``pip install -e .`` (``make
 bootstrap``) compiles it in place. It is optional: without a C compiler the
 install still succeeds, ``make bootstrap`` prints one line saying so (and
@@ -17,7 +17,7 @@ setup(
     ext_modules=[
         Extension(
             "sim._flowcore",
-            sources=["sim/_flowcore.c", "sim/_flowshare.c"],
+            sources=["sim/_flowcore.c", "sim/_flowshare.c", "sim/_flowwhole.c"],
             depends=["sim/_flowcore.h"],
             extra_compile_args=["-ffp-contract=off"],
             optional=True,

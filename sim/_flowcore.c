@@ -273,7 +273,7 @@ static void snapshot(run_t *r) {
     }
     Py_ssize_t k = 0;
     for (int f = r->net.d_head; f >= 0; f = r->net.d_next[f], k++) {
-        PyObject *pair = Py_BuildValue("(Od)", PyList_GET_ITEM(r->ids, f), r->net.rate[f]);
+        PyObject *pair = Py_BuildValue("(Od)", PyList_GET_ITEM(r->ids, f), r->net.fs[f].rate);
         if (pair == NULL) {
             Py_DECREF(rates);
             r->failed = 1;
@@ -303,7 +303,7 @@ static void reshare(run_t *r) {
         r->nomem = 1;
         return;
     }
-    const double *rate = r->net.rate;
+    const flow_share *fs = r->net.fs;
     for (ptrdiff_t k = 0; k < r->net.changed.n; k++) {
         int f = r->net.changed.v[k];
         double old = r->net.changed_old[k];
@@ -311,7 +311,7 @@ static void reshare(run_t *r) {
             r->remaining[f] -= old * (now - r->updated[f]);
             r->updated[f] = now;
         }
-        double rf = rate[f], left = r->remaining[f];
+        double rf = fs[f].rate, left = r->remaining[f];
         r->predicted[f] = rf > 0.0 ? now + (left > 0.0 ? left : 0.0) / rf : INFINITY;
         fheap_set(r, f);
     }

@@ -1,9 +1,10 @@
 /* The compiled flow-event core of sim.engine: shared types and prototypes.
  *
- * Two parts, one per file:
- * - _flowshare.c: LinkSharing (sim/sharing.py) and max_min_rates
- *   (sim/maxmin.py) ported statement by statement, so every rate, level and
- *   bottleneck is the same double as the Python reference computes;
+ * Three parts, one per file:
+ * - _flowshare.c: LinkSharing (sim/sharing.py) ported statement by
+ *   statement, so every rate, level and bottleneck is the same double as the
+ *   Python reference computes; _flowwhole.c: its whole solve of big batches
+ *   (max_min_rates of sim/maxmin.py), likewise;
  * - _flowcore.c: the engine's event loop (sim/pycore.py) over a heap agenda,
  *   and the Python module sim._flowcore.
  *
@@ -32,19 +33,42 @@ typedef struct {
     int lk;
 } fill_item;
 
+/* One flow's sharing state, together: the filling reads all of it for every
+ * flow on a link, and one cache line per flow beats five scattered arrays. */
+typedef struct {
+    int64_t fixed, loose; /* frozen / unfrozen in the update with this number */
+    double rate, new_rate;
+    int bottleneck;
+} flow_share;
+
+/* A link's flows as one update's filling stands (valid while epoch is the
+ * update's): capacity less the rates frozen, the unfrozen flows, and the held
+ * flows with their old rates; flows and route positions ("pairs"). */
+typedef struct {
+    int64_t epoch;
+    double cap;
+    int nheld, nunf, room;
+    double *rate;
+    int *ints; /* one allocation: hflow, hpair, uflow, upair, room each */
+    int *hflow, *hpair, *uflow, *upair;
+} link_cache;
+
 /* Max-min fair sharing kept between events (sim.sharing.LinkSharing). */
 typedef struct {
     int m, n;
     double *capacity;
     int **users;        /* users[l]: draining flows on l, in arrival order */
     int *users_n, *users_cap;
+    int **upair; /* upair[l][i]: the route position (pair) of users[l][i] */
+    link_cache *lc; /* per link, kept from its first solve in an update */
+    int *h_pos;     /* per route position: its index in its link's held or unfrozen list */
     double *level, *busy_s, *since;
     const int *route_ptr, *route_chan; /* flow f crosses route_chan[route_ptr[f]..] */
-    double *rate;
-    int *bottleneck;
+    flow_share *fs; /* per flow: rate, bottleneck, this update's marks */
     int64_t epoch;
-    int64_t *dirty, *done, *queued, *fixed, *loose;
-    double *key, *new_rate;
+    int64_t *dirty, *done, *queued;
+    int64_t *exact; /* key[l] is l's level as its flows stand, solved in this update */
+    double *key;
     fill_item *heap;
     ptrdiff_t heap_n, heap_cap;
     ivec stale, dirty_links, frozen;
@@ -67,5 +91,8 @@ void share_free(share_t *s);
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
                  const int *departures, ptrdiff_t num_departures);
 void share_close(share_t *s, double now);
+/* Internal to the two sharing files: record a changed rate; solve every draining flow. */
+void changed_push(share_t *s, int f, double old);
+int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals);
 
 #endif

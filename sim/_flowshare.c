@@ -99,6 +99,9 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->capacity = malloc(M * sizeof(double));
     s->users = calloc(M, sizeof(int *));
     s->users_n = calloc(M, sizeof(int));
+    s->upair = calloc(M, sizeof(int *));
+    s->lc = calloc(M, sizeof(link_cache));
+    s->h_pos = calloc((size_t)(n > 0 && route_ptr[n] > 0 ? route_ptr[n] : 1), sizeof(int));
     s->users_cap = calloc(M, sizeof(int));
     s->level = malloc(M * sizeof(double));
     s->busy_s = calloc(M, sizeof(double));
@@ -106,30 +109,35 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->dirty = calloc(M, sizeof(int64_t));
     s->done = calloc(M, sizeof(int64_t));
     s->queued = calloc(M, sizeof(int64_t));
+    s->exact = calloc(M, sizeof(int64_t));
     s->key = malloc(M * sizeof(double));
-    s->rate = calloc(N, sizeof(double));
-    s->bottleneck = malloc(N * sizeof(int));
-    s->fixed = calloc(N, sizeof(int64_t));
-    s->loose = calloc(N, sizeof(int64_t));
-    s->new_rate = calloc(N, sizeof(double));
+    s->fs = calloc(N, sizeof(flow_share));
     s->d_prev = malloc(N * sizeof(int));
     s->d_next = malloc(N * sizeof(int));
+    if (!s->upair || !s->lc || !s->h_pos) return -1;
     if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
-        !s->since || !s->dirty || !s->done || !s->queued || !s->key || !s->rate ||
-        !s->bottleneck || !s->fixed || !s->loose || !s->new_rate || !s->d_prev || !s->d_next)
+        !s->since || !s->dirty || !s->done || !s->queued || !s->exact || !s->key || !s->fs ||
+        !s->d_prev || !s->d_next)
         return -1;
     for (int l = 0; l < m; l++) {
         s->capacity[l] = capacity[l];
         s->level[l] = INFINITY;
         s->key[l] = INFINITY;
     }
-    for (int f = 0; f < n; f++) s->bottleneck[f] = -1;
+    for (int f = 0; f < n; f++) s->fs[f].bottleneck = -1;
     return 0;
 }
 
 void share_free(share_t *s) {
-    if (s->users)
-        for (int l = 0; l < s->m; l++) free(s->users[l]);
+    for (int l = 0; l < s->m; l++) {
+        if (s->users) free(s->users[l]);
+        if (s->upair) free(s->upair[l]);
+        if (s->lc) free(s->lc[l].rate);
+        if (s->lc) free(s->lc[l].ints);
+    }
+    free(s->upair);
+    free(s->lc);
+    free(s->h_pos);
     free(s->capacity);
     free(s->users);
     free(s->users_n);
@@ -140,12 +148,9 @@ void share_free(share_t *s) {
     free(s->dirty);
     free(s->done);
     free(s->queued);
+    free(s->exact);
     free(s->key);
-    free(s->rate);
-    free(s->bottleneck);
-    free(s->fixed);
-    free(s->loose);
-    free(s->new_rate);
+    free(s->fs);
     free(s->d_prev);
     free(s->d_next);
     free(s->heap);
@@ -169,17 +174,20 @@ void share_close(share_t *s, double now) {
 
 /* -- bookkeeping: users, the draining list, the changed list ---------------- */
 
-static void users_append(share_t *s, int lk, int f) {
+static void users_append(share_t *s, int lk, int f, int p) {
     if (s->users_n[lk] == s->users_cap[lk]) {
         int cap = s->users_cap[lk] ? 2 * s->users_cap[lk] : 4;
         int *v = realloc(s->users[lk], (size_t)cap * sizeof(int));
-        if (v == NULL) {
+        if (v != NULL) s->users[lk] = v;
+        int *w = v == NULL ? NULL : realloc(s->upair[lk], (size_t)cap * sizeof(int));
+        if (w == NULL) {
             s->nomem = 1;
             return;
         }
-        s->users[lk] = v;
+        s->upair[lk] = w;
         s->users_cap[lk] = cap;
     }
+    s->upair[lk][s->users_n[lk]] = p;
     s->users[lk][s->users_n[lk]++] = f;
 }
 
@@ -190,6 +198,8 @@ static void users_remove(share_t *s, int lk, int f) {
     for (int i = 0; i < k; i++) {
         if (u[i] == f) {
             memmove(u + i, u + i + 1, (size_t)(k - i - 1) * sizeof(int));
+            int *q = s->upair[lk];
+            memmove(q + i, q + i + 1, (size_t)(k - i - 1) * sizeof(int));
             s->users_n[lk] = k - 1;
             return;
         }
@@ -220,7 +230,7 @@ static void draining_remove(share_t *s, int f) {
     s->d_count--;
 }
 
-static void changed_push(share_t *s, int f, double old) {
+void changed_push(share_t *s, int f, double old) {
     if (s->changed.n == s->changed_old_cap) {
         ptrdiff_t cap = s->changed_old_cap ? 2 * s->changed_old_cap : 64;
         double *v = realloc(s->changed_old, (size_t)cap * sizeof(double));
@@ -249,12 +259,14 @@ static void first_dirty(share_t *s, int lk) {
 }
 
 static void raised(share_t *s, int lk) {
+    s->exact[lk] = 0;
     if (s->done[lk] != s->epoch && s->dirty[lk] != s->epoch) first_dirty(s, lk);
 }
 
 static void lowered(share_t *s, int lk) {
     int64_t epoch = s->epoch;
     if (s->done[lk] == epoch) return;
+    s->exact[lk] = 0;
     if (s->dirty[lk] != epoch) first_dirty(s, lk);
     if (s->queued[lk] != epoch) {
         s->queued[lk] = epoch;
@@ -264,53 +276,91 @@ static void lowered(share_t *s, int lk) {
 
 /* -- the filling -------------------------------------------------------------- */
 
-/* Ascending; only the values matter (equal doubles are interchangeable), so
- * any correct sort gives the Python reference's order. Quicksort (median of
- * three) down to runs of 16, then one insertion pass: no comparison callback. */
-static void sort_doubles(double *v, ptrdiff_t n) {
-    while (n > 16) {
-        double a = v[0], b = v[n / 2], c = v[n - 1];
-        double pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
-        ptrdiff_t i = 0, j = n - 1;
-        while (1) { /* Hoare partition */
-            while (v[i] < pivot) i++;
-            while (v[j] > pivot) j--;
-            if (i >= j) break;
-            double tmp = v[i];
-            v[i] = v[j];
-            v[j] = tmp;
-            i++;
-            j--;
+/* A link's flows as the filling stands, kept from its first solve in an
+ * update (sim/sharing.py, _cache_build): its capacity less the rates frozen
+ * in this update, its unfrozen flows, and its held flows with their old rates.
+ * Freezing or loosening one of its flows moves it (saturate, release), so a
+ * second solve, a saturation and a release read these lists instead of every
+ * flow on the link. Lists lose an entry by moving the last one into its place,
+ * as the Python twin's do. */
+static link_cache *cache_build(share_t *s, int lk) {
+    int64_t epoch = s->epoch;
+    link_cache *c = &s->lc[lk];
+    int k = s->users_n[lk];
+    if (c->room < k) {
+        double *v = realloc(c->rate, (size_t)k * sizeof(double));
+        if (v != NULL) c->rate = v;
+        int *w = v == NULL ? NULL : realloc(c->ints, (size_t)k * 4 * sizeof(int));
+        if (w == NULL) {
+            s->nomem = 1;
+            return c;
         }
-        /* [0, j] <= pivot <= [j + 1, n): sort the smaller side first. */
-        ptrdiff_t left = j + 1;
-        if (left < n - left) {
-            sort_doubles(v, left);
-            v += left;
-            n -= left;
+        c->ints = w;
+        c->room = k;
+    }
+    c->hflow = c->ints;
+    c->hpair = c->ints + k;
+    c->uflow = c->ints + 2 * k;
+    c->upair = c->ints + 3 * k;
+    double cap = s->capacity[lk];
+    int nunf = 0, nheld = 0;
+    const int *u = s->users[lk], *pair = s->upair[lk];
+    for (int i = 0; i < k; i++) {
+        const flow_share *q = &s->fs[u[i]];
+        if (q->fixed == epoch) {
+            cap -= q->new_rate;
+        } else if (q->loose == epoch || q->bottleneck == lk) {
+            c->uflow[nunf] = u[i];
+            c->upair[nunf] = pair[i];
+            s->h_pos[pair[i]] = nunf++;
         } else {
-            sort_doubles(v + left, n - left);
-            n = left;
+            c->rate[nheld] = q->rate;
+            c->hflow[nheld] = u[i];
+            c->hpair[nheld] = pair[i];
+            s->h_pos[pair[i]] = nheld++;
         }
     }
-    for (ptrdiff_t a = 1; a < n; a++) {
-        double x = v[a];
-        ptrdiff_t b = a;
-        while (b > 0 && v[b - 1] > x) {
-            v[b] = v[b - 1];
-            b--;
-        }
-        v[b] = x;
+    c->cap = cap;
+    c->nunf = nunf;
+    c->nheld = nheld;
+    c->epoch = epoch;
+    return c;
+}
+
+static link_cache *cache_of(share_t *s, int lk) {
+    link_cache *c = &s->lc[lk];
+    return c->epoch == s->epoch ? c : cache_build(s, lk);
+}
+
+/* Route position p's flow leaves lk's held or unfrozen list. */
+static void cache_unhold(share_t *s, link_cache *c, int p) {
+    int k = s->h_pos[p], last = --c->nheld;
+    if (k != last) {
+        int q = c->hpair[last];
+        c->rate[k] = c->rate[last];
+        c->hflow[k] = c->hflow[last];
+        c->hpair[k] = q;
+        s->h_pos[q] = k;
+    }
+}
+
+static void cache_unfree(share_t *s, link_cache *c, int p) {
+    int k = s->h_pos[p], last = --c->nunf;
+    if (k != last) {
+        int q = c->upair[last];
+        c->uflow[k] = c->uflow[last];
+        c->upair[k] = q;
+        s->h_pos[q] = k;
     }
 }
 
 static double level_of(share_t *s, int lk) {
-    int64_t epoch = s->epoch;
-    double cap = s->capacity[lk];
-    int unfrozen = 0;
+    const link_cache *c = cache_of(s, lk);
+    if (s->nomem) return INFINITY;
+    double cap = c->cap;
+    int unfrozen = c->nunf;
     ptrdiff_t nheld = 0;
-    const int *u = s->users[lk];
-    int k = s->users_n[lk];
+    int k = c->nheld;
     if (s->held_cap < k) {
         double *h = realloc(s->held, (size_t)k * sizeof(double));
         if (h == NULL) {
@@ -320,26 +370,32 @@ static double level_of(share_t *s, int lk) {
         s->held = h;
         s->held_cap = k;
     }
-    for (int i = 0; i < k; i++) {
-        int f = u[i];
-        if (s->fixed[f] == epoch)
-            cap -= s->new_rate[f];
-        else if (s->loose[f] == epoch || s->bottleneck[f] == lk)
-            unfrozen += 1;
-        else
-            s->held[nheld++] = s->rate[f];
-    }
+    /* A flow held below the fill level reached is frozen already: it only
+     * takes capacity. */
     double at = s->at;
-    if (nheld) {
-        if (nheld > 1) sort_doubles(s->held, nheld);
-        unfrozen += (int)nheld;
-        for (ptrdiff_t i = 0; i < nheld; i++) {
-            double r = s->held[i];
-            double x = cap / (double)unfrozen;
-            if (x <= r && r >= at) return x > at ? x : at;
+    const double *rate = c->rate;
+    for (int i = 0; i < k; i++) {
+        double r = rate[i];
+        if (r < at)
             cap -= r;
-            unfrozen -= 1;
+        else
+            s->held[nheld++] = r;
+    }
+    /* Water-filling without sorting (sim/sharing.py: the same passes, in the
+     * held list's order): a held flow below the level of the rest is below the
+     * final level too, so each pass takes all such flows out until one takes none. */
+    double *h = s->held;
+    while (nheld) {
+        double x = cap / (double)(unfrozen + nheld);
+        ptrdiff_t kept = 0;
+        for (ptrdiff_t i = 0; i < nheld; i++) {
+            if (h[i] < x)
+                cap -= h[i];
+            else
+                h[kept++] = h[i];
         }
+        if (kept == nheld) return x > at ? x : at;
+        nheld = kept;
     }
     if (unfrozen == 0) return INFINITY;
     double x = cap / (double)unfrozen;
@@ -354,54 +410,83 @@ static void resolve(share_t *s) {
         if (s->done[lk] != epoch) {
             double x = level_of(s, lk);
             s->key[lk] = x;
+            s->exact[lk] = epoch;
             if (x < INFINITY) heap_push(s, x, SATURATE, lk);
         }
     }
     s->stale.n = 0;
 }
 
-static void saturate(share_t *s, int lk, double x) {
+/* Freeze f at lk's level x (sim/sharing.py, _freeze): its other links' lists
+ * and keys learn what changed in their equations. */
+static void freeze(share_t *s, int lk, int f, double x, double above, double below) {
     int64_t epoch = s->epoch;
-    s->done[lk] = epoch;
-    s->level[lk] = x;
-    double above = x * (1.0 + REL_TOL);
-    double below = x * (1.0 - REL_TOL);
-    const int *u = s->users[lk];
-    int k = s->users_n[lk];
-    for (int i = 0; i < k; i++) {
-        int f = u[i];
-        if (s->fixed[f] == epoch) continue;
-        int was = s->bottleneck[f];
-        double old = s->rate[f];
-        int unfrozen = s->loose[f] == epoch;
-        if (!unfrozen && was != lk && old < below) continue;
-        s->fixed[f] = epoch;
-        s->new_rate[f] = x;
-        s->bottleneck[f] = lk;
-        ivec_push(&s->frozen, f, &s->nomem);
-        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-            int m = s->route_chan[p];
-            if (m == lk) continue;
-            if (unfrozen || was == m || old > above)
-                raised(s, m);
-            else if (old < below)
-                lowered(s, m);
+    flow_share *q = &s->fs[f];
+    int was = q->bottleneck;
+    double old = q->rate;
+    int unfrozen = q->loose == epoch;
+    q->fixed = epoch;
+    q->new_rate = x;
+    q->bottleneck = lk;
+    ivec_push(&s->frozen, f, &s->nomem);
+    for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+        int m = s->route_chan[p];
+        if (m == lk) continue;
+        link_cache *c = &s->lc[m];
+        if (c->epoch == epoch) {
+            if (unfrozen || was == m)
+                cache_unfree(s, c, p);
+            else
+                cache_unhold(s, c, p);
+            c->cap -= x;
         }
+        /* In m's equation f counted as unfrozen (loose, or bottlenecked at m)
+         * or as held at its old rate; now it takes exactly x. */
+        if (unfrozen || was == m || old > above)
+            raised(s, m);
+        else if (old < below)
+            lowered(s, m);
+        else
+            s->exact[m] = 0; /* the same rate to 1e-12, but not the same double */
     }
 }
 
+/* lk saturates at x: its unfrozen flows freeze there, and so do the flows
+ * held at old rates not below x (frozen earlier below x, a flow keeps its
+ * old rate and bottleneck). */
+static void saturate(share_t *s, int lk, double x) {
+    s->done[lk] = s->epoch;
+    s->level[lk] = x;
+    double above = x * (1.0 + REL_TOL);
+    double below = x * (1.0 - REL_TOL);
+    const link_cache *c = cache_of(s, lk);
+    if (s->nomem) return;
+    for (int i = 0; i < c->nunf; i++) freeze(s, lk, c->uflow[i], x, above, below);
+    for (int i = 0; i < c->nheld; i++)
+        if (!(c->rate[i] < below)) freeze(s, lk, c->hflow[i], x, above, below);
+}
+
+/* The filling passed lk's old level and lk did not saturate there: its
+ * bottlenecked flows are unfrozen everywhere. */
 static void release(share_t *s, int lk) {
     int64_t epoch = s->epoch;
-    const int *u = s->users[lk];
-    int k = s->users_n[lk];
-    for (int i = 0; i < k; i++) {
-        int f = u[i];
-        if (s->fixed[f] != epoch && s->loose[f] != epoch && s->bottleneck[f] == lk) {
-            s->loose[f] = epoch;
-            for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-                int m = s->route_chan[p];
-                if (m != lk) lowered(s, m);
+    const link_cache *c = cache_of(s, lk);
+    if (s->nomem) return;
+    for (int i = 0; i < c->nunf; i++) {
+        int f = c->uflow[i];
+        if (s->fs[f].loose == epoch || s->fs[f].bottleneck != lk) continue;
+        s->fs[f].loose = epoch;
+        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
+            int m = s->route_chan[p];
+            if (m == lk) continue;
+            link_cache *d = &s->lc[m];
+            if (d->epoch == epoch) { /* held there (bottlenecked at lk): now unfrozen */
+                cache_unhold(s, d, p);
+                d->uflow[d->nunf] = f;
+                d->upair[d->nunf] = p;
+                s->h_pos[p] = d->nunf++;
             }
+            lowered(s, m);
         }
     }
 }
@@ -419,9 +504,11 @@ static void fill(share_t *s) {
             if (old > s->at) s->at = old;
             release(s, lk);
         } else if (it.key == s->key[lk]) {
-            double x = level_of(s, lk);
+            /* An exact key was solved from the link's flows as they still are. */
+            double x = s->exact[lk] == epoch ? it.key : level_of(s, lk);
             if (x > it.key * (1.0 + REL_TOL)) {
                 s->key[lk] = x;
+                s->exact[lk] = epoch;
                 if (x < INFINITY) heap_push(s, x, SATURATE, lk);
             } else {
                 s->at = x;
@@ -441,150 +528,16 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
     for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
     for (ptrdiff_t i = 0; i < s->frozen.n; i++) {
         int f = s->frozen.v[i];
-        double r = s->new_rate[f];
-        double old = s->rate[f];
+        double r = s->fs[f].new_rate;
+        double old = s->fs[f].rate;
         if (old == 0.0) {
-            s->rate[f] = r;
-        } else if (s->loose[f] == epoch || fabs(r - old) > REL_TOL * r) {
-            s->rate[f] = r;
+            s->fs[f].rate = r;
+        } else if (s->fs[f].loose == epoch || fabs(r - old) > REL_TOL * r) {
+            s->fs[f].rate = r;
             changed_push(s, f, old);
         }
     }
     s->frozen.n = 0;
-}
-
-/* -- the whole solve (sim.maxmin.max_min_rates and LinkSharing._solve_all) --- */
-
-#define SHARE_REL_TOL 1e-9
-
-/* Progressive filling freezing every local bottleneck per round; pf/pl are
- * consumed (compacted in place). rate[F] out. Scratch: 5 arrays of m, 2 of F. */
-static void max_min_rates(int F, ptrdiff_t P, int *pf, int *pl, int m, const double *capacity,
-                          double *rate, double *scratch_m, double *scratch_f, char *flags_m,
-                          char *flags_f) {
-    double *cap = scratch_m, *count = scratch_m + m, *share = scratch_m + 2 * m;
-    double *link_min = scratch_m + 3 * m, *gone = scratch_m + 4 * m;
-    double *flow_min = scratch_f;
-    char *local = flags_m, *frozen = flags_f;
-    for (int f = 0; f < F; f++) rate[f] = 0.0;
-    if (F == 0) return;
-    for (int l = 0; l < m; l++) {
-        cap[l] = capacity[l];
-        count[l] = 0.0;
-    }
-    for (ptrdiff_t k = 0; k < P; k++) count[pl[k]] += 1.0;
-    for (int round = 0; round < F && P > 0; round++) {
-        for (int l = 0; l < m; l++) {
-            double v = count[l] > 0 ? cap[l] / count[l] : INFINITY;
-            share[l] = v < 0.0 ? 0.0 : v;
-            link_min[l] = INFINITY;
-        }
-        for (int f = 0; f < F; f++) flow_min[f] = INFINITY;
-        for (ptrdiff_t k = 0; k < P; k++)
-            if (share[pl[k]] < flow_min[pf[k]]) flow_min[pf[k]] = share[pl[k]];
-        for (ptrdiff_t k = 0; k < P; k++)
-            if (flow_min[pf[k]] < link_min[pl[k]]) link_min[pl[k]] = flow_min[pf[k]];
-        for (int l = 0; l < m; l++)
-            local[l] = count[l] > 0 && share[l] <= link_min[l] * (1.0 + SHARE_REL_TOL);
-        memset(frozen, 0, (size_t)F);
-        for (ptrdiff_t k = 0; k < P; k++)
-            if (local[pl[k]]) frozen[pf[k]] = 1;
-        for (int f = 0; f < F; f++)
-            if (frozen[f]) rate[f] = flow_min[f];
-        for (int l = 0; l < m; l++) gone[l] = 0.0;
-        for (ptrdiff_t k = 0; k < P; k++)
-            if (frozen[pf[k]]) gone[pl[k]] += rate[pf[k]];
-        for (int l = 0; l < m; l++) cap[l] -= gone[l];
-        for (ptrdiff_t k = 0; k < P; k++)
-            if (frozen[pf[k]]) count[pl[k]] -= 1.0;
-        ptrdiff_t kept = 0;
-        for (ptrdiff_t k = 0; k < P; k++) {
-            if (!frozen[pf[k]]) {
-                pf[kept] = pf[k];
-                pl[kept] = pl[k];
-                kept++;
-            }
-        }
-        P = kept;
-    }
-}
-
-/* Levels and bottlenecks from solved rates; then the changed list. */
-static void adopt_solution(share_t *s, int F, ptrdiff_t P, const int *flows, const int *pf,
-                           const int *pl, const double *solved, const int *arrivals,
-                           ptrdiff_t num_arrivals, double *load, char *full, int *first) {
-    int m = s->m;
-    for (int l = 0; l < m; l++) {
-        load[l] = 0.0;
-        s->level[l] = -INFINITY;
-    }
-    for (ptrdiff_t k = 0; k < P; k++) {
-        double r = solved[pf[k]];
-        load[pl[k]] += r;
-        if (r > s->level[pl[k]]) s->level[pl[k]] = r;
-    }
-    for (int l = 0; l < m; l++) {
-        full[l] = load[l] >= s->capacity[l] * (1.0 - SHARE_REL_TOL);
-        if (!full[l]) s->level[l] = INFINITY;
-    }
-    for (int f = 0; f < F; f++) first[f] = -1;
-    for (ptrdiff_t k = 0; k < P; k++) {
-        int lk = pl[k];
-        if (first[pf[k]] < 0 && full[lk] && solved[pf[k]] >= s->level[lk] * (1.0 - SHARE_REL_TOL))
-            first[pf[k]] = lk;
-    }
-    for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
-    for (int j = 0; j < F; j++) {
-        int f = flows[j];
-        double r = solved[j];
-        s->bottleneck[f] = first[j];
-        double old = s->rate[f];
-        if (old == 0.0) {
-            s->rate[f] = r;
-        } else if (fabs(r - old) > REL_TOL * r) {
-            s->rate[f] = r;
-            changed_push(s, f, old);
-        }
-    }
-}
-
-static int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
-    int F = s->d_count, m = s->m;
-    ptrdiff_t P = 0;
-    for (int f = s->d_head; f >= 0; f = s->d_next[f]) P += s->route_ptr[f + 1] - s->route_ptr[f];
-    size_t Fs = (size_t)(F > 0 ? F : 1), Ps = (size_t)(P > 0 ? P : 1), Ms = (size_t)m + 1;
-    int *flows = malloc(Fs * sizeof(int)), *first = malloc(Fs * sizeof(int));
-    int *pf = malloc(2 * Ps * sizeof(int)), *pl = malloc(2 * Ps * sizeof(int));
-    double *solved = malloc(Fs * sizeof(double)), *scratch_f = malloc(Fs * sizeof(double));
-    double *scratch_m = malloc(6 * Ms * sizeof(double));
-    char *flags = malloc(2 * Ms + Fs);
-    int rc = -1;
-    if (flows && first && pf && pl && solved && scratch_f && scratch_m && flags) {
-        ptrdiff_t k = 0;
-        int j = 0;
-        for (int f = s->d_head; f >= 0; f = s->d_next[f], j++) {
-            flows[j] = f;
-            for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++, k++) {
-                pf[k] = pf[Ps + k] = j;
-                pl[k] = pl[Ps + k] = s->route_chan[p];
-            }
-        }
-        /* max_min_rates consumes the second copy; the first keeps every pair. */
-        max_min_rates(F, P, pf + Ps, pl + Ps, m, s->capacity, solved, scratch_m, scratch_f,
-                      flags, flags + 2 * Ms);
-        adopt_solution(s, F, P, flows, pf, pl, solved, arrivals, num_arrivals,
-                       scratch_m + 5 * Ms, flags + Ms, first);
-        rc = 0;
-    }
-    free(flows);
-    free(first);
-    free(pf);
-    free(pl);
-    free(solved);
-    free(scratch_f);
-    free(scratch_m);
-    free(flags);
-    return rc;
 }
 
 /* -- one update ---------------------------------------------------------------- */
@@ -613,17 +566,17 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
             if (!s->users_n[lk]) s->busy_s[lk] += now - s->since[lk];
             if (!whole) raised(s, lk);
         }
-        s->rate[f] = 0.0;
-        s->bottleneck[f] = -1;
+        s->fs[f].rate = 0.0;
+        s->fs[f].bottleneck = -1;
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
         draining_add(s, f);
-        s->loose[f] = epoch;
+        s->fs[f].loose = epoch;
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int lk = s->route_chan[p];
             if (!s->users_n[lk]) s->since[lk] = now;
-            users_append(s, lk, f);
+            users_append(s, lk, f, p);
         }
     }
     if (whole) {

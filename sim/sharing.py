@@ -25,7 +25,17 @@ level by level (a heap keyed by level), and visits only *dirty* links:
   old rate at its old (clean) bottleneck counts as ``min(old rate, x)``
   (:func:`sim.maxmin.saturation_level`); a new flow, a flow bottlenecked at
   this very link, or a flow whose old bottleneck no longer holds it counts as
-  unfrozen (``x``).
+  unfrozen (``x``). The solve needs no sort: it takes out, pass by pass, the
+  held flows below the level the rest would reach (the level only rises as
+  they go, so each one taken out is below the final level too) until a pass
+  takes none -- the same water level, in a few linear passes.
+- A level solved from a link's flows as they still stand is *exact*: when
+  the filling pops it, the link saturates there without a second solve. Any
+  change to one of its flows (frozen, loosened, arrived, left) clears that.
+  Its first solve in an update classifies its flows once (capacity less the
+  rates frozen so far, the unfrozen flows, the held flows and rates);
+  freezing or loosening one of them moves it between these lists, so a later
+  solve, the link's saturation and its release read only the lists.
 - When the filling reaches a dirty link's level, the link saturates and
   freezes its unfrozen flows at that level. A flow whose rate changes (or
   that is new) makes all its links dirty.
@@ -116,6 +126,21 @@ class LinkSharing:
         self._dirty: list[int] = [0] * m
         self._done: list[int] = [0] * m
         self._queued: list[int] = [0] * m
+        # _exact[l] == epoch: _key[l] is l's level solved from its flows as
+        # they still stand (nothing on l changed since), so popping it needs
+        # no second solve.
+        self._exact: list[int] = [0] * m
+        # A link's flows as the filling stands, kept from its first solve in
+        # an update (_cache[l] == epoch): capacity less the rates frozen in
+        # this update, the unfrozen flows, and the flows held elsewhere with
+        # their old rates. A list loses an entry by moving its last one into
+        # its place (as the compiled core's lists do).
+        self._cache: list[int] = [0] * m
+        self._c_cap: list[float] = [0.0] * m
+        self._u_flow: list[list[int]] = [[] for _ in range(m)]
+        self._h_rate: list[list[float]] = [[] for _ in range(m)]
+        self._h_flow: list[list[int]] = [[] for _ in range(m)]
+        self._h_pos: dict[tuple[int, int], int] = {}  # (flow, link) -> place in its list
         self._key: list[float] = [_INF] * m
         self._fixed: list[int] = [0] * n
         self._loose: list[int] = [0] * n
@@ -236,6 +261,7 @@ class LinkSharing:
     def _raised(self, lk: int) -> None:
         """``lk``'s level can only have risen: its heap key stays a lower bound."""
         epoch = self._epoch
+        self._exact[lk] = 0
         if self._done[lk] != epoch and self._dirty[lk] != epoch:
             self._first_dirty(lk)
 
@@ -244,6 +270,7 @@ class LinkSharing:
         epoch = self._epoch
         if self._done[lk] == epoch:
             return
+        self._exact[lk] = 0
         if self._dirty[lk] != epoch:
             self._first_dirty(lk)
         if self._queued[lk] != epoch:
@@ -252,38 +279,88 @@ class LinkSharing:
 
     # -- the filling ---------------------------------------------------------
 
-    def _level_of(self, lk: int) -> float:
-        """Solve ``sum(min(t_f, x)) = capacity`` for link ``lk`` (see the module doc)."""
+    def _cache_build(self, lk: int) -> None:
+        """Classify ``lk``'s flows once per update (see ``_cache`` in ``__init__``)."""
         epoch = self._epoch
         fixed = self._fixed
         loose = self._loose
         bottleneck = self.bottleneck
         rate = self.rate
         new_rate = self._new_rate
+        pos = self._h_pos
         cap = self.capacity[lk]
-        unfrozen = 0
-        held: list[float] = []
+        u_flow: list[int] = []
+        h_rate: list[float] = []
+        h_flow: list[int] = []
         for f in self.users[lk]:
             if fixed[f] == epoch:
                 cap -= new_rate[f]
             elif loose[f] == epoch or bottleneck[f] == lk:
-                unfrozen += 1
+                pos[f, lk] = len(u_flow)
+                u_flow.append(f)
             else:
-                held.append(rate[f])
+                pos[f, lk] = len(h_rate)
+                h_rate.append(rate[f])
+                h_flow.append(f)
+        self._c_cap[lk] = cap
+        self._u_flow[lk] = u_flow
+        self._h_rate[lk] = h_rate
+        self._h_flow[lk] = h_flow
+        self._cache[lk] = epoch
+
+    def _cached(self, lk: int) -> None:
+        if self._cache[lk] != self._epoch:
+            self._cache_build(lk)
+
+    def _unhold(self, lk: int, f: int) -> None:
+        """``f`` leaves ``lk``'s held list: the last entry takes its place."""
+        h_rate, h_flow = self._h_rate[lk], self._h_flow[lk]
+        k = self._h_pos.pop((f, lk))
+        last_rate, last_flow = h_rate.pop(), h_flow.pop()
+        if last_flow != f:
+            h_rate[k] = last_rate
+            h_flow[k] = last_flow
+            self._h_pos[last_flow, lk] = k
+
+    def _unfree(self, lk: int, f: int) -> None:
+        """``f`` leaves ``lk``'s unfrozen list: the last entry takes its place."""
+        u_flow = self._u_flow[lk]
+        k = self._h_pos.pop((f, lk))
+        last_flow = u_flow.pop()
+        if last_flow != f:
+            u_flow[k] = last_flow
+            self._h_pos[last_flow, lk] = k
+
+    def _level_of(self, lk: int) -> float:
+        """Solve ``sum(min(t_f, x)) = capacity`` for link ``lk`` (see the module doc)."""
+        self._cached(lk)
+        cap = self._c_cap[lk]
+        unfrozen = len(self._u_flow[lk])
+        held: list[float] = []
         at = self._at
-        if held:
-            if len(held) > 1:
-                held.sort()
-            unfrozen += len(held)
-            for r in held:
-                x = cap / unfrozen
-                # A flow held below the fill level reached is frozen already:
-                # it only takes capacity (a link full of such flows is tied
-                # with one that saturated at that level, and freezes nothing).
-                if x <= r and r >= at:
-                    return x if x > at else at
+        for r in self._h_rate[lk]:
+            # A flow held below the fill level reached is frozen already:
+            # it only takes capacity (a link full of such flows is tied
+            # with one that saturated at that level, and freezes nothing).
+            if r < at:
                 cap -= r
-                unfrozen -= 1
+            else:
+                held.append(r)
+        # Water-filling without sorting: a held flow below the level of the
+        # flows not yet counted as below is below the final level too (the
+        # level only rises as such flows are taken out), so each pass takes
+        # every such flow out, in the held list's order, until a pass takes none.
+        while held:
+            x = cap / (unfrozen + len(held))
+            kept: list[float] = []
+            for r in held:
+                if r < x:
+                    cap -= r
+                else:
+                    kept.append(r)
+            if len(kept) == len(held):
+                return x if x > at else at
+            held = kept
         if unfrozen == 0:
             return _INF  # every flow is held below capacity elsewhere
         x = cap / unfrozen
@@ -300,6 +377,7 @@ class LinkSharing:
             if done[lk] != epoch:
                 x = self._level_of(lk)
                 key[lk] = x
+                self._exact[lk] = epoch
                 if x < _INF:
                     heapq.heappush(heap, (x, _SATURATE, lk))
         self._stale.clear()
@@ -323,9 +401,10 @@ class LinkSharing:
                     self._at = old
                 self._release(lk)
             elif k == key[lk]:
-                x = self._level_of(lk)
+                x = k if self._exact[lk] == epoch else self._level_of(lk)
                 if x > k * (1.0 + _REL_TOL):
                     key[lk] = x  # the key was a stale lower bound
+                    self._exact[lk] = epoch
                     if x < _INF:
                         heapq.heappush(heap, (x, _SATURATE, lk))
                 else:
@@ -333,51 +412,69 @@ class LinkSharing:
                     self._saturate(lk, x)
 
     def _saturate(self, lk: int, x: float) -> None:
-        epoch = self._epoch
-        self._done[lk] = epoch
+        """``lk`` saturates at ``x``: its unfrozen flows freeze there, and so do
+        the flows held at old rates not below ``x`` (frozen earlier below
+        ``x``, a flow keeps its old rate and bottleneck)."""
+        self._done[lk] = self._epoch
         self.level[lk] = x
-        fixed = self._fixed
-        loose = self._loose
-        rate = self.rate
-        bottleneck = self.bottleneck
-        links = self.links
         above = x * (1.0 + _REL_TOL)
         below = x * (1.0 - _REL_TOL)
-        for f in self.users[lk]:
-            if fixed[f] == epoch:
+        self._cached(lk)
+        for f in self._u_flow[lk]:
+            self._freeze(lk, f, x, above, below)
+        h_flow = self._h_flow[lk]
+        for i, r in enumerate(self._h_rate[lk]):
+            if not r < below:
+                self._freeze(lk, h_flow[i], x, above, below)
+
+    def _freeze(self, lk: int, f: int, x: float, above: float, below: float) -> None:
+        """Freeze ``f`` at ``lk``'s level ``x``; its other links learn what changed."""
+        epoch = self._epoch
+        was = self.bottleneck[f]
+        old = self.rate[f]
+        unfrozen = self._loose[f] == epoch
+        self._fixed[f] = epoch
+        self._new_rate[f] = x
+        self.bottleneck[f] = lk
+        self._frozen.append(f)
+        for m in self.links[f]:
+            if m == lk:
                 continue
-            was = bottleneck[f]
-            old = rate[f]
-            unfrozen = loose[f] == epoch
-            if not unfrozen and was != lk and old < below:
-                continue  # frozen earlier, at its old rate, at its old bottleneck
-            fixed[f] = epoch
-            self._new_rate[f] = x
-            bottleneck[f] = lk
-            self._frozen.append(f)
-            for m in links[f]:
-                if m == lk:
-                    continue
-                # In m's equation f counted as unfrozen (loose, or bottlenecked
-                # at m) or as held at its old rate; now it takes exactly x.
-                if unfrozen or was == m or old > above:
-                    self._raised(m)
-                elif old < below:
-                    self._lowered(m)
+            if self._cache[m] == epoch:
+                if unfrozen or was == m:
+                    self._unfree(m, f)
+                else:
+                    self._unhold(m, f)
+                self._c_cap[m] -= x
+            # In m's equation f counted as unfrozen (loose, or bottlenecked
+            # at m) or as held at its old rate; now it takes exactly x.
+            if unfrozen or was == m or old > above:
+                self._raised(m)
+            elif old < below:
+                self._lowered(m)
+            else:
+                self._exact[m] = 0  # the same rate to 1e-12, not the same double
 
     def _release(self, lk: int) -> None:
-        """The filling passed ``lk``'s old level and ``lk`` did not saturate there."""
+        """The filling passed ``lk``'s old level and ``lk`` did not saturate there:
+        its bottlenecked flows are unfrozen everywhere."""
         epoch = self._epoch
-        fixed = self._fixed
         loose = self._loose
         bottleneck = self.bottleneck
-        links = self.links
-        for f in self.users[lk]:
-            if fixed[f] != epoch and loose[f] != epoch and bottleneck[f] == lk:
-                loose[f] = epoch  # no longer held at its old rate: unfrozen everywhere
-                for m in links[f]:
-                    if m != lk:
-                        self._lowered(m)
+        cache = self._cache
+        self._cached(lk)
+        for f in self._u_flow[lk]:
+            if loose[f] == epoch or bottleneck[f] != lk:
+                continue
+            loose[f] = epoch
+            for m in self.links[f]:
+                if m == lk:
+                    continue
+                if cache[m] == epoch:  # held there (bottlenecked at lk): now unfrozen
+                    self._unhold(m, f)
+                    self._h_pos[f, m] = len(self._u_flow[m])
+                    self._u_flow[m].append(f)
+                self._lowered(m)
 
     def _commit(self, new: list[int]) -> list[tuple[int, float]]:
         epoch = self._epoch
