@@ -44,6 +44,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.sim.test_cli import SPEC_EXAMPLE
+
 __all__ = [
     "OUTCOMES",
     "TARGETS",
@@ -358,19 +360,7 @@ def _hlo(path: Path, scratch: Path) -> tuple[str, str]:
 
 
 def _flow_seeds() -> list[bytes]:
-    spec = {
-        "topology": {
-            "shape": [4, 4],
-            "wraparound": False,
-            "link_bandwidth": 4.5e10,
-            "hop_latency": 1e-6,
-            "routing": "xy",
-        },
-        "flows": [
-            {"id": "f0", "src": [0, 0], "dst": [3, 2], "bytes": 1e6, "start": 0.0, "after": ["f1"]},
-            {"id": "f1", "src": [0, 0], "dst": [3, 0], "bytes": 1e6},
-        ],
-    }
+    spec = SPEC_EXAMPLE  # the CLI tests' example flow file
     ring = {
         "topology": {"slice": "v5e:2x4", "wraparound": [False, True]},
         "flows": [
