@@ -144,6 +144,11 @@ def candidate_sets(space: PlacementSpace, node: Node, span: frozenset[int]) -> l
             for subset in _subsets_with_product(free, missing)]  # fmt: skip
 
 
+def _points_key(points: np.ndarray) -> bytes:
+    """The point set (rows, in any order) as bytes: equal sets give equal keys."""
+    return np.unique(points, axis=0).tobytes() + bytes([points.shape[1]])
+
+
 def _fixed_order(sub: SubAxis) -> tuple[int, int, int]:
     """Any fixed enumeration of a lattice will do (the flows do not depend on it)."""
     return (sub.dim, sub.stride, sub.size)
@@ -189,10 +194,15 @@ class SetBounds:
         ``key`` names what besides the set decides the bound (kind, bytes, span): two
         collectives with one key and one set get one bound.
         """
-        full = (*key, subs)
+        dims = self.space.num_dims
+        within = _lattice(sorted(subs, key=_fixed_order), dims)
+        across = _lattice(sorted(every - subs, key=_fixed_order), dims)
+        # Keyed by the two point sets, not the sub-axes: every split of the slice whose
+        # set covers the same chips (e.g. all of them) shares one bound.
+        full = (*key, _points_key(within), _points_key(across))
         got = self._cache.get(full)
         if got is None:
-            rows = self._rows(span, subs, every)
+            rows = self._rows(span, within, across)
             got = collective_lower_bound(collective, rows, self.net, algorithm=self.algorithm)
             self._cache[full] = got
         return got
@@ -219,17 +229,15 @@ class SetBounds:
             self._cache[full] = got
         return got
 
-    def _rows(self, span: frozenset[int], subs: SubSet, every: SubSet) -> list[tuple[int, ...]]:
-        """Chip coordinates of a device order with ``span``'s fibers on ``lattice(subs) + o``.
+    def _rows(
+        self, span: frozenset[int], within: np.ndarray, across: np.ndarray
+    ) -> list[tuple[int, ...]]:
+        """Chip coordinates of a device order with ``span``'s fibers on ``within + o``.
 
         Which point of its fiber's lattice a device gets is arbitrary (the flows do
-        not depend on it); fibers take the points of the other sub-axes' lattice.
+        not depend on it); fibers take the points ``o`` of the other sub-axes' lattice.
         """
         space = self.space
-        inside = sorted(subs, key=_fixed_order)
-        outside = sorted(every - subs, key=_fixed_order)
-        dims = space.num_dims
-        within, across = _lattice(inside, dims), _lattice(outside, dims)
         axes = sorted(span)
         rest = [a for a in range(len(space.shape)) if a not in span]
         fiber = _mixed_radix(self._positions, axes, space.shape)
