@@ -285,14 +285,16 @@ def is_span_decided(
         p = positions[d]
         return tuple(int(p[a]) for a in rest_axes), tuple(int(p[a]) for a in span_axes)
 
-    patterns: dict[tuple[int, ...], set[object]] = {}
+    patterns: dict[tuple[int, ...], set[tuple[tuple[int, ...], ...]]] = {}
     items = [tuple(p) for p in pairs] if pairs else [tuple(g) for g in groups]
     for item in items:
         parts = [split(d) for d in item]
         rest = {r for r, _ in parts}
         if len(rest) != 1:
             return False
-        key = tuple(s for _, s in parts) if pairs else frozenset(s for _, s in parts)
+        # In order: a named ring algorithm walks a group as listed, so the same set
+        # listed otherwise at another position would be another pattern.
+        key = tuple(s for _, s in parts)
         patterns.setdefault(rest.pop(), set()).add(key)
     expected = math.prod(shape[a] for a in rest_axes)
     if len(patterns) != expected:

@@ -196,3 +196,9 @@ def test_the_all_to_all_bound_holds_on_every_member_set(name: str, wrap: bool, n
     # and on slices without wrap-around it is attained by some set (a 2x2 block)
     if not wrap and s.shape[0] > 1 and n == 4:
         assert ideal == pytest.approx(tight, rel=1e-12)
+
+
+def test_a_group_listed_in_another_order_is_another_pattern() -> None:
+    # Named ring algorithms walk groups as listed: the same set in another order at
+    # another off-span position would put other flows there.
+    assert not is_span_decided([[0, 1], [2, 3], [5, 4], [6, 7]], [], frozenset({1}), (2, 4))
