@@ -186,11 +186,12 @@ class PlacementSpace:
                 placed = AxisChoice(axis, subs, traversal, offsets)
                 yield Node(free=rest, chosen=(*node.chosen, placed))
 
-    def random_leaf(self, rng: random.Random) -> Node:
-        """A leaf reached by random decisions from a random root (``rng`` seeded: the
-        same leaf every run). The order of the sub-axes is drawn before the traversal,
-        so an axis over many sub-axes does not build every permutation's options."""
-        node = rng.choice(self._roots)
+    def random_leaf(self, rng: random.Random, start: Node | None = None) -> Node:
+        """A leaf reached by random decisions from ``start`` (default: a random root;
+        ``rng`` seeded: the same leaf every run). The order of the sub-axes is drawn
+        before the traversal, so an axis over many sub-axes does not build every
+        permutation's options."""
+        node = rng.choice(self._roots) if start is None else start
         while not self.is_leaf(node):
             if node.pending is None:
                 node = rng.choice(list(self.children(node)))
@@ -267,8 +268,12 @@ class PlacementSpace:
             out = np.zeros((self.num_devices, self.num_dims), dtype=np.int64)
             out[:, : node.flat.offsets.shape[1]] = node.flat.offsets
             return out
+        return self.device_coords_of(node.chosen)
+
+    def device_coords_of(self, chosen: Sequence[AxisChoice]) -> np.ndarray:
+        """Device-grid coordinates with only the axes ``chosen`` placed (the rest add 0)."""
         coords = np.zeros((*self.shape, self.num_dims), dtype=np.int64)
-        for c in node.chosen:
+        for c in chosen:
             padded = np.zeros((self.shape[c.axis], self.num_dims), dtype=np.int64)
             padded[:, : c.offsets.shape[1]] = c.offsets
             view = [1] * len(self.shape) + [self.num_dims]

@@ -33,7 +33,12 @@ mesh axes -- three cases give bounds that hold for every completion
   group, and the collective runs one of the simulator's named algorithms
   (:data:`sim.collectives.ALGORITHMS`), so the least of their contention-free
   times at that distance bounds it;
-- anything else: the same with one hop.
+- anything else: the same with one hop. For a pairwise all-to-all, the
+  member first in routing order sends its ``n - 1`` blocks over at most ``W``
+  first links, so one carries ``ceil((n - 1) / W)`` of them (see ``_chain``).
+
+Which sub-axis *sets* (not orders) decide a collective's flows, and the exact
+bounds that follows from it: :mod:`aoizora.rank.set_bounds`.
 
 Tests check every bound against full replays (``tests/aoizora/test_rank.py``).
 """
@@ -85,6 +90,13 @@ class LinkCapacities:
         self.max_capacity = max(self.capacity, default=bandwidth)
         self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
         self._ordering = check_order(slice_, None)  # the engine's dimension order
+        # The directions a route can leave a chip by: +d along a dimension without
+        # wrap-around for the chip smallest in routing order, +-d with it (see _chain).
+        self.first_hop_directions = sum(
+            2 if wrap else 1
+            for n, wrap in zip(slice_.shape, slice_.wraparound, strict=True)
+            if n > 1
+        )
 
     def route(self, src: Coord, dst: Coord) -> tuple[int, ...]:
         key = (src, dst)
@@ -169,7 +181,7 @@ def collective_lower_bound(
 def ideal_lower_bound(
     kind: str, group_size: int, buffer_bytes: float, *, hops: int, net: LinkCapacities
 ) -> float:
-    """A bound for one group of ``group_size`` chips any two of which are ``hops`` apart.
+    """A bound for one group of ``group_size`` distinct chips any two ``hops`` or more apart.
 
     The least, over the simulator's named algorithms for ``kind``, of the
     contention-free longest path with every flow crossing ``hops`` links of
@@ -204,7 +216,17 @@ def _chain(
     if kind == "collective-permute":
         steps, chunk = 1, buffer_bytes  # one flow per pair
     elif kind == "all-to-all":
-        steps, chunk = 1, buffer_bytes / n  # pairwise: every block at once
+        # Pairwise: every block at once, and some link carries ceil((n - 1) / W) of them
+        # from their common release. Proof: take the member ``a`` smallest in the
+        # routing order's lexicographic order (first routed dimension first). Every
+        # other member differs from ``a`` first in some dimension ``d`` where it is
+        # larger, and dimension-ordered routing corrects ``d`` first: the flow leaves
+        # ``a`` by +d (or, on a wrapped ``d``, by +d or -d, the shorter way). So ``a``'s
+        # n - 1 flows leave it by at most W = first_hop_directions links, one of which
+        # carries ceil((n - 1) / W) blocks (pigeonhole), each after >= ``hops`` hops.
+        ways = max(1, net.first_hop_directions)
+        per_link = -(-(n - 1) // ways)
+        return latency_s + per_link * (buffer_bytes / n) / net.max_capacity
     else:
         steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
         chunk = buffer_bytes / n / (2 if algorithm == "bidir_ring" else 1)

@@ -9,12 +9,20 @@ collective gets depends on what the node fixes about its groups (see
 
 - a leaf: every chip is known -- the collective's own bound, all groups
   together (links two groups share count once for both);
+- a *set-decided* collective (whole-fiber groups under ``auto``): the least,
+  over the sub-axis sets its span axes may still take, of its own bound with
+  all groups on that set (:mod:`aoizora.rank.set_bounds`: its flows depend on
+  the set only), exact once each span axis has a set;
+- a *span-decided* one (one pattern repeated off its span: permutes, sub-groups)
+  whose span axes are all placed: its own bound with every unit on the slice
+  (exact: the other axes only permute which unit lands where);
 - the groups span placed axes only: the largest bound of one group alone,
   placed at a translate of its final chips;
 - the groups span one axis whose set of sub-axes is fixed but not its order:
   the named algorithms' contention-free time with every flow at least the
   smallest step of those sub-axes long;
-- otherwise: the same with one hop.
+- otherwise: the same with one hop (an all-to-all: with the blocks one first
+  link must carry, :func:`~aoizora.rank.bound.ideal_lower_bound`).
 
 On a slice whose chips host several devices (tpu7x) the last two cases bound
 by 0: a group not yet placed may still land on the two cores of one chip,
@@ -48,6 +56,7 @@ import numpy as np
 
 from aoizora.hlo.nodes import Collective, CollectiveGraph
 from aoizora.placement.device_order import Coord
+from aoizora.placement.family import SubAxis
 from aoizora.placement.space import Node, PlacementSpace
 from aoizora.rank.bound import (
     LinkCapacities,
@@ -55,6 +64,13 @@ from aoizora.rank.bound import (
     collective_lower_bound,
     ideal_lower_bound,
     translated_coords,
+)
+from aoizora.rank.set_bounds import (
+    SetBounds,
+    all_sub_axes,
+    candidate_sets,
+    is_set_decided,
+    is_span_decided,
 )
 from aoizora.replay import sim_kind
 
@@ -155,6 +171,30 @@ class NodeBounds:
         self._unit_ends = {sh.collective.id: _unit_ends(sh) for sh in self.shapes}
         self._wrap = np.asarray(self.slice.wraparound, dtype=bool)
         self._sides = np.asarray(self.slice.shape, dtype=np.int64)
+        self.sets = SetBounds(space, self.net, algorithm=algorithm)
+        # Collectives whose flows the sub-axis set of their span decides
+        # (aoizora.rank.set_bounds), keyed by what else decides their bound.
+        self._set_key: dict[int, tuple[object, ...]] = {
+            sh.collective.id: (sh.kind, sh.collective.buffer_bytes, sh.span)
+            for sh in self.shapes
+            if sh.group_size > 1
+            and is_set_decided(
+                sh.kind, sh.collective.groups, sh.collective.pairs, sh.span, space.shape,
+                algorithm,
+            )
+        }  # fmt: skip
+        # Collectives repeating one pattern off their span: exact once the span is placed.
+        signatures: dict[tuple[object, ...], int] = {}
+        self._span_key: dict[int, tuple[object, ...]] = {}
+        for sh in self.shapes:
+            c = sh.collective
+            if (
+                sh.group_size > 1
+                and c.id not in self._set_key
+                and is_span_decided(c.groups, c.pairs, sh.span, space.shape)
+            ):
+                sig = signatures.setdefault((sh.kind, c.groups, c.pairs), len(signatures))
+                self._span_key[c.id] = (sh.kind, c.buffer_bytes, sig)
 
     def bound(self, node: Node) -> float:
         """No placement under ``node`` replays faster than this."""
@@ -167,9 +207,22 @@ class NodeBounds:
         shared_chips = self.slice.chip.devices_per_chip > 1
         step = 1 if shared_chips else self._smallest_step(node)
         durations: dict[int, float] = {}
+        by_set: dict[tuple[object, ...], float] = {}
+        every = all_sub_axes(node)
+        chosen = frozenset(c.axis for c in node.chosen)
         for sh in self.shapes:
+            key = self._set_key.get(sh.collective.id)
             if sh.group_size < 2:
                 durations[sh.collective.id] = 0.0
+            elif key is not None:
+                got = by_set.get(key)
+                if got is None:
+                    got = by_set[key] = self._set_bound(sh, key, node, every)
+                durations[sh.collective.id] = got
+            elif sh.collective.id in self._span_key and sh.span <= chosen:
+                durations[sh.collective.id] = self.sets.placed_bound(
+                    sh.collective, self._span_key[sh.collective.id], node, sh.span
+                )
             elif sh.span <= placed:
                 durations[sh.collective.id] = self._units_bound(sh, grid, rows)
             elif shared_chips:
@@ -179,6 +232,17 @@ class NodeBounds:
             else:
                 durations[sh.collective.id] = self._ideal_bound(sh, 1)
         return self.timeline.step_time(durations)
+
+    def _set_bound(
+        self, sh: CollectiveShape, key: tuple[object, ...], node: Node, every: frozenset[SubAxis]
+    ) -> float:
+        """The least bound of a set-decided collective over the sub-axis sets its span
+        may still take under ``node`` (:mod:`aoizora.rank.set_bounds`)."""
+        sets = candidate_sets(self.space, node, sh.span)
+        return min(
+            (self.sets.bound(sh.collective, key, sh.span, u, every) for u in sets),
+            default=0.0,  # no completion: nothing to bound (such nodes are not generated)
+        )
 
     def leaf_bound(self, rows: Sequence[Coord]) -> float:
         """The bound of one complete placement (logical id ``i`` on chip ``rows[i]``)."""

@@ -195,10 +195,21 @@ def _depths(system: FlowSystem) -> np.ndarray:
 
 
 def _renumber(*columns: np.ndarray) -> np.ndarray:
-    """Dense cell numbers for the distinct rows of ``columns`` (exact; in sorted order)."""
-    rows = np.stack([np.asarray(c).view(np.int64) if c.dtype != np.int64 else c for c in columns])
-    _, inverse = np.unique(rows, axis=1, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64)
+    """Dense cell numbers for the distinct rows of ``columns`` (exact; in sorted order).
+
+    Column by column: the rank of a row's prefix times the number of distinct values
+    of the next column plus that value's rank, re-densified, is the rank of the longer
+    prefix in lexicographic order -- the numbering ``np.unique(rows, axis=1)`` gives
+    (each column compared as int64 bits, as there), without sorting rows as records
+    (which took seconds on the 130,000-flow runs of a 256-chip ring).
+    """
+    code = np.zeros(columns[0].shape[0] if columns else 0, dtype=np.int64)
+    for c in columns:
+        bits = np.asarray(c).view(np.int64) if c.dtype != np.int64 else np.asarray(c)
+        values, rank = np.unique(bits, return_inverse=True)
+        _, code = np.unique(code * len(values) + rank.reshape(-1), return_inverse=True)
+        code = code.reshape(-1)
+    return code.astype(np.int64)
 
 
 def _refine(colour: np.ndarray, *hashes: np.ndarray) -> np.ndarray:

@@ -78,6 +78,10 @@ __all__ = [
 Progress = Callable[[str], None]
 _EXTRA_COMPLEXITY = (10**6, 10**6, 10**6, 1)  # given orders sort after every described one
 _PROBES_KEPT = 2  # probe leaves replayed a tree (the best of its random walks by leaf bound)
+# The share of the work budget a tree's probe walks may take beyond ``probes`` walks: on
+# v5e:16x16 a 64-way Ulysses program's best class turned up in 3 of 8 seeds of 64 walks
+# and in 7 of 8 of 256 (docs/placements.md, "Bounds from sub-axis sets").
+_PROBE_SHARE = 0.02
 # What bounding one node costs besides its transfers (numpy calls, heap, bookkeeping), in
 # transfers: measured ~1 ms a node for small programs against ~0.17 us a transfer for
 # large ones on this 2-core machine (docs/placements.md, "The work budget").
@@ -343,7 +347,10 @@ class _Search:
         out: list[Leaf] = []
         for j, st in enumerate(self.states):
             space = st.job.space
-            n = min(descents, space.count() // 8) if st.job.tree else 0
+            # A cheap program walks more: up to 8x, within _PROBE_SHARE of the budget.
+            share = _PROBE_SHARE * (self.budget or DEFAULT_SEARCH_BUDGET).work
+            walks = max(descents, min(8 * descents, int(share) // st.node_cost))
+            n = min(walks, space.count() // 8) if st.job.tree else 0
             if self.open_bound(j) >= self.incumbent(j):
                 n = 0  # no leaf of this tree can beat the incumbent
             rng = random.Random(j)

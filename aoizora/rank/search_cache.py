@@ -56,6 +56,7 @@ from aoizora.rank.search import (
 __all__ = ["cached_search", "job_identity", "report_from_json", "report_to_json"]
 
 Progress = Callable[[str], None]
+BOUNDS_VERSION = 2  # bump when aoizora.rank's node bounds change (job_identity)
 
 
 def _float_to_json(x: float) -> float | None:
@@ -172,6 +173,9 @@ def job_identity(job: Job, *, program_digest: str) -> str:
             "extra_orders": [[label, list(o.physical_ids)] for label, o in job.extra_orders],
             "forced": list(job.forced),
             "tree": job.tree,
+            # The node bounds decide which nodes a budget reaches: a search under older,
+            # looser bounds is not this search (2: sub-axis-set bounds, issue 28).
+            "bounds": BOUNDS_VERSION,
         },
         sort_keys=True,
     )

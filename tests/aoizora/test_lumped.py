@@ -146,3 +146,23 @@ def test_a_partition_that_is_not_equitable_is_rejected() -> None:
     assert not _is_equitable(system, merged_nodes, part.channel_cell)
     # Too few classes allowed: the shortcut declines at once.
     assert equitable_partition(system, max_cells=1) is None
+
+
+def test_renumbering_by_columns_equals_sorting_the_rows_as_records() -> None:
+    # _renumber numbers rows column by column; it must give np.unique(rows, axis=1)'s
+    # numbering exactly (float columns compared by their int64 bits, as before).
+    from aoizora.rank.lumped import _renumber
+
+    rng = np.random.default_rng(28)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        columns = [
+            rng.integers(0, 3, n).astype(np.int64),
+            rng.choice([0.0, -1.5, 2.5, 1e-9, -0.0], n),
+            rng.choice([0.0, 3.0], n),
+            rng.integers(-5, 5, n).astype(np.int64),
+        ]
+        k = int(rng.integers(1, 5))
+        rows = np.stack([c.view(np.int64) for c in columns[:k]])
+        _, want = np.unique(rows, axis=1, return_inverse=True)
+        assert np.array_equal(_renumber(*columns[:k]), want.reshape(-1))

@@ -1,0 +1,204 @@
+"""Set-decided collectives (aoizora/rank/set_bounds.py), checked against leaves and replays.
+
+- on every node of small trees, each set-decided collective's node bound is at most
+  its bound at every leaf below, and equal to it once its span axes all have a set;
+- on random inner nodes of v5e:8x8 and v5e:16x16 trees, the node bound is at most the
+  exact Q2 (the full replay on 8x8) of random leaves below;
+- collectives whose flows follow the logical order are not set-decided.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import pytest
+
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.placement.space import Node, PlacementSpace
+from aoizora.rank.bound import LinkCapacities, ideal_lower_bound, plan_lower_bound
+from aoizora.rank.bounds_of_nodes import NodeBounds, collective_shapes, traffic_order
+from aoizora.rank.exact import ExactQ2
+from aoizora.rank.set_bounds import (
+    all_sub_axes,
+    candidate_sets,
+    is_set_decided,
+    is_span_decided,
+)
+from aoizora.replay import replay
+from sim.collectives import collective_flows
+from sim.engine import simulate
+from sim.topology import load_slice
+from tests.aoizora.synthetic import mesh_program
+
+
+def _walk(space: PlacementSpace) -> list[Node]:
+    out: list[Node] = []
+    stack = list(space.roots())
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(space.children(node))
+    return out
+
+
+def _decided(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
+    """Each decided collective's node bound, and whether it is exact at this node."""
+    every = all_sub_axes(node)
+    chosen = {c.axis for c in node.chosen}
+    out: dict[int, tuple[float, bool]] = {}
+    for sh in bounds.shapes:
+        cid = sh.collective.id
+        if cid in bounds._set_key:
+            value = bounds._set_bound(sh, bounds._set_key[cid], node, every)
+            out[cid] = (value, len(candidate_sets(bounds.space, node, sh.span)) == 1)
+        elif cid in bounds._span_key and sh.span <= chosen:
+            key = bounds._span_key[cid]
+            out[cid] = (bounds.sets.placed_bound(sh.collective, key, node, sh.span), True)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "directions"),
+    [
+        ("v5e:2x4", (2, 4), False),
+        ("v5e:2x4", (2, 2, 2), True),
+        ("v5e:4x4", (4, 4), False),
+        ("v5e:4x4", (2, 2, 4), False),
+        ("tpu7x:2x2x1", (2, 4), False),
+    ],
+)
+def test_a_set_bound_is_below_every_leaf_and_exact_once_the_set_is_known(
+    name: str, shape: tuple[int, ...], directions: bool
+) -> None:
+    s = load_slice(name)
+    graph = mesh_program(shape, scale=4)
+    space = PlacementSpace(shape, s, directions=directions)
+    bounds = NodeBounds(graph, space)
+    assert bounds._set_key and bounds._span_key  # the synthetic program has both kinds
+    by_id = {sh.collective.id: sh for sh in bounds.shapes}
+    leaf_values: dict[tuple[int, ...], dict[int, float]] = {}
+    checked = exact = 0
+    spans = set()
+    for node in _walk(space):
+        if space.is_leaf(node):
+            continue
+        mine = _decided(bounds, node)
+        for leaf in space.leaves(node):
+            ids = space.physical_ids(leaf)
+            if ids not in leaf_values:
+                rows = [tuple(r) for r in space.coords(leaf).tolist()]
+                leaf_values[ids] = {c: bounds._plan(sh.collective, rows, sh)
+                                    for c, sh in by_id.items() if sh.group_size > 1}  # fmt: skip
+            for c, (value, is_exact) in mine.items():
+                at_leaf = leaf_values[ids][c]
+                assert value <= at_leaf * (1 + 1e-12), (node, c)
+                checked += 1
+                if is_exact:
+                    assert value == pytest.approx(at_leaf, rel=1e-12), (node, c)
+                    exact += 1
+                    spans.add(c in bounds._span_key)
+    assert checked > 0 and exact > 0 and spans == {False, True}
+
+
+def _random_inner(space: PlacementSpace, rng: random.Random) -> Node:
+    """A random inner node: a random root, then random children for a random depth."""
+    node = rng.choice([r for r in space.roots() if not space.is_leaf(r)])
+    for _ in range(rng.randrange(2 * len(space.axis_order))):
+        kids = [k for k in space.children(node) if not space.is_leaf(k)]
+        if not kids:
+            break
+        node = rng.choice(kids)
+    return node
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "leaves"),
+    [("v5e:8x8", (4, 16), 3), ("v5e:8x8", (2, 8, 4), 3), ("v5e:16x16", (2, 64, 2), 1)],
+)
+def test_random_nodes_of_big_trees_are_bounded_below_their_leaves(
+    name: str, shape: tuple[int, ...], leaves: int
+) -> None:
+    s = load_slice(name)
+    graph = mesh_program(shape, scale=2)
+    order = traffic_order(collective_shapes(graph, shape), shape)
+    space = PlacementSpace(shape, s, axis_order=order)
+    bounds = NodeBounds(graph, space)
+    exact = ExactQ2(graph, s)
+    rng = random.Random(28)
+    tight = 0
+    for _ in range(6):
+        node = _random_inner(space, rng)
+        node_bound = bounds.bound(node)
+        for _ in range(leaves):
+            leaf = space.random_leaf(rng, node)
+            ids = space.physical_ids(leaf)
+            order_ = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=s)
+            q2 = exact.step_time(order_)
+            if len(ids) <= 64:  # the full replay too, where it takes well under a second
+                assert q2 == pytest.approx(replay(graph, s, order_).step_time_s, rel=1e-9)
+            assert node_bound <= q2 * (1 + 1e-12), space.label(leaf)
+            assert bounds.bound(leaf) <= q2 * (1 + 1e-12)
+            tight += node_bound >= 0.5 * q2
+    assert tight > 0
+
+
+def test_only_whole_fiber_groups_under_auto_are_set_decided() -> None:
+    shape = (2, 4)
+    fibers = [[0, 1, 2, 3], [4, 5, 6, 7]]
+    span = frozenset({1})
+    assert is_set_decided("all-gather", fibers, [], span, shape, None)
+    assert is_set_decided("all-to-all", fibers, [], span, shape, {"all-gather": "ring"})
+    # a named ring walks the replica group's order
+    assert not is_set_decided("all-gather", fibers, [], span, shape, "ring")
+    # pairs follow the logical order
+    assert not is_set_decided("collective-permute", [], [(0, 1)], span, shape, None)
+    # groups that are part of a fiber: which part depends on the axis's order
+    halves = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert not is_set_decided("all-gather", halves, [], span, shape, None)
+    # groups that miss some fibers: which fibers depends on the other axes
+    assert not is_set_decided("all-gather", fibers[:1], [], span, shape, None)
+    # ... but part-fiber groups repeating one pattern are decided once the span is placed
+    assert is_span_decided(halves, [], span, shape)
+    assert is_span_decided([], [(0, 1), (4, 5)], span, shape)
+    assert not is_span_decided([], [(0, 1), (5, 6)], span, shape)  # two patterns
+    assert not is_span_decided([], [(0, 1)], span, shape)  # one off-span position only
+    assert not is_span_decided([[0, 1], [2, 3], [4, 5, 6, 7]], [], span, shape)
+
+
+@pytest.mark.parametrize(
+    ("name", "wrap", "n"),
+    [("v5e:2x4", False, 3), ("v5e:2x4", False, 4), ("v5e:4x4", False, 4), ("v5e:4x4", False, 5),
+     ("v5e:4x4", True, 4), ("v5e:4x4", True, 6), ("v5e:1x8", False, 4)],
+)  # fmt: skip
+def test_the_all_to_all_bound_holds_on_every_member_set(name: str, wrap: bool, n: int) -> None:
+    # Every set of n chips (each is some completion's group): the one-hop bound with
+    # ceil((n - 1) / W) blocks on one first link is at most the group's own bound
+    # (plan_lower_bound of its flows, itself below the engine), and the engine's time.
+    s = load_slice(name, wraparound=True) if wrap else load_slice(name)
+    net = LinkCapacities(s)
+    size = 4.5e6
+    ideal = ideal_lower_bound("all-to-all", n, size, hops=1, net=net)
+    tight = math.inf
+    chips = sorted(itertools.product(*(range(k) for k in s.shape)))
+    for members in itertools.combinations(chips, n):
+        plan = collective_flows("all-to-all", [list(members)], buffer_bytes=size,
+                                id_prefix="a", slice_=s)  # fmt: skip
+        own = plan_lower_bound(plan, net) - s.chip.collective_overhead_s
+        assert ideal <= own * (1 + 1e-12), members
+        tight = min(tight, own)
+    for members in list(itertools.combinations(chips, n))[::97]:  # a sample in the engine
+        plan = collective_flows("all-to-all", [list(members)], buffer_bytes=size,
+                                id_prefix="a", slice_=s)  # fmt: skip
+        ran = simulate(s, plan.nodes).makespan_s - s.chip.collective_overhead_s
+        assert ideal <= ran * (1 + 1e-12), members
+    # and on slices without wrap-around it is attained by some set (a 2x2 block)
+    if not wrap and s.shape[0] > 1 and n == 4:
+        assert ideal == pytest.approx(tight, rel=1e-12)
+
+
+def test_a_group_listed_in_another_order_is_another_pattern() -> None:
+    # Named ring algorithms walk groups as listed: the same set in another order at
+    # another off-span position would put other flows there.
+    assert not is_span_decided([[0, 1], [2, 3], [5, 4], [6, 7]], [], frozenset({1}), (2, 4))
