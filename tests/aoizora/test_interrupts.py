@@ -30,9 +30,11 @@ import pytest
 from sim.topology import load_slice
 from tests.aoizora.test_planner import MODEL
 
+# The step only (--no-clip): these tests interrupt the step's phases, and a rerun must read
+# all of them from the cache; the VAE's plan would add its own Stage 1 and compiles.
 PLAN_ARGS = [
     "plan", "--model", MODEL, "--slice", "v5e:2x2", "--resolution", "256x256", "--frames", "5",
-    "--top-k", "2", "--workers", "2",
+    "--top-k", "2", "--workers", "2", "--no-clip",
 ]  # fmt: skip
 STAGE1 = r"^\[stage 1 +\d+/\d+\]"
 COMPILES = r"^\[compile\] \d+ of \d+ candidates for v5e:2x2 on 2 processes"
