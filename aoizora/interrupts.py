@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 __all__ = [
     "GRACE_S",
@@ -237,6 +238,20 @@ def _hard_exit(signum: int) -> None:
     os._exit(128 + signum)
 
 
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook``: an :class:`Interrupted` raised where Python cannot pass it
+    on -- the signal arrived while a ``__del__`` or a weakref callback ran -- is printed
+    as "Exception ignored" with a traceback and swallowed, and the command would go on.
+    End it now instead, as the watchdog would after :data:`GRACE_S`: the one line, no
+    traceback."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        _hard_exit(unraisable.exc_value.signum)
+    _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
 def _watchdog(read_fd: int) -> None:
     while True:
         try:
@@ -271,6 +286,7 @@ def install_handlers(prog: str) -> None:
         # background jobs with SIGINT ignored, so that Ctrl-C does not end them.
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _handler)
+    sys.unraisablehook = _unraisable
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)

@@ -330,6 +330,44 @@ def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where:
     assert len(children) >= 2 and not _survivors(children)
 
 
+_IN_A_FINALIZER = """
+import os, signal, sys, time
+from aoizora.interrupts import Interrupted, finished, install_handlers, phase
+install_handlers("aoizora test")
+
+
+class Resource:
+    def __del__(self) -> None:  # the signal lands while Python runs a finalizer
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            time.sleep(0.001)
+
+
+try:
+    with phase("a finalizer"):
+        Resource()  # collected at once: __del__ runs here
+        print("went on", flush=True)  # the swallowed interrupt must not let it go on
+        time.sleep(30)
+except Interrupted as exc:
+    finished(exc.signum)
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_a_signal_during_a_finalizer_ends_the_command_in_one_line() -> None:
+    # Python cannot raise out of __del__: it prints "Exception ignored ... Traceback" and
+    # swallows the exception. The command still ends at once with only the line.
+    proc = subprocess.run(
+        [sys.executable, "-c", _IN_A_FINALIZER], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 143, proc.stderr
+    assert "went on" not in proc.stdout
+    assert proc.stderr.splitlines() == [
+        "aoizora test: interrupted by SIGTERM during a finalizer; nothing was written; rerun "
+        "the command"
+    ]
+
+
 @pytest.mark.parametrize("ignored", [True, False])
 def test_a_signal_ignored_from_the_start_stays_ignored(ignored: bool) -> None:
     # A script's background job starts with SIGINT ignored so that Ctrl-C spares it.
