@@ -57,7 +57,7 @@ from aoizora.placement.family import (
 )
 from sim.topology import Slice
 
-__all__ = ["AxisChoice", "Node", "PlacementSpace"]
+__all__ = ["AxisChoice", "Node", "PlacementSpace", "subsets_with_product"]
 
 FLAT = "flat"
 
@@ -175,7 +175,7 @@ class PlacementSpace:
         k = len(node.chosen)
         axis = self.axis_order[k]
         if node.pending is None:
-            for subset in _subsets_with_product(node.free, self.shape[axis]):
+            for subset in subsets_with_product(node.free, self.shape[axis]):
                 rest = tuple(s for s in node.free if s not in subset)
                 if self._count(rest, k + 1):
                     yield Node(free=node.free, chosen=node.chosen, pending=subset)
@@ -233,7 +233,7 @@ class PlacementSpace:
         if k == len(self.axis_order):
             return 0 if free else 1
         total = 0
-        for subset in _subsets_with_product(free, self.shape[self.axis_order[k]]):
+        for subset in subsets_with_product(free, self.shape[self.axis_order[k]]):
             below = self._count(tuple(s for s in free if s not in subset), k + 1)
             if below:
                 total += below * _order_count(subset, self.directions)
@@ -332,7 +332,7 @@ class PlacementSpace:
         )
 
 
-def _subsets_with_product(free: tuple[SubAxis, ...], size: int) -> list[tuple[SubAxis, ...]]:
+def subsets_with_product(free: Sequence[SubAxis], size: int) -> list[tuple[SubAxis, ...]]:
     """Every subset of ``free`` (kept in free-list order) whose sizes multiply to ``size``."""
     out: list[tuple[SubAxis, ...]] = []
 

@@ -58,7 +58,7 @@ import numpy as np
 
 from aoizora.hlo.nodes import Collective
 from aoizora.placement.family import SubAxis
-from aoizora.placement.space import Node, PlacementSpace
+from aoizora.placement.space import Node, PlacementSpace, subsets_with_product
 from aoizora.rank.bound import LinkCapacities, collective_lower_bound
 from aoizora.replay import algorithm_for
 
@@ -101,22 +101,6 @@ def is_set_decided(
     return len(set(members)) == devices  # distinct: every fiber exactly once
 
 
-def _subsets_with_product(free: Sequence[SubAxis], size: int) -> list[tuple[SubAxis, ...]]:
-    """Every subset of ``free`` whose sizes multiply to ``size``."""
-    out: list[tuple[SubAxis, ...]] = []
-
-    def grow(start: int, prefix: tuple[SubAxis, ...], remaining: int) -> None:
-        if remaining == 1:
-            out.append(prefix)
-            return
-        for i in range(start, len(free)):
-            if remaining % free[i].size == 0:
-                grow(i + 1, (*prefix, free[i]), remaining // free[i].size)
-
-    grow(0, (), size)
-    return out
-
-
 def candidate_sets(space: PlacementSpace, node: Node, span: frozenset[int]) -> list[SubSet]:
     """Every sub-axis set ``U`` the axes ``span`` may hold together at a leaf under ``node``.
 
@@ -141,7 +125,7 @@ def candidate_sets(space: PlacementSpace, node: Node, span: frozenset[int]) -> l
     claimed = set(node.pending or ())
     free = [s for s in node.free if s not in claimed]
     return [base | frozenset(_plain(s) for s in subset)
-            for subset in _subsets_with_product(free, missing)]  # fmt: skip
+            for subset in subsets_with_product(free, missing)]  # fmt: skip
 
 
 def _points_key(points: np.ndarray) -> bytes:
