@@ -31,16 +31,7 @@ from sim.collectives import collective_flows
 from sim.engine import simulate
 from sim.topology import load_slice
 from tests.aoizora.synthetic import mesh_program
-
-
-def _walk(space: PlacementSpace) -> list[Node]:
-    out: list[Node] = []
-    stack = list(space.roots())
-    while stack:
-        node = stack.pop()
-        out.append(node)
-        stack.extend(space.children(node))
-    return out
+from tests.aoizora.test_rank import _walk  # every node of a tree, roots first
 
 
 def _decided(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
