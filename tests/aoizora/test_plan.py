@@ -275,14 +275,23 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("name", "edit", "match"), INVALID, ids=[c[0] for c in INVALID])
-def test_every_invalid_field_is_named(
-    name: str, edit: Callable[[dict[str, Any]], None], match: str, tmp_path: Path
-) -> None:
+def invalid_plan_file(
+    name: str, edit: Callable[[dict[str, Any]], None], tmp_path: Path
+) -> tuple[Path, dict[str, Any]]:
+    """A valid plan's document with ``edit`` applied, written to ``tmp_path``; and the
+    document."""
     data = copy.deepcopy(_plan().to_json_dict())
     edit(data)
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(data), encoding="utf-8")
+    return path, data
+
+
+@pytest.mark.parametrize(("name", "edit", "match"), INVALID, ids=[c[0] for c in INVALID])
+def test_every_invalid_field_is_named(
+    name: str, edit: Callable[[dict[str, Any]], None], match: str, tmp_path: Path
+) -> None:
+    path, _ = invalid_plan_file(name, edit, tmp_path)
     with pytest.raises(PlanError, match=match):
         load_plan(path)
 

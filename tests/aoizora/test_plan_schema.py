@@ -9,7 +9,6 @@ validator, also points at when it catches the same field.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from aoizora.errors import PlanError
 from aoizora.plan import load_plan
 from aoizora.plan.schema import PLAN_JSON_SCHEMA, SCHEMA_FILE, cite_schema, schema_pointer
 from tests.aoizora.maxdiffusion_reader import check_plan_document
-from tests.aoizora.test_plan import INVALID, _plan
+from tests.aoizora.test_plan import INVALID, _plan, invalid_plan_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / SCHEMA_FILE).read_text(encoding="utf-8"))
@@ -66,10 +65,7 @@ def test_a_plan_validates_and_the_reserved_fields_are_optional() -> None:
 def test_load_plan_errors_cite_the_schema_path(
     name: str, edit: Callable[[dict[str, Any]], None], match: str, tmp_path: Path
 ) -> None:
-    data = copy.deepcopy(_plan().to_json_dict())
-    edit(data)
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(data), encoding="utf-8")
+    path, data = invalid_plan_file(name, edit, tmp_path)
     with pytest.raises(PlanError) as exc:
         load_plan(path)
     cited = _CITED.search(str(exc.value))
