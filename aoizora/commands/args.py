@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -270,16 +271,29 @@ def search_budget_work(args: argparse.Namespace) -> int | None:
         return None if args.search_gap == 0.0 else DEFAULT_BUDGET_WORK
     if text.strip().lower() == "unlimited":
         return None
+    digits = text.replace("_", "").replace(",", "").strip()
     try:
-        work = int(text.replace("_", "").replace(",", ""))
+        work = int(digits)
     except ValueError:
-        work = 0
+        work = _scientific_count(digits)
     if work < 1:
         raise WorkloadError(
             f"--search-budget {text!r}: must be a positive number of work units or "
             f"'unlimited', e.g. --search-budget {DEFAULT_BUDGET_WORK} (the default)"
         )
     return work
+
+
+def _scientific_count(text: str) -> int:
+    """``5e8`` -> 500000000: a whole count written in scientific notation (as the docs
+    quote the default); 0 for anything else (not a number, a fraction, inf, nan)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return 0
+    if not math.isfinite(value) or not value.is_integer():
+        return 0
+    return int(value)
 
 
 def fan_out_options(args: argparse.Namespace) -> dict[str, object]:

@@ -226,6 +226,19 @@ def test_the_command_line_defaults_are_the_search_defaults() -> None:
         cli_args.search_budget_work(_namespace(search_budget="lots"))
 
 
+@pytest.mark.parametrize(
+    ("text", "work"), [("5e8", 500_000_000), ("2E9", 2_000_000_000), ("1.5e3", 1500)]
+)
+def test_a_budget_in_scientific_notation_is_a_whole_count(text: str, work: int) -> None:
+    assert cli_args.search_budget_work(_namespace(search_budget=text)) == work
+
+
+@pytest.mark.parametrize("text", ["1.5", "2.5e0", "inf", "nan", "-5e8", "1e-3"])
+def test_a_budget_that_is_not_a_whole_positive_count_is_refused(text: str) -> None:
+    with pytest.raises(WorkloadError, match=f"--search-budget '{text}': must be a positive"):
+        cli_args.search_budget_work(_namespace(search_budget=text))
+
+
 @pytest.mark.parametrize("command", ["plan", "whatif"])
 def test_the_cli_refuses_a_bad_search_budget_in_one_line(
     command: str, capsys: pytest.CaptureFixture[str]
