@@ -318,12 +318,13 @@ def _axis_options(subs: tuple[SubAxis, ...], directions: bool) -> tuple[AxisOpti
     traversals = TRAVERSALS if len(subs) > 1 else ("plain",)
     flips = list(itertools.product((False, True) if directions else (False,), repeat=len(subs)))
     for traversal in traversals:
-        digits = traversal_digits([s.size for s in subs], traversal)
+        digits = _digit_table(tuple(s.size for s in subs), traversal)
         if digits is None:
             continue
         for flip in flips:
             directed = tuple(
-                dataclasses.replace(s, reversed=f) for s, f in zip(subs, flip, strict=True)
+                s if s.reversed == f else dataclasses.replace(s, reversed=f)
+                for s, f in zip(subs, flip, strict=True)
             )
             if traversal == "plain" and any(
                 mergeable(a, b) and a.reversed == b.reversed
@@ -336,11 +337,23 @@ def _axis_options(subs: tuple[SubAxis, ...], directions: bool) -> tuple[AxisOpti
     return tuple(out)
 
 
-def contribution(subs: Sequence[SubAxis], digits: list[list[int]]) -> np.ndarray:
-    """Coordinate offset (positions x dims) each position of one mesh axis adds."""
+@functools.cache
+def _digit_table(sizes: tuple[int, ...], traversal: str) -> np.ndarray | None:
+    """:func:`traversal_digits` as a read-only array, cached: the permutations of one
+    sub-axis set often share their sizes (six sub-axes of 2: one table per walk)."""
+    digits = traversal_digits(sizes, traversal)
+    if digits is None:
+        return None
+    table = np.asarray(digits, dtype=np.int64).reshape(len(digits), len(sizes))
+    table.setflags(write=False)
+    return table
+
+
+def contribution(subs: Sequence[SubAxis], table: np.ndarray) -> np.ndarray:
+    """Coordinate offset (positions x dims) each position of one mesh axis adds, from its
+    digit table (positions x sub-axes)."""
     num_dims = max(s.dim for s in subs) + 1
-    table = np.asarray(digits, dtype=np.int64).reshape(len(digits), len(subs))
-    out = np.zeros((len(digits), num_dims), dtype=np.int64)
+    out = np.zeros((len(table), num_dims), dtype=np.int64)
     for k, sub in enumerate(subs):
         value = sub.size - 1 - table[:, k] if sub.reversed else table[:, k]
         out[:, sub.dim] += value * sub.stride

@@ -241,6 +241,11 @@ class PlacementSpace:
 
     # -- what a node fixes ------------------------------------------------------------
 
+    def order_count(self, node: Node) -> int:
+        """How many children a node with a pending set has (its axis's orders and
+        traversals on that set), counted without building them; 0 otherwise."""
+        return 0 if node.pending is None else _order_count(node.pending, self.directions)
+
     def pending_axis(self, node: Node) -> int | None:
         """The mesh axis whose sub-axis set ``node`` fixes but not yet its order."""
         return None if node.pending is None else self.axis_order[len(node.chosen)]

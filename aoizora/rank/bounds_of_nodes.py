@@ -66,9 +66,11 @@ from aoizora.rank.bound import (
     translated_coords,
 )
 from aoizora.rank.set_bounds import (
+    PendingCollective,
     SetBounds,
     all_sub_axes,
     candidate_sets,
+    is_order_free,
     is_set_decided,
     is_span_decided,
 )
@@ -195,6 +197,15 @@ class NodeBounds:
             ):
                 sig = signatures.setdefault((sh.kind, c.groups, c.pairs), len(signatures))
                 self._span_key[c.id] = (sh.kind, c.buffer_bytes, sig)
+        # Of those, the order-free ones with units of one size: bounded over the orders
+        # of a pending axis they span (SetBounds.pending_bounds).
+        self._pending = {
+            cid: PendingCollective(sh.collective, self._span_key[cid], sh.span, ends)
+            for sh in self.shapes
+            if (cid := sh.collective.id) in self._span_key
+            and (ends := self._unit_ends[cid]) is not None
+            and is_order_free(sh.kind, sh.collective.pairs, algorithm)
+        }
 
     def bound(self, node: Node) -> float:
         """No placement under ``node`` replays faster than this."""
@@ -210,6 +221,14 @@ class NodeBounds:
         by_set: dict[tuple[object, ...], float] = {}
         every = all_sub_axes(node)
         chosen = frozenset(c.axis for c in node.chosen)
+        pending_bounds = None
+        if pending is not None:
+            wanted = {
+                self._span_key[cid]: want
+                for cid, want in self._pending.items()
+                if pending in want.span and want.span <= chosen | {pending}
+            }
+            pending_bounds = self.sets.pending_bounds(node, list(wanted.values()))
         for sh in self.shapes:
             key = self._set_key.get(sh.collective.id)
             if sh.group_size < 2:
@@ -223,15 +242,23 @@ class NodeBounds:
                 durations[sh.collective.id] = self.sets.placed_bound(
                     sh.collective, self._span_key[sh.collective.id], node, sh.span
                 )
+            elif pending_bounds and self._span_key.get(sh.collective.id) in pending_bounds:
+                durations[sh.collective.id] = max(
+                    pending_bounds[self._span_key[sh.collective.id]],
+                    self._unplaced_bound(sh, pending, step),
+                )
             elif sh.span <= placed:
                 durations[sh.collective.id] = self._units_bound(sh, grid, rows)
-            elif shared_chips:
-                durations[sh.collective.id] = 0.0  # may yet be on-chip, 0-hop
-            elif pending is not None and sh.span == {pending}:
-                durations[sh.collective.id] = self._ideal_bound(sh, step)
             else:
-                durations[sh.collective.id] = self._ideal_bound(sh, 1)
+                durations[sh.collective.id] = self._unplaced_bound(sh, pending, step)
         return self.timeline.step_time(durations)
+
+    def _unplaced_bound(self, sh: CollectiveShape, pending: int | None, step: int) -> float:
+        """A collective over an axis not placed yet: one hop, or the pending axis's
+        smallest step when it spans that axis alone; 0 where it may stay on one chip."""
+        if self.slice.chip.devices_per_chip > 1:
+            return 0.0  # may yet be on-chip, 0-hop
+        return self._ideal_bound(sh, step if sh.span == {pending} else 1)
 
     def _set_bound(
         self, sh: CollectiveShape, key: tuple[object, ...], node: Node, every: frozenset[SubAxis]

@@ -82,11 +82,16 @@ _PROBES_KEPT = 2  # probe leaves replayed a tree (the best of its random walks b
 # v5e:16x16 a 64-way Ulysses program's best class turned up in 3 of 8 seeds of 64 walks
 # and in 7 of 8 of 256 (docs/placements.md, "Bounds from sub-axis sets").
 _PROBE_SHARE = 0.02
+_PROBE_BATCH = 2  # probes replayed at once (then the incumbent filters the rest)
 # What bounding one node costs besides its transfers (numpy calls, heap, bookkeeping), in
 # transfers: measured ~1 ms a node for small programs against ~0.17 us a transfer for
 # large ones on this 2-core machine (docs/placements.md, "The work budget").
 NODE_OVERHEAD = 6_000
 REPLAY_COST = 100  # an exact replay costs this many bounded nodes of its program
+# A node whose pending axis's orders its bound visits (rank.set_bounds.pending_bounds)
+# pays ORDER_COST an order visited and NODE_OVERHEAD a pattern bounded: ~60 us and ~1 ms
+# on this machine (docs/placements.md, "Bounds over a pending axis's orders").
+ORDER_COST = 350
 
 
 def program_size(graph: CollectiveGraph) -> int:
@@ -238,6 +243,7 @@ class _JobState:
     proven_worse: int = 0
     total: int = 0
     node_cost: int = NODE_OVERHEAD  # work units a node bound costs (program_size + overhead)
+    side_work: int = 0  # work units charged so far for its bounds' pending-axis visits
 
     def best(self) -> float:
         return min((s.q2_s for s in self.scored.values()), default=math.inf)
@@ -306,6 +312,18 @@ class _Search:
         self.nodes_bounded += 1
         self.work += self.states[j].node_cost
 
+    def node_bound(self, j: int, node: Node) -> float:
+        """Bound ``node`` of job ``j``, counting its work and what the bound did beyond
+        a node's usual (the orders and patterns of a pending axis it visited)."""
+        self.bounded(j)
+        st = self.states[j]
+        got = st.bounds.bound(node)
+        sets = st.bounds.sets
+        side = sets.orders_visited * ORDER_COST + sets.patterns_bounded * NODE_OVERHEAD
+        self.work += side - st.side_work
+        st.side_work = side
+        return got
+
     # -- the heap ------------------------------------------------------------------
 
     def push(self, bound: float, j: int, item: Node | Leaf) -> None:
@@ -329,11 +347,10 @@ class _Search:
                 self.push(bound, j, leaf)
             if job.tree:
                 for root in job.space.roots():
-                    self.bounded(j)
-                    self.push(st.bounds.bound(root), j, root)
+                    self.push(self.node_bound(j, root), j, root)
         return forced
 
-    def probe(self, descents: int, keep: int) -> list[Leaf]:
+    def probe(self, descents: int, keep: int) -> list[tuple[float, Leaf]]:
         """Leaves of each tree worth replaying first: of ``descents`` random
         root-to-leaf walks (seeded, so the same every run), the ``keep`` best by leaf
         bound, if that bound beats the incumbent.
@@ -344,7 +361,7 @@ class _Search:
         of the tree worse and is the answer if a deadline stops the search. The
         probes are extra placements: counted in the job's total, replayed once.
         """
-        out: list[Leaf] = []
+        out: list[tuple[float, Leaf]] = []
         for j, st in enumerate(self.states):
             space = st.job.space
             # A cheap program walks more: up to 8x, within _PROBE_SHARE of the budget.
@@ -362,13 +379,26 @@ class _Search:
                 key = st.class_key(leaf.physical_ids)
                 if key not in seen:
                     seen.add(key)
-                    self.bounded(j)
-                    found.append((st.bounds.bound(node), leaf.label, leaf))
+                    found.append((self.node_bound(j, node), leaf.label, leaf))
             best = sorted(found, key=lambda t: t[:2])[:keep]
-            kept = [leaf for bound, _, leaf in best if bound < self.incumbent(j)]
-            st.total += len(kept)
-            out.extend(kept)
-        return out
+            out.extend((bound, leaf) for bound, _, leaf in best if bound < self.incumbent(j))
+        return sorted(out, key=lambda t: (t[0], t[1].label, t[1].job))
+
+    def replay_probes(self, probed: Sequence[tuple[float, Leaf]]) -> None:
+        """Replay the probes, lowest leaf bound first, ``_PROBE_BATCH`` at a time; a
+        probe whose bound no longer beats the incumbent is dropped (leaf bounds are
+        within 0.5 % of Q2, so one far above the best replayed would only cost its
+        replay: a 256-chip gather program's costs ~60x a Ulysses program's)."""
+        for start in range(0, len(probed), _PROBE_BATCH):
+            batch = [
+                leaf
+                for bound, leaf in probed[start : start + _PROBE_BATCH]
+                if bound < self.incumbent(leaf.job)
+            ]
+            for leaf in batch:
+                self.states[leaf.job].total += 1  # an extra placement of its sharding
+            if batch:
+                self.record(batch)
 
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
@@ -429,8 +459,7 @@ class _Search:
                 # (every placement under the child is under the parent too).
                 self.push(bound, j, child)
                 continue
-            self.bounded(j)
-            child_bound = st.bounds.bound(child)
+            child_bound = self.node_bound(j, child)
             if child_bound >= self.incumbent(j):
                 self.prune(j, child)
             else:
@@ -522,9 +551,8 @@ def search_placements(
     forced = run.seed()
     if forced:
         run.record(forced)
-    probed = run.probe(probes, _PROBES_KEPT)  # after the forced: their Q2 filters the probes
-    if probed:
-        run.record(probed)
+    # After the forced: their Q2 filters the probes.
+    run.replay_probes(run.probe(probes, _PROBES_KEPT))
     last = time.perf_counter()
     if progress is not None:  # the given orders and probes can take minutes on 256 chips
         progress(_progress_line(run, last - t0))

@@ -53,6 +53,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -63,9 +64,13 @@ from aoizora.rank.bound import LinkCapacities, collective_lower_bound
 from aoizora.replay import algorithm_for
 
 __all__ = [
+    "MAX_PENDING_ORDERS",
+    "MAX_PENDING_PATTERNS",
+    "PendingCollective",
     "SetBounds",
     "all_sub_axes",
     "candidate_sets",
+    "is_order_free",
     "is_set_decided",
     "is_span_decided",
 ]
@@ -73,6 +78,26 @@ __all__ = [
 _RING_KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
 
 SubSet = frozenset[SubAxis]
+
+# The most orders (children) of a pending sub-axis set that SetBounds.pending_bound
+# visits for one node: a set of 6 sub-axes has 1,802 (720 orders, snake and ring
+# walks); 7 would have ~13,000, more than a node's bound should cost.
+MAX_PENDING_ORDERS = 4_096
+# The most distinct patterns (collectives) it bounds for one collective and node: a
+# pairwise all-to-all over part of a 6-sub-axis set has 15-35.
+MAX_PENDING_PATTERNS = 64
+
+
+@dataclass(frozen=True)
+class PendingCollective:
+    """A span-decided, order-free collective for :meth:`SetBounds.pending_bounds`:
+    ``key`` names what besides its chips decides its bound, ``ends`` its units'
+    logical members (units x members)."""
+
+    collective: Collective
+    key: tuple[object, ...]
+    span: frozenset[int]
+    ends: np.ndarray = field(compare=False)
 
 
 def _plain(sub: SubAxis) -> SubAxis:
@@ -89,16 +114,23 @@ def is_set_decided(
     algorithm: str | Mapping[str, str] | None,
 ) -> bool:
     """Whether the collective's flows depend only on its span axes' sub-axis set (see above)."""
-    if pairs or kind not in _RING_KINDS or not span:
+    if not span or not is_order_free(kind, pairs, algorithm):
         return False
-    if algorithm_for(algorithm, kind) not in (None, "auto"):
-        return False  # a named ring walks the replica group's order
     n = math.prod(mesh_shape[a] for a in span)
     devices = math.prod(mesh_shape)
     if len(groups) * n != devices or any(len(g) != n for g in groups):
         return False
     members = [d for g in groups for d in g]
     return len(set(members)) == devices  # distinct: every fiber exactly once
+
+
+def is_order_free(
+    kind: str, pairs: Sequence[tuple[int, int]], algorithm: str | Mapping[str, str] | None
+) -> bool:
+    """Whether a collective's flows depend on its groups' member *sets* only (see 2.
+    above): a ring kind under ``auto``; a named ring walks the replica group's order,
+    and a permute's pairs are ordered."""
+    return not pairs and kind in _RING_KINDS and algorithm_for(algorithm, kind) in (None, "auto")
 
 
 def candidate_sets(space: PlacementSpace, node: Node, span: frozenset[int]) -> list[SubSet]:
@@ -162,6 +194,9 @@ class SetBounds:
         self.net = net
         self.algorithm = algorithm
         self._cache: dict[tuple[object, ...], float] = {}
+        # What pending_bound has done (the search charges it to its work budget).
+        self.orders_visited = 0
+        self.patterns_bounded = 0
         positions = np.indices(space.shape).reshape(len(space.shape), -1).T
         self._positions = positions  # devices x mesh axes, row-major (logical id order)
 
@@ -212,6 +247,63 @@ class SetBounds:
             got = collective_lower_bound(collective, rows, self.net, algorithm=self.algorithm)
             self._cache[full] = got
         return got
+
+    def pending_bounds(
+        self, node: Node, wanted: Sequence[PendingCollective]
+    ) -> dict[tuple[object, ...], float] | None:
+        """Span-decided collectives' least :meth:`placed_bound` over ``node``'s children.
+
+        ``node`` fixes the *set* of its pending axis (one of each collective's
+        ``span``; the others are placed): each child places it one way, after which
+        the collective's bound is :meth:`placed_bound` -- so the least over the
+        children holds for every leaf below ``node``, and is the best the child level
+        can prove. Children giving one *pattern* (the member sets of every unit, with
+        only ``span`` placed) give one collective, so each pattern is bounded once.
+        Only order-free collectives (:func:`is_order_free`) are asked for: their
+        patterns are the ways to pick the sub-axes a unit spans (a few dozen), where
+        a permute's follow the whole order (~1,000 for six sub-axes). Keyed by each
+        collective's ``key``; None when the set has more than :data:`MAX_PENDING_ORDERS`
+        orders, or a collective more than :data:`MAX_PENDING_PATTERNS` patterns.
+        """
+        space = self.space
+        if not wanted or space.order_count(node) > MAX_PENDING_ORDERS:
+            return None
+        strides = np.asarray(space.id_strides[: space.num_dims], dtype=np.int64)
+        pending = space.axis_order[len(node.chosen)]
+        # Each member's device-grid id is what the placed span axes add (fixed at this
+        # node) plus what the pending axis adds at its position; units repeating a
+        # (fixed part, position) pattern off the span are taken once.
+        units = []
+        for w in wanted:
+            placed = space.device_coords_of([c for c in node.chosen if c.axis in w.span])
+            fixed, where = (placed @ strides)[w.ends], self._positions[w.ends, pending]
+            both = np.unique(np.concatenate([fixed, where], axis=1), axis=0)
+            units.append((both[:, : w.ends.shape[1]], both[:, w.ends.shape[1] :]))
+        patterns: list[dict[frozenset[tuple[int, ...]], Node]] = [{} for _ in wanted]
+        for child in space.children(node):
+            self.orders_visited += 1
+            offsets = child.chosen[-1].offsets
+            along = offsets @ strides[: offsets.shape[1]]  # the pending axis's grid ids
+            for (fixed, where), found in zip(units, patterns, strict=True):
+                ids = np.sort(fixed + along[where], axis=1)  # units x members
+                found.setdefault(frozenset(map(tuple, ids.tolist())), child)
+                if len(found) > MAX_PENDING_PATTERNS:
+                    return None
+        out: dict[tuple[object, ...], float] = {}
+        every = all_sub_axes(node)
+        for w, found in zip(wanted, patterns, strict=True):
+            taken = frozenset(_plain(s) for c in next(iter(found.values())).chosen
+                              if c.axis in w.span for s in c.sub_axes)  # fmt: skip
+            best = math.inf
+            for pattern, child in found.items():
+                full = ("pattern", *w.key, pattern, every - taken)
+                got = self._cache.get(full)
+                if got is None:
+                    got = self._cache[full] = self.placed_bound(w.collective, w.key, child, w.span)
+                    self.patterns_bounded += 1
+                best = min(best, got)
+            out[w.key] = best
+        return out
 
     def _rows(
         self, span: frozenset[int], within: np.ndarray, across: np.ndarray

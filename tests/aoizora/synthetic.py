@@ -41,13 +41,15 @@ def _groups_text(groups: list[list[int]]) -> str:
 
 
 def mesh_program(
-    mesh_shape: Sequence[int], *, scale: int = 1, same_axis: bool = True
+    mesh_shape: Sequence[int], *, scale: int = 1, same_axis: bool = True, halves: bool = False
 ) -> CollectiveGraph:
     """A program whose collectives span ``mesh_shape``'s first and last non-trivial axes.
 
     ``same_axis=False`` drops the permute and the all-gather that overlap it on
     one axis, so that only placements putting both axes on shared links make
-    collectives contend.
+    collectives contend. ``halves=True`` adds two all-to-alls over *parts* of the
+    first axis (its first and second halves; its even and odd positions), as a
+    Ulysses all-to-all over 4 of a 64-way context axis is: neither is a whole fiber.
     """
     axes = [a for a, s in enumerate(mesh_shape) if s > 1]
     first, last = axes[0], axes[-1]
@@ -89,6 +91,17 @@ tuple(%d3, %ag1d, %a2a, %ag3d)
   ROOT %s = f32[] add(%x, %y)
 }}
 """
+    if halves and na >= 4:
+        h = na // 2
+        parts = [p for g in ga for p in (g[:h], g[h:])]
+        strided = [p for g in ga for p in (g[0::2], g[1::2])]
+        extra = f"""  %h1 = f32[{e}]{{0}} all-to-all(%a2a), channel_id=7, \
+replica_groups={_groups_text(parts)}, dimensions={{0}}
+  %h2 = f32[{e}]{{0}} all-to-all(%h1), channel_id=8, \
+replica_groups={_groups_text(strided)}, dimensions={{0}}
+"""
+        text = text.replace("  %d3 = ", extra + "  %d3 = ", 1)
+        text = text.replace("tuple(%d3, %ag1d, %a2a, %ag3d)", "tuple(%d3, %ag1d, %h2, %ag3d)")
     if not same_axis:
         lines = [
             line

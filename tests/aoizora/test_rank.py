@@ -373,3 +373,28 @@ def test_a_given_order_is_bounded_like_the_same_leaf_of_the_tree(name: str) -> N
         evaluate([Leaf(0, label, o.physical_ids, (0, 0, 0, 0))])[0] for label, o in job.extra_orders
     ]
     assert report.winner.q2_s == min(listed) and report.complete
+
+
+def test_a_probe_that_cannot_beat_the_probes_replayed_first_is_not_replayed() -> None:
+    """Probes replay lowest leaf bound first, two at a time: the large program's (16x the
+    bytes) come after the small one's and are dropped once those are in."""
+    s = load_slice("v5e:4x4")
+    shape = (4, 4)
+    jobs = _jobs(s, shape)
+    graphs = [j.graph for j in jobs]
+    replays = _replays(graphs, s, shape)
+    seen: list[list[Leaf]] = []
+
+    def evaluate(batch: list[Leaf]) -> list[float]:
+        seen.append(list(batch))
+        return replays(batch)
+
+    report = search_placements(jobs, evaluate, deadline_s=0.0)  # forced and probes only
+    assert not any(j.extra_orders for j in jobs)  # no given orders: the first batch probes
+    first = seen[0]
+    assert len(first) == 2 and {leaf.job for leaf in first} == {0}  # the small program's
+    assert len(seen) == 1  # the large program's probes were dropped, not replayed
+    large = report.jobs[1]
+    assert large.simulated == 0 and large.num_placements == jobs[1].space.count()
+    for jr in report.jobs:
+        assert jr.simulated + jr.repeats + jr.proven_worse + jr.open == jr.num_placements

@@ -47,7 +47,25 @@ def _decided(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
         elif cid in bounds._span_key and sh.span <= chosen:
             key = bounds._span_key[cid]
             out[cid] = (bounds.sets.placed_bound(sh.collective, key, node, sh.span), True)
+    for cid, (value, exact) in _pending(bounds, node).items():
+        out[cid] = (value, exact)
     return out
+
+
+def _pending(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
+    """Each pending-decided collective's bound at ``node`` (the least over its children)."""
+    pending = bounds.space.pending_axis(node)
+    if pending is None:
+        return {}
+    chosen = {c.axis for c in node.chosen}
+    wanted = [
+        w for w in bounds._pending.values() if pending in w.span and w.span <= chosen | {pending}
+    ]
+    if not wanted:
+        return {}
+    got = bounds.sets.pending_bounds(node, wanted)
+    assert got is not None  # small trees: few orders and patterns
+    return {c: (got[w.key], False) for c, w in bounds._pending.items() if w.key in got}
 
 
 @pytest.mark.parametrize(
@@ -57,17 +75,21 @@ def _decided(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
         ("v5e:2x4", (2, 2, 2), True),
         ("v5e:4x4", (4, 4), False),
         ("v5e:4x4", (2, 2, 4), False),
+        ("v5e:4x4", (4, 2, 2), False),
+        ("v5e:2x4", (4, 2), True),
         ("tpu7x:2x2x1", (2, 4), False),
+        ("tpu7x:2x2x1", (4, 2), False),
     ],
 )
 def test_a_set_bound_is_below_every_leaf_and_exact_once_the_set_is_known(
     name: str, shape: tuple[int, ...], directions: bool
 ) -> None:
     s = load_slice(name)
-    graph = mesh_program(shape, scale=4)
+    graph = mesh_program(shape, scale=4, halves=True)
     space = PlacementSpace(shape, s, directions=directions)
     bounds = NodeBounds(graph, space)
     assert bounds._set_key and bounds._span_key  # the synthetic program has both kinds
+    pending_checked = 0
     by_id = {sh.collective.id: sh for sh in bounds.shapes}
     leaf_values: dict[tuple[int, ...], dict[int, float]] = {}
     checked = exact = 0
@@ -76,6 +98,7 @@ def test_a_set_bound_is_below_every_leaf_and_exact_once_the_set_is_known(
         if space.is_leaf(node):
             continue
         mine = _decided(bounds, node)
+        pending_checked += len(_pending(bounds, node))
         for leaf in space.leaves(node):
             ids = space.physical_ids(leaf)
             if ids not in leaf_values:
@@ -91,6 +114,7 @@ def test_a_set_bound_is_below_every_leaf_and_exact_once_the_set_is_known(
                     exact += 1
                     spans.add(c in bounds._span_key)
     assert checked > 0 and exact > 0 and spans == {False, True}
+    assert pending_checked > 0 or shape[0] < 4  # halves: parts of an axis of 4 or more
 
 
 def _random_inner(space: PlacementSpace, rng: random.Random) -> Node:
@@ -193,3 +217,35 @@ def test_a_group_listed_in_another_order_is_another_pattern() -> None:
     # Named ring algorithms walk groups as listed: the same set in another order at
     # another off-span position would put other flows there.
     assert not is_span_decided([[0, 1], [2, 3], [5, 4], [6, 7]], [], frozenset({1}), (2, 4))
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "directions"),
+    [("v5e:4x4", (4, 4), False), ("v5e:2x4", (4, 2), True), ("v5e:8x8", (8, 8), False),
+     ("tpu7x:2x2x1", (4, 2), False)],
+)  # fmt: skip
+def test_a_pending_bound_is_the_least_over_the_children(
+    name: str, shape: tuple[int, ...], directions: bool
+) -> None:
+    """Brute force: every child's placed bound, one by one (no patterns shared)."""
+    s = load_slice(name)
+    space = PlacementSpace(shape, s, directions=directions)
+    bounds = NodeBounds(mesh_program(shape, halves=True), space)
+    fresh = NodeBounds(mesh_program(shape, halves=True), space)  # its own caches
+    assert len(bounds._pending) == 2  # the two part-axis all-to-alls
+    nodes = 0
+    for root in space.roots():
+        for node in space.children(root):
+            if node.pending is None:
+                continue
+            kids = list(space.children(node))
+            assert space.order_count(node) == len(kids)
+            for cid, (value, _) in _pending(bounds, node).items():
+                sh = next(x for x in fresh.shapes if x.collective.id == cid)
+                key = fresh._span_key[cid]
+                each = [fresh.sets.placed_bound(sh.collective, key, k, sh.span) for k in kids]
+                assert value == min(each)
+                nodes += 1
+    assert nodes > 0
+    # Children sharing a pattern were bounded once.
+    assert 0 < bounds.sets.patterns_bounded < bounds.sets.orders_visited
