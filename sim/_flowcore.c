@@ -20,7 +20,7 @@
 
 /* Bumped whenever run()'s signature or results change: sim/engine.py refuses
  * a stale build instead of misreading it. */
-#define CORE_VERSION 2
+#define CORE_VERSION 3
 #define FINISH_REL_TOL 1e-12
 enum { RELEASE = 0, DRAIN = 1, DONE = 2 };
 
@@ -548,19 +548,19 @@ static PyObject *results(run_t *r, int m) {
 
 PyDoc_STRVAR(run_doc,
              "run(capacity, route_ptr, route_chan, size_bytes, duration_s, is_flow, ready_s,\n"
-             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, record_rates,\n"
-             "    event_type)\n"
+             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, class_flows,\n"
+             "    record_rates, event_type)\n"
              "--\n\n"
              "Replay a checked DAG (sim/engine.py builds the arrays). Returns (release_s,\n"
              "drain_s, finish_s, events, busy_s per channel, rate_log or None).");
 
 static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 15) {
-        PyErr_Format(PyExc_TypeError, "run() takes 15 arguments (%zd given)", nargs);
+    if (nargs != 16) {
+        PyErr_Format(PyExc_TypeError, "run() takes 16 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *event_type = args[14];
+    PyObject *event_type = args[15];
     if (!PyType_Check(event_type) ||
         !PyType_IsSubtype((PyTypeObject *)event_type, &PyTuple_Type) ||
         ((PyTypeObject *)event_type)->tp_basicsize != PyTuple_Type.tp_basicsize) {
@@ -575,7 +575,8 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t n_ = PyList_GET_SIZE(ids), m_ = PySequence_Size(args[0]);
     double latency = PyFloat_AsDouble(args[11]);
     long batch_pairs = PyLong_AsLong(args[12]);
-    int record = PyObject_IsTrue(args[13]);
+    long class_flows = PyLong_AsLong(args[13]);
+    int record = PyObject_IsTrue(args[14]);
     if (m_ < 0 || PyErr_Occurred() || record < 0) return NULL;
     if (n_ >= INT32_MAX / 2 || m_ >= INT32_MAX / 2) {
         PyErr_SetString(PyExc_OverflowError, "too many nodes or links");
@@ -608,7 +609,8 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         !r.now_obj)
         goto done;
     if (alloc_run(&r, n) < 0 ||
-        share_init(&r.net, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs) < 0) {
+        share_init(&r.net, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs,
+                   class_flows) < 0) {
         PyErr_NoMemory();
         goto done;
     }

@@ -5,6 +5,8 @@
  *   statement, so every rate, level and bottleneck is the same double as the
  *   Python reference computes; _flowwhole.c: its whole solve of big batches
  *   (max_min_rates of sim/maxmin.py), likewise;
+ * - _flowclass.c: the solve by bottleneck classes (sim/classshare.py) that
+ *   replaces the lazy update while thousands of flows drain;
  * - _flowcore.c: the engine's event loop (sim/pycore.py) over a heap agenda,
  *   and the Python module sim._flowcore.
  *
@@ -53,8 +55,36 @@ typedef struct {
     int *hflow, *hpair, *uflow, *upair;
 } link_cache;
 
-/* Max-min fair sharing kept between events (sim.sharing.LinkSharing). */
+/* (link or class, count) pairs of a class's footprint or a link's classes. */
 typedef struct {
+    int *key, *cnt;
+    int n, cap;
+} pair_list;
+
+/* The draining flows in bottleneck classes (sim.classshare.ClassFilling). */
+typedef struct {
+    int n, m;
+    const double *capacity;
+    const int *route_ptr, *route_chan;
+    int *cls, *mem_pos; /* per flow: its class, its place in the member list */
+    ivec *members;      /* per class */
+    pair_list *fp;      /* per class: links and how many members cross each */
+    pair_list *lc;      /* per link: classes and how many of their members cross it */
+    int *free_ids, nfree;
+    double *old_rate, *new_rate;
+    int *old_at, *new_at;
+    int64_t *frozen, epoch;
+    int64_t *done, *canon_at;
+    int *canon, *nun;
+    double *res, *key, *lev;
+    int *heap, *hpos, heap_n; /* unsaturated links by (key, lk); each one's place */
+    int *lk_cls, *lk_cnt, lk_room; /* a copy of one link's classes */
+    ivec scratch, order;
+    int nomem;
+} classes_t;
+
+/* Max-min fair sharing kept between events (sim.sharing.LinkSharing). */
+typedef struct share_s {
     int m, n;
     double *capacity;
     int **users;        /* users[l]: draining flows on l, in arrival order */
@@ -75,7 +105,8 @@ typedef struct {
     double at;
     int *d_prev, *d_next; /* the draining flows, a list in arrival order */
     int d_head, d_tail, d_count;
-    long batch_pairs;
+    long batch_pairs, class_flows;
+    classes_t *cls; /* while solving by classes, else NULL */
     double *held;
     ptrdiff_t held_cap;
     ivec changed;         /* flows whose rate changed in the last update ... */
@@ -85,7 +116,7 @@ typedef struct {
 } share_t;
 
 int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
-               const int *route_chan, long batch_pairs);
+               const int *route_chan, long batch_pairs, long class_flows);
 void share_free(share_t *s);
 /* Apply arrivals and departures at `now`; fills s->changed / s->changed_old. 0 or -1. */
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
@@ -94,5 +125,11 @@ void share_close(share_t *s, double now);
 /* Internal to the two sharing files: record a changed rate; solve every draining flow. */
 void changed_push(share_t *s, int f, double old);
 int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals);
+/* The classes (_flowclass.c): built over the draining flows, kept up to date, solved. */
+classes_t *classes_build(const share_t *s);
+void classes_free(classes_t *c);
+void classes_arrive(classes_t *c, int f);
+void classes_leave(classes_t *c, int f);
+int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals);
 
 #endif

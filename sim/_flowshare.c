@@ -87,8 +87,9 @@ static fill_item heap_pop(share_t *s) {
 /* -- set-up ------------------------------------------------------------------ */
 
 int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
-               const int *route_chan, long batch_pairs) {
+               const int *route_chan, long batch_pairs, long class_flows) {
     memset(s, 0, sizeof(*s));
+    s->class_flows = class_flows;
     s->m = m;
     s->n = n;
     s->route_ptr = route_ptr;
@@ -129,6 +130,7 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
 }
 
 void share_free(share_t *s) {
+    classes_free(s->cls);
     for (int l = 0; l < s->m; l++) {
         if (s->users) free(s->users[l]);
         if (s->upair) free(s->upair[l]);
@@ -542,6 +544,17 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
 
 /* -- one update ---------------------------------------------------------------- */
 
+/* Whether an update leaving `count` flows draining solves by classes
+ * (sim/sharing.py, _class_mode); ends the classes when it does not. */
+static int class_mode(share_t *s, int count) {
+    if (s->cls != NULL && count < s->class_flows / 2) {
+        classes_free(s->cls); /* the lazy update goes on from the exact state left */
+        s->cls = NULL;
+    }
+    if (s->cls != NULL) return 1;
+    return 0 <= s->class_flows && s->class_flows <= count;
+}
+
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
                  const int *departures, ptrdiff_t num_departures) {
     int64_t epoch = ++s->epoch;
@@ -557,14 +570,17 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
         pairs += s->route_ptr[f + 1] - s->route_ptr[f];
     }
     int whole = pairs > s->batch_pairs;
+    int classes = class_mode(s, s->d_count + (int)num_arrivals - (int)num_departures);
+    int quiet = whole || classes; /* the lazy update's marks are not needed */
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];
+        if (s->cls != NULL) classes_leave(s->cls, f);
         draining_remove(s, f);
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int lk = s->route_chan[p];
             users_remove(s, lk, f);
             if (!s->users_n[lk]) s->busy_s[lk] += now - s->since[lk];
-            if (!whole) raised(s, lk);
+            if (!quiet) raised(s, lk);
         }
         s->fs[f].rate = 0.0;
         s->fs[f].bottleneck = -1;
@@ -578,6 +594,12 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
             if (!s->users_n[lk]) s->since[lk] = now;
             users_append(s, lk, f, p);
         }
+        if (s->cls != NULL) classes_arrive(s->cls, f);
+    }
+    if (classes) {
+        if (s->cls == NULL && (s->cls = classes_build(s)) == NULL) s->nomem = 1;
+        if (s->nomem || classes_solve(s, arrivals, num_arrivals) < 0) s->nomem = 1;
+        return s->nomem ? -1 : 0;
     }
     if (whole) {
         if (solve_all(s, arrivals, num_arrivals) < 0) s->nomem = 1;

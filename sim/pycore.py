@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sim.problem import Problem
 from sim.records import Event, RateSnapshot
-from sim.sharing import _BATCH_PAIRS, LinkSharing
+from sim.sharing import _BATCH_PAIRS, _CLASS_FLOWS, LinkSharing
 
 if TYPE_CHECKING:
     import simpy
@@ -60,14 +60,18 @@ class CoreOutput(NamedTuple):
 class _Run:
     """One simulation: the DAG's life cycle, an agenda, and the draining flows."""
 
-    def __init__(self, problem: Problem, *, record_rates: bool, batch_pairs: int) -> None:
+    def __init__(
+        self, problem: Problem, *, record_rates: bool, batch_pairs: int, class_flows: int
+    ) -> None:
         p = problem
         n = len(p.ids)
         self.ids = p.ids
         self.is_flow = p.is_flow
         self.duration_s = p.duration_s
         self.route_ptr = p.route_ptr
-        self.net = LinkSharing(p.capacity_bytes_per_s, num_flows=n, batch_pairs=batch_pairs)
+        self.net = LinkSharing(
+            p.capacity_bytes_per_s, num_flows=n, batch_pairs=batch_pairs, class_flows=class_flows
+        )
         for i in range(n):
             a, b = p.route_ptr[i], p.route_ptr[i + 1]
             if b > a:
@@ -277,11 +281,18 @@ class _Run:
 
 
 def run_python(
-    problem: Problem, *, record_rates: bool = False, batch_pairs: int = _BATCH_PAIRS
+    problem: Problem,
+    *,
+    record_rates: bool = False,
+    batch_pairs: int = _BATCH_PAIRS,
+    class_flows: int = _CLASS_FLOWS,
 ) -> CoreOutput:
     """Replay ``problem`` in pure Python (see the module doc).
 
     ``batch_pairs`` is :class:`~sim.sharing.LinkSharing`'s switch to the whole
-    numpy solve (``-1``: every update solves every draining flow).
+    numpy solve (``-1``: every update solves every draining flow);
+    ``class_flows`` its switch to the solve by classes (``0``: always, ``-1``:
+    never; :mod:`sim.classshare`).
     """
-    return _Run(problem, record_rates=record_rates, batch_pairs=batch_pairs).run()
+    run = _Run(problem, record_rates=record_rates, batch_pairs=batch_pairs, class_flows=class_flows)
+    return run.run()

@@ -71,6 +71,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
+from sim.classshare import ClassFilling
 from sim.maxmin import max_min_rates
 
 __all__ = ["LinkSharing"]
@@ -87,6 +88,12 @@ _SATURATE, _CHECK = 0, 1
 # vectorised solve beats walking the changes (benchmarks/sim_bench.py: the
 # 16x16 storm and the replay case run fastest between 64 and 256).
 _BATCH_PAIRS = 128
+# From this many draining flows on, every update re-solves the classes in full
+# (sim.classshare.ClassFilling) instead of walking the changes flow by flow;
+# back to the lazy update below half as many (no flapping at the edge).
+# benchmarks/sim_bench.py: the dense case gains from ~500 flows up, and no
+# other case reaches 1,000 flows in flight but the 2,000-flow burst.
+_CLASS_FLOWS = 1000
 
 
 class LinkSharing:
@@ -109,10 +116,17 @@ class LinkSharing:
     """
 
     def __init__(
-        self, capacity: Sequence[float], *, num_flows: int, batch_pairs: int = _BATCH_PAIRS
+        self,
+        capacity: Sequence[float],
+        *,
+        num_flows: int,
+        batch_pairs: int = _BATCH_PAIRS,
+        class_flows: int = _CLASS_FLOWS,
     ) -> None:
         m = len(capacity)
         self.batch_pairs = batch_pairs  # see _BATCH_PAIRS; -1: always solve every flow
+        self.class_flows = class_flows  # see _CLASS_FLOWS; 0: always, -1: never
+        self._classes: ClassFilling | None = None
         n = num_flows
         self.capacity: list[float] = [float(c) for c in capacity]
         self.users: list[list[int]] = [[] for _ in range(m)]
@@ -180,14 +194,18 @@ class LinkSharing:
         new = list(arrivals)
         whole = sum(len(links[f]) for f in leaving) + sum(len(links[f]) for f in new)
         whole = whole > self.batch_pairs
+        classes = self._class_mode(len(self.draining) + len(new) - len(leaving))
+        quiet = whole or classes  # the lazy update's marks are not needed
         for f in leaving:
+            if self._classes is not None:
+                self._classes.leave(f)
             del self.draining[f]
             for lk in links[f]:
                 on = users[lk]
                 on.remove(f)
                 if not on:
                     self.busy_s[lk] += now - self._since[lk]
-                if not whole:
+                if not quiet:
                     self._raised(lk)  # less traffic: the level can only rise
             self.rate[f] = 0.0
             self.bottleneck[f] = -1
@@ -199,6 +217,13 @@ class LinkSharing:
                 if not on:
                     self._since[lk] = now
                 on.append(f)
+            if self._classes is not None:
+                self._classes.arrive(f)
+        if classes:
+            if self._classes is None:
+                flows = list(self.draining)
+                self._classes = ClassFilling(self.capacity, links, flows, self.bottleneck)
+            return self._classes.solve(users, new, self.rate, self.bottleneck, self.level)
         if whole:
             return self._solve_all(new)
         for f in new:
@@ -206,6 +231,15 @@ class LinkSharing:
                 self._lowered(lk)
         self._fill()
         return self._commit(new)
+
+    def _class_mode(self, count: int) -> bool:
+        """Whether an update leaving ``count`` flows draining solves by classes
+        (``_CLASS_FLOWS``); ends the classes when it does not."""
+        if self._classes is not None and count < self.class_flows // 2:
+            self._classes = None  # the lazy update goes on from the exact state left
+        if self._classes is not None:
+            return True
+        return 0 <= self.class_flows <= count
 
     def _solve_all(self, new: list[int]) -> list[tuple[int, float]]:
         """Re-solve every draining flow with numpy; rebuild levels and bottlenecks."""

@@ -9,7 +9,7 @@
   computes, ``after``, latency on and off, zero sizes, 0-hop flows, wrapped
   axes), on the benchmark's traffic shapes (staggered random flows, collective
   storms, a layer replay, a burst) and in both sharing modes (the lazy update
-  and the whole solve of big batches).
+  the whole solve of big batches, and the solve by bottleneck classes).
 - **Every allocation it logs is the textbook one**: oracle routing
   (:mod:`tests.sim.oracle`) and textbook progressive filling, after every
   update, in both sharing modes.
@@ -64,6 +64,8 @@ random_flows, row_col_storm, step_replay = (
 LAZY_ONLY = 10**9  # batch_pairs: never the whole solve
 WHOLE_ONLY = -1  # batch_pairs: always the whole solve
 DEFAULT = sim.engine._BATCH_PAIRS
+CLASSES = sim.engine._CLASS_FLOWS  # class_flows: solve by classes from this many flows
+ALL_CLASSES = 0  # class_flows: every update solves by classes
 
 
 def test_compiled_core_is_built() -> None:
@@ -75,9 +77,12 @@ def _problem(s: Slice, nodes: list[Flow | Compute]) -> Problem:
     return build_problem(s, nodes, validate_graph(s, nodes), None)
 
 
-def _both(problem: Problem, *, batch_pairs: int) -> tuple[CoreOutput, CoreOutput]:
-    compiled = run_core(problem, core="compiled", record_rates=True, batch_pairs=batch_pairs)
-    python = run_core(problem, core="python", record_rates=True, batch_pairs=batch_pairs)
+def _both(
+    problem: Problem, *, batch_pairs: int, class_flows: int = CLASSES
+) -> tuple[CoreOutput, CoreOutput]:
+    kw = dict(record_rates=True, batch_pairs=batch_pairs, class_flows=class_flows)
+    compiled = run_core(problem, core="compiled", **kw)  # type: ignore[arg-type]
+    python = run_core(problem, core="python", **kw)  # type: ignore[arg-type]
     return compiled, python
 
 
@@ -88,10 +93,17 @@ def _assert_identical(compiled: CoreOutput, python: CoreOutput) -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(random_dags(), st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, 3]))
-def test_random_dags_bit_for_bit(case: tuple[Slice, list[Flow | Compute]], pairs: int) -> None:
+@given(
+    random_dags(),
+    st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, 3]),
+    st.sampled_from([CLASSES, ALL_CLASSES, 4]),
+)
+def test_random_dags_bit_for_bit(
+    case: tuple[Slice, list[Flow | Compute]], pairs: int, class_flows: int
+) -> None:
+    # class_flows 4: the solve by classes starts and ends as flows come and go.
     s, nodes = case
-    _assert_identical(*_both(_problem(s, nodes), batch_pairs=pairs))
+    _assert_identical(*_both(_problem(s, nodes), batch_pairs=pairs, class_flows=class_flows))
 
 
 @pytest.mark.parametrize(
@@ -103,16 +115,21 @@ def test_random_dags_bit_for_bit(case: tuple[Slice, list[Flow | Compute]], pairs
         ("replay", lambda: step_replay(3)),
     ],
 )
-@pytest.mark.parametrize("pairs", [DEFAULT, LAZY_ONLY, WHOLE_ONLY])
-def test_benchmark_traffic_bit_for_bit(label: str, build: object, pairs: int) -> None:
+@pytest.mark.parametrize(
+    ("pairs", "class_flows"),
+    [(DEFAULT, CLASSES), (LAZY_ONLY, CLASSES), (WHOLE_ONLY, CLASSES), (DEFAULT, ALL_CLASSES)],
+)
+def test_benchmark_traffic_bit_for_bit(
+    label: str, build: object, pairs: int, class_flows: int
+) -> None:
     s, nodes = build()  # type: ignore[operator]
-    compiled, python = _both(_problem(s, nodes), batch_pairs=pairs)
+    compiled, python = _both(_problem(s, nodes), batch_pairs=pairs, class_flows=class_flows)
     _assert_identical(compiled, python)
     assert compiled.rate_log, label  # the comparison covered some allocations
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY]))
+@given(st.integers(0, 2**32 - 1), st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, ALL_CLASSES]))
 def test_every_logged_allocation_is_textbook(seed: int, pairs: int) -> None:
     # Staggered flows with some dependencies on a 4x4 mesh (with wrap-around
     # half the time): many flows drain at once and each update changes a part.
@@ -126,7 +143,9 @@ def test_every_logged_allocation_is_textbook(seed: int, pairs: int) -> None:
         after = (f"f{rng.randrange(k)}",) if k and rng.random() < 0.2 else ()
         size = rng.uniform(1e3, 4e4)
         nodes.append(Flow(f"f{k}", src, dst, size, start_s=rng.uniform(0, 2e-5), after=after))
-    out = run_core(_problem(s, nodes), core="compiled", record_rates=True, batch_pairs=pairs)
+    # ALL_CLASSES: the default batches, and every update solved by classes.
+    kw = {"class_flows": 0} if pairs == ALL_CLASSES else {"batch_pairs": pairs}
+    out = run_core(_problem(s, nodes), core="compiled", record_rates=True, **kw)
     paths, capacity = oracle_problem(s, [n for n in nodes if isinstance(n, Flow)])
     assert out.rate_log
     for snap in out.rate_log:
@@ -231,6 +250,7 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
         ids=["a"],
         hop_latency_s=0.0,
         batch_pairs=128,
+        class_flows=1000,
         record_rates=False,
         event_type=Event,
     )

@@ -1,0 +1,302 @@
+"""Max-min fair sharing over *bottleneck classes*, for dense traffic (issue 28).
+
+When thousands of flows drain at once, nearly every update moves the levels
+of a few dozen links, and every flow bottlenecked at such a link changes
+rate: the lazy per-flow update of :class:`sim.sharing.LinkSharing` then pays
+per flow (hundreds of freezes of ~5 links each). But the flows fall into far
+fewer *classes* -- the flows bottlenecked at one link all drain at that
+link's level -- and a link in use carries a handful of classes against a
+hundred flows. :class:`ClassFilling` redoes the textbook progressive filling
+in full at every update, over classes instead of flows:
+
+- a class keeps its members and its *footprint*: per link, how many of its
+  members cross it; a link keeps the same counts per class (the transpose);
+- every link starts at its capacity over its flow count; the filling pops
+  the lowest level (ties by link id, as the lazy update breaks them); when a
+  link saturates at ``x``, each unfrozen class on it freezes **whole** at
+  ``x`` if all its members cross the link -- its footprint's links lose
+  ``count * x`` of capacity and ``count`` unfrozen flows -- and otherwise the
+  members crossing the link are first split off into a class of their own
+  (rare: a fraction of a split per update on the benchmark's dense case);
+- classes that froze at one link are merged (the smaller into the larger,
+  footprints added link by link), so that afterwards a class is exactly the
+  set of flows bottlenecked at one link, and every member's rate **is** its
+  bottleneck's level, the same double.
+
+Each level is the textbook one (progressive filling run in full), so the
+result is the max-min allocation whatever the previous one was; only the
+rounding differs from the per-flow filling (a class subtracts ``count * x``
+where flows subtract ``x`` one by one). A class whose level and bottleneck
+come out as before has members whose rates did not change, so they are not
+visited at all. ``sim/_flowclass.c`` is the same algorithm in C, operation
+for operation, so that both event cores stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+__all__ = ["ClassFilling"]
+
+_INF = math.inf
+
+
+class ClassFilling:
+    """The draining flows of a :class:`~sim.sharing.LinkSharing`, grouped in classes.
+
+    ``links[f]`` is flow ``f``'s route (each link at most once); ``rate``,
+    ``bottleneck`` and ``level`` are the sharing's own lists, written in place
+    by :meth:`solve`. Build it over the flows draining now (``flows``, in
+    arrival order, each grouped with the flows of its current bottleneck;
+    ``-1``: a class of its own), then keep it up to date with :meth:`arrive`
+    and :meth:`leave` before each :meth:`solve`.
+    """
+
+    def __init__(
+        self,
+        capacity: Sequence[float],
+        links: Sequence[tuple[int, ...]],
+        flows: Sequence[int],
+        bottleneck: Sequence[int],
+    ) -> None:
+        m, n = len(capacity), len(links)
+        self.capacity = capacity
+        self.links = links
+        self.cls = [-1] * n  # each draining flow's class
+        self.mem_pos = [0] * n  # its place in its class's member list
+        self.members: list[list[int]] = [[] for _ in range(n)]
+        self.fp_link: list[list[int]] = [[] for _ in range(n)]  # per class: links ...
+        self.fp_cnt: list[list[int]] = [[] for _ in range(n)]  # ... and members crossing each
+        self.lc_cls: list[list[int]] = [[] for _ in range(m)]  # per link: classes ...
+        self.lc_cnt: list[list[int]] = [[] for _ in range(m)]  # ... and their members on it
+        self.free = list(range(n - 1, -1, -1))  # class ids, a stack: 0 first
+        # The rate and bottleneck every member of a class has (nan: not all
+        # the same yet, e.g. a new class, so solve visits its members).
+        self.old_rate = [math.nan] * n
+        self.old_at = [-1] * n
+        self.frozen = [0] * n  # per class: the solve number it froze in ...
+        self.new_rate = [0.0] * n  # ... at this level ...
+        self.new_at = [-1] * n  # ... at this link
+        self.epoch = 0
+        self.done = [0] * m
+        self.canon = [0] * m  # per link: the class merged into in this solve ...
+        self.canon_at = [0] * m  # ... valid when this equals the solve number
+        self.res = [0.0] * m
+        self.nun = [0] * m
+        self.key = [_INF] * m
+        self.lev = [0.0] * m
+        of_link: dict[int, int] = {}
+        for f in flows:
+            b = bottleneck[f]
+            k = of_link.get(b, -1) if b >= 0 else -1
+            if k < 0:
+                k = self.free.pop()
+                if b >= 0:
+                    of_link[b] = k
+            self._join(f, k)
+
+    # -- the classes -------------------------------------------------------
+
+    def _count(self, k: int, lk: int, d: int) -> None:
+        """Add ``d`` to class ``k``'s count on link ``lk`` (both tables); drop zeros."""
+        fl, fc = self.fp_link[k], self.fp_cnt[k]
+        try:
+            i = fl.index(lk)
+        except ValueError:
+            fl.append(lk)
+            fc.append(d)
+            self.lc_cls[lk].append(k)
+            self.lc_cnt[lk].append(d)
+            return
+        c = fc[i] + d
+        lcc, lcn = self.lc_cls[lk], self.lc_cnt[lk]
+        j = lcc.index(k)
+        if c:
+            fc[i] = c
+            lcn[j] = c
+            return
+        # The last entry takes the place of the one dropped (as in C).
+        fl[i] = fl[-1]
+        fc[i] = fc[-1]
+        fl.pop()
+        fc.pop()
+        lcc[j] = lcc[-1]
+        lcn[j] = lcn[-1]
+        lcc.pop()
+        lcn.pop()
+
+    def _join(self, f: int, k: int) -> None:
+        self.cls[f] = k
+        self.mem_pos[f] = len(self.members[k])
+        self.members[k].append(f)
+        for lk in self.links[f]:
+            self._count(k, lk, 1)
+
+    def _drop(self, f: int) -> int:
+        """Take ``f`` out of its class; returns the class (its id freed if empty)."""
+        k = self.cls[f]
+        mem = self.members[k]
+        i = self.mem_pos[f]
+        last = mem.pop()
+        if last != f:
+            mem[i] = last
+            self.mem_pos[last] = i
+        for lk in self.links[f]:
+            self._count(k, lk, -1)
+        self.cls[f] = -1
+        if not mem:
+            self._release(k)
+        return k
+
+    def _release(self, k: int) -> None:
+        self.old_rate[k] = math.nan
+        self.old_at[k] = -1
+        self.free.append(k)
+
+    def arrive(self, f: int) -> None:
+        """``f`` starts to drain: a class of its own until the next solve."""
+        self._join(f, self.free.pop())
+
+    def leave(self, f: int) -> None:
+        """``f`` stops draining."""
+        self._drop(f)
+
+    def _split(self, k: int, lk: int) -> int:
+        """Move ``k``'s members that cross ``lk`` into a new class; return it."""
+        new = self.free.pop()
+        for f in list(self.members[k]):
+            if lk in self.links[f]:
+                self._drop(f)
+                self._join(f, new)
+        return new
+
+    def _merge(self, src: int, dst: int) -> None:
+        """Class ``src`` joins ``dst`` (both froze at one link): footprints add up."""
+        for lk, c in zip(self.fp_link[src], self.fp_cnt[src], strict=True):
+            lcc, lcn = self.lc_cls[lk], self.lc_cnt[lk]
+            j = lcc.index(src)
+            lcc[j] = lcc[-1]
+            lcn[j] = lcn[-1]
+            lcc.pop()
+            lcn.pop()
+            self._count(dst, lk, c)
+        self.fp_link[src] = []
+        self.fp_cnt[src] = []
+        mem = self.members[dst]
+        for f in self.members[src]:
+            self.cls[f] = dst
+            self.mem_pos[f] = len(mem)
+            mem.append(f)
+        self.members[src] = []
+        self._release(src)
+
+    # -- the filling -------------------------------------------------------
+
+    def _freeze(self, k: int, lk: int, x: float, heap: list[tuple[float, int]]) -> None:
+        """Class ``k`` freezes whole at ``lk``'s level ``x``: its other links
+        lose its members' capacity and flows, and take their new levels."""
+        self.frozen[k] = self.epoch
+        self.new_rate[k] = x
+        self.new_at[k] = lk
+        res, nun, key = self.res, self.nun, self.key
+        for m, c in zip(self.fp_link[k], self.fp_cnt[k], strict=True):
+            if m == lk:
+                continue
+            r = res[m] - c * x
+            res[m] = r
+            u = nun[m] - c
+            nun[m] = u
+            if u > 0:
+                y = r / u
+                key[m] = y
+                heapq.heappush(heap, (y, m))
+            else:
+                key[m] = _INF  # every flow on m froze elsewhere: m never saturates
+
+    def _fill(self, users: Sequence[Sequence[int]]) -> list[int]:
+        """Progressive filling over the classes; returns them in freezing order.
+
+        A link's entry in the heap is live while it carries the link's current
+        key (a freeze elsewhere pushes a new one); the least live (key, link)
+        saturates next, ties by link id as in the lazy update."""
+        self.epoch += 1
+        epoch = self.epoch
+        res, nun, key, done, lev = self.res, self.nun, self.key, self.done, self.lev
+        heap: list[tuple[float, int]] = []
+        for lk, on in enumerate(users):
+            if on:
+                c = self.capacity[lk]
+                res[lk] = c
+                nun[lk] = len(on)
+                y = c / len(on)
+                key[lk] = y
+                heap.append((y, lk))
+        heapq.heapify(heap)
+        order: list[int] = []
+        at = 0.0
+        while heap:
+            y, lk = heapq.heappop(heap)
+            if done[lk] == epoch or y != key[lk]:
+                continue  # stale: the link saturated, or its level moved since
+            # Rounding can put a level a hair below the fill level reached.
+            x = y if y > at else at
+            at = x
+            done[lk] = epoch
+            lev[lk] = x
+            frozen = self.frozen
+            for k, c in list(zip(self.lc_cls[lk], self.lc_cnt[lk], strict=True)):
+                if frozen[k] == epoch:
+                    continue
+                if c != len(self.members[k]):
+                    k = self._split(k, lk)
+                self._freeze(k, lk, x, heap)
+                order.append(k)
+        return order
+
+    def solve(
+        self,
+        users: Sequence[Sequence[int]],
+        new: list[int],
+        rate: list[float],
+        bottleneck: list[int],
+        level: list[float],
+    ) -> list[tuple[int, float]]:
+        """Re-solve every class; write ``rate``, ``bottleneck`` and ``level``.
+
+        Returns ``(flow, old rate)`` for every flow whose rate changed, the
+        arrivals ``new`` first (old rate 0.0), as :meth:`LinkSharing.update`.
+        """
+        order = self._fill(users)
+        epoch = self.epoch
+        done, lev = self.done, self.lev
+        for lk in range(len(level)):
+            level[lk] = lev[lk] if done[lk] == epoch else _INF
+        changed: list[tuple[int, float]] = [(f, 0.0) for f in new]
+        for k in order:
+            x, lk = self.new_rate[k], self.new_at[k]
+            if x != self.old_rate[k] or lk != self.old_at[k]:
+                for f in self.members[k]:
+                    old = rate[f]
+                    bottleneck[f] = lk
+                    if old == 0.0:
+                        rate[f] = x  # an arrival, listed already
+                    elif old != x:
+                        rate[f] = x
+                        changed.append((f, old))
+                self.old_rate[k] = x
+                self.old_at[k] = lk
+        canon, canon_at = self.canon, self.canon_at
+        for k in order:
+            lk = self.new_at[k]
+            if canon_at[lk] != epoch:
+                canon_at[lk] = epoch
+                canon[lk] = k
+                continue
+            dst = canon[lk]
+            if len(self.members[k]) > len(self.members[dst]):
+                k, dst = dst, k
+            self._merge(k, dst)
+            canon[lk] = dst
+        return changed
