@@ -548,7 +548,7 @@ static PyObject *results(run_t *r, int m) {
 
 PyDoc_STRVAR(run_doc,
              "run(capacity, route_ptr, route_chan, size_bytes, duration_s, is_flow, ready_s,\n"
-             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, class_flows,\n"
+             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, class_load,\n"
              "    record_rates, event_type)\n"
              "--\n\n"
              "Replay a checked DAG (sim/engine.py builds the arrays). Returns (release_s,\n"
@@ -575,7 +575,7 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t n_ = PyList_GET_SIZE(ids), m_ = PySequence_Size(args[0]);
     double latency = PyFloat_AsDouble(args[11]);
     long batch_pairs = PyLong_AsLong(args[12]);
-    long class_flows = PyLong_AsLong(args[13]);
+    long class_load = PyLong_AsLong(args[13]);
     int record = PyObject_IsTrue(args[14]);
     if (m_ < 0 || PyErr_Occurred() || record < 0) return NULL;
     if (n_ >= INT32_MAX / 2 || m_ >= INT32_MAX / 2) {
@@ -610,7 +610,7 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto done;
     if (alloc_run(&r, n) < 0 ||
         share_init(&r.net, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs,
-                   class_flows) < 0) {
+                   class_load) < 0) {
         PyErr_NoMemory();
         goto done;
     }

@@ -105,7 +105,8 @@ typedef struct share_s {
     double at;
     int *d_prev, *d_next; /* the draining flows, a list in arrival order */
     int d_head, d_tail, d_count;
-    long batch_pairs, class_flows;
+    long batch_pairs, class_load; /* the switches of sim/sharing.py */
+    long pairs;                   /* (flow, link) pairs of the draining flows */
     classes_t *cls; /* while solving by classes, else NULL */
     double *held;
     ptrdiff_t held_cap;
@@ -116,7 +117,7 @@ typedef struct share_s {
 } share_t;
 
 int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
-               const int *route_chan, long batch_pairs, long class_flows);
+               const int *route_chan, long batch_pairs, long class_load);
 void share_free(share_t *s);
 /* Apply arrivals and departures at `now`; fills s->changed / s->changed_old. 0 or -1. */
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,

@@ -87,9 +87,9 @@ static fill_item heap_pop(share_t *s) {
 /* -- set-up ------------------------------------------------------------------ */
 
 int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
-               const int *route_chan, long batch_pairs, long class_flows) {
+               const int *route_chan, long batch_pairs, long class_load) {
     memset(s, 0, sizeof(*s));
-    s->class_flows = class_flows;
+    s->class_load = class_load;
     s->m = m;
     s->n = n;
     s->route_ptr = route_ptr;
@@ -544,15 +544,18 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
 
 /* -- one update ---------------------------------------------------------------- */
 
-/* Whether an update leaving `count` flows draining solves by classes
- * (sim/sharing.py, _class_mode); ends the classes when it does not. */
-static int class_mode(share_t *s, int count) {
-    if (s->cls != NULL && count < s->class_flows / 2) {
+/* Whether an update leaving `pairs` (flow, link) pairs draining solves by
+ * classes (sim/sharing.py, _class_mode); ends the classes when it does not.
+ * Floor division as Python's: need is never below -m. */
+static int class_mode(share_t *s, long pairs) {
+    long need = s->class_load * (long)s->m;
+    long half = need >= 0 ? need / 2 : -((-need + 1) / 2);
+    if (s->cls != NULL && pairs < half) {
         classes_free(s->cls); /* the lazy update goes on from the exact state left */
         s->cls = NULL;
     }
     if (s->cls != NULL) return 1;
-    return 0 <= s->class_flows && s->class_flows <= count;
+    return 0 <= need && need <= pairs;
 }
 
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
@@ -560,17 +563,18 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
     int64_t epoch = ++s->epoch;
     s->at = 0.0;
     s->changed.n = 0;
-    long pairs = 0;
+    long pairs_out = 0, pairs_in = 0;
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];
-        pairs += s->route_ptr[f + 1] - s->route_ptr[f];
+        pairs_out += s->route_ptr[f + 1] - s->route_ptr[f];
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
-        pairs += s->route_ptr[f + 1] - s->route_ptr[f];
+        pairs_in += s->route_ptr[f + 1] - s->route_ptr[f];
     }
-    int whole = pairs > s->batch_pairs;
-    int classes = class_mode(s, s->d_count + (int)num_arrivals - (int)num_departures);
+    int whole = pairs_out + pairs_in > s->batch_pairs;
+    s->pairs += pairs_in - pairs_out;
+    int classes = class_mode(s, s->pairs);
     int quiet = whole || classes; /* the lazy update's marks are not needed */
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sim.problem import Problem
 from sim.records import Event, RateSnapshot
-from sim.sharing import _BATCH_PAIRS, _CLASS_FLOWS, LinkSharing
+from sim.sharing import _BATCH_PAIRS, _CLASS_LOAD, LinkSharing
 
 if TYPE_CHECKING:
     import simpy
@@ -61,7 +61,7 @@ class _Run:
     """One simulation: the DAG's life cycle, an agenda, and the draining flows."""
 
     def __init__(
-        self, problem: Problem, *, record_rates: bool, batch_pairs: int, class_flows: int
+        self, problem: Problem, *, record_rates: bool, batch_pairs: int, class_load: int
     ) -> None:
         p = problem
         n = len(p.ids)
@@ -70,7 +70,7 @@ class _Run:
         self.duration_s = p.duration_s
         self.route_ptr = p.route_ptr
         self.net = LinkSharing(
-            p.capacity_bytes_per_s, num_flows=n, batch_pairs=batch_pairs, class_flows=class_flows
+            p.capacity_bytes_per_s, num_flows=n, batch_pairs=batch_pairs, class_load=class_load
         )
         for i in range(n):
             a, b = p.route_ptr[i], p.route_ptr[i + 1]
@@ -285,14 +285,14 @@ def run_python(
     *,
     record_rates: bool = False,
     batch_pairs: int = _BATCH_PAIRS,
-    class_flows: int = _CLASS_FLOWS,
+    class_load: int = _CLASS_LOAD,
 ) -> CoreOutput:
     """Replay ``problem`` in pure Python (see the module doc).
 
     ``batch_pairs`` is :class:`~sim.sharing.LinkSharing`'s switch to the whole
     numpy solve (``-1``: every update solves every draining flow);
-    ``class_flows`` its switch to the solve by classes (``0``: always, ``-1``:
-    never; :mod:`sim.classshare`).
+    ``class_load`` its switch to the solve by classes, in draining (flow, link)
+    pairs per link (``0``: always, ``-1``: never; :mod:`sim.classshare`).
     """
-    run = _Run(problem, record_rates=record_rates, batch_pairs=batch_pairs, class_flows=class_flows)
+    run = _Run(problem, record_rates=record_rates, batch_pairs=batch_pairs, class_load=class_load)
     return run.run()

@@ -88,12 +88,16 @@ _SATURATE, _CHECK = 0, 1
 # vectorised solve beats walking the changes (benchmarks/sim_bench.py: the
 # 16x16 storm and the replay case run fastest between 64 and 256).
 _BATCH_PAIRS = 128
-# From this many draining flows on, every update re-solves the classes in full
-# (sim.classshare.ClassFilling) instead of walking the changes flow by flow;
-# back to the lazy update below half as many (no flapping at the edge).
-# benchmarks/sim_bench.py: the dense case gains from ~500 flows up, and no
-# other case reaches 1,000 flows in flight but the 2,000-flow burst.
-_CLASS_FLOWS = 1000
+# From this many draining (flow, link) pairs per link of the slice on, every
+# update re-solves the classes in full (sim.classshare.ClassFilling) instead of
+# walking the changes flow by flow; back to the lazy update below half as many
+# (no flapping at the edge). The lazy update pays per flow on a link whose
+# level moves, the full one per link and class: crowded links favour the
+# latter (benchmarks/sim_bench.py: the dense case, ~115 flows a link, runs
+# 3x faster from 2 pairs a link up; the 2,000-flow burst, ~47, 1.2x), lightly
+# loaded ones the former (the 16x16 storm, 960 flows of ~1 hop on 960 links,
+# runs 1.8x slower by classes).
+_CLASS_LOAD = 8
 
 
 class LinkSharing:
@@ -121,11 +125,12 @@ class LinkSharing:
         *,
         num_flows: int,
         batch_pairs: int = _BATCH_PAIRS,
-        class_flows: int = _CLASS_FLOWS,
+        class_load: int = _CLASS_LOAD,
     ) -> None:
         m = len(capacity)
         self.batch_pairs = batch_pairs  # see _BATCH_PAIRS; -1: always solve every flow
-        self.class_flows = class_flows  # see _CLASS_FLOWS; 0: always, -1: never
+        self.class_load = class_load  # see _CLASS_LOAD; 0: always, -1: never
+        self._pairs = 0  # (flow, link) pairs of the draining flows
         self._classes: ClassFilling | None = None
         n = num_flows
         self.capacity: list[float] = [float(c) for c in capacity]
@@ -194,7 +199,8 @@ class LinkSharing:
         new = list(arrivals)
         whole = sum(len(links[f]) for f in leaving) + sum(len(links[f]) for f in new)
         whole = whole > self.batch_pairs
-        classes = self._class_mode(len(self.draining) + len(new) - len(leaving))
+        self._pairs += sum(len(links[f]) for f in new) - sum(len(links[f]) for f in leaving)
+        classes = self._class_mode(self._pairs)
         quiet = whole or classes  # the lazy update's marks are not needed
         for f in leaving:
             if self._classes is not None:
@@ -232,14 +238,15 @@ class LinkSharing:
         self._fill()
         return self._commit(new)
 
-    def _class_mode(self, count: int) -> bool:
-        """Whether an update leaving ``count`` flows draining solves by classes
-        (``_CLASS_FLOWS``); ends the classes when it does not."""
-        if self._classes is not None and count < self.class_flows // 2:
+    def _class_mode(self, pairs: int) -> bool:
+        """Whether an update leaving ``pairs`` (flow, link) pairs draining solves
+        by classes (``_CLASS_LOAD``); ends the classes when it does not."""
+        need = self.class_load * len(self.capacity)
+        if self._classes is not None and pairs < need // 2:
             self._classes = None  # the lazy update goes on from the exact state left
         if self._classes is not None:
             return True
-        return 0 <= self.class_flows <= count
+        return 0 <= need <= pairs
 
     def _solve_all(self, new: list[int]) -> list[tuple[int, float]]:
         """Re-solve every draining flow with numpy; rebuild levels and bottlenecks."""

@@ -64,8 +64,8 @@ random_flows, row_col_storm, step_replay = (
 LAZY_ONLY = 10**9  # batch_pairs: never the whole solve
 WHOLE_ONLY = -1  # batch_pairs: always the whole solve
 DEFAULT = sim.engine._BATCH_PAIRS
-CLASSES = sim.engine._CLASS_FLOWS  # class_flows: solve by classes from this many flows
-ALL_CLASSES = 0  # class_flows: every update solves by classes
+CLASSES = sim.engine._CLASS_LOAD  # class_load: by classes from this many pairs a link
+ALL_CLASSES = 0  # class_load: every update solves by classes
 
 
 def test_compiled_core_is_built() -> None:
@@ -78,9 +78,9 @@ def _problem(s: Slice, nodes: list[Flow | Compute]) -> Problem:
 
 
 def _both(
-    problem: Problem, *, batch_pairs: int, class_flows: int = CLASSES
+    problem: Problem, *, batch_pairs: int, class_load: int = CLASSES
 ) -> tuple[CoreOutput, CoreOutput]:
-    kw = dict(record_rates=True, batch_pairs=batch_pairs, class_flows=class_flows)
+    kw = dict(record_rates=True, batch_pairs=batch_pairs, class_load=class_load)
     compiled = run_core(problem, core="compiled", **kw)  # type: ignore[arg-type]
     python = run_core(problem, core="python", **kw)  # type: ignore[arg-type]
     return compiled, python
@@ -96,14 +96,14 @@ def _assert_identical(compiled: CoreOutput, python: CoreOutput) -> None:
 @given(
     random_dags(),
     st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, 3]),
-    st.sampled_from([CLASSES, ALL_CLASSES, 4]),
+    st.sampled_from([CLASSES, ALL_CLASSES, 1]),
 )
 def test_random_dags_bit_for_bit(
-    case: tuple[Slice, list[Flow | Compute]], pairs: int, class_flows: int
+    case: tuple[Slice, list[Flow | Compute]], pairs: int, class_load: int
 ) -> None:
-    # class_flows 4: the solve by classes starts and ends as flows come and go.
+    # class_load 1: the solve by classes starts and ends as flows come and go.
     s, nodes = case
-    _assert_identical(*_both(_problem(s, nodes), batch_pairs=pairs, class_flows=class_flows))
+    _assert_identical(*_both(_problem(s, nodes), batch_pairs=pairs, class_load=class_load))
 
 
 @pytest.mark.parametrize(
@@ -116,14 +116,14 @@ def test_random_dags_bit_for_bit(
     ],
 )
 @pytest.mark.parametrize(
-    ("pairs", "class_flows"),
+    ("pairs", "class_load"),
     [(DEFAULT, CLASSES), (LAZY_ONLY, CLASSES), (WHOLE_ONLY, CLASSES), (DEFAULT, ALL_CLASSES)],
 )
 def test_benchmark_traffic_bit_for_bit(
-    label: str, build: object, pairs: int, class_flows: int
+    label: str, build: object, pairs: int, class_load: int
 ) -> None:
     s, nodes = build()  # type: ignore[operator]
-    compiled, python = _both(_problem(s, nodes), batch_pairs=pairs, class_flows=class_flows)
+    compiled, python = _both(_problem(s, nodes), batch_pairs=pairs, class_load=class_load)
     _assert_identical(compiled, python)
     assert compiled.rate_log, label  # the comparison covered some allocations
 
@@ -144,7 +144,7 @@ def test_every_logged_allocation_is_textbook(seed: int, pairs: int) -> None:
         size = rng.uniform(1e3, 4e4)
         nodes.append(Flow(f"f{k}", src, dst, size, start_s=rng.uniform(0, 2e-5), after=after))
     # ALL_CLASSES: the default batches, and every update solved by classes.
-    kw = {"class_flows": 0} if pairs == ALL_CLASSES else {"batch_pairs": pairs}
+    kw = {"class_load": 0} if pairs == ALL_CLASSES else {"batch_pairs": pairs}
     out = run_core(_problem(s, nodes), core="compiled", record_rates=True, **kw)
     paths, capacity = oracle_problem(s, [n for n in nodes if isinstance(n, Flow)])
     assert out.rate_log
@@ -250,7 +250,7 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
         ids=["a"],
         hop_latency_s=0.0,
         batch_pairs=128,
-        class_flows=1000,
+        class_load=8,
         record_rates=False,
         event_type=Event,
     )

@@ -54,16 +54,14 @@ def _dense(seed: int, count: int, side: int) -> tuple[Slice, list[Flow]]:
     return s, [n for n in nodes if isinstance(n, Flow)]
 
 
-def _run(flows: list[Flow], s: Slice, core: str, pairs: int, class_flows: int) -> CoreOutput:
+def _run(flows: list[Flow], s: Slice, core: str, pairs: int, class_load: int) -> CoreOutput:
     problem = build_problem(s, list(flows), validate_graph(s, list(flows)), None)
-    return run_core(
-        problem, core=core, record_rates=True, batch_pairs=pairs, class_flows=class_flows
-    )
+    return run_core(problem, core=core, record_rates=True, batch_pairs=pairs, class_load=class_load)
 
 
-# (batch_pairs, class_flows): lazy with whole batches, lazy only, classes from
-# 40 flows on (they start and end), classes always.
-_MODES = [(DEFAULT, CLASSES), (LAZY_ONLY, -1), (DEFAULT, 40), (DEFAULT, ALL_CLASSES)]
+# (batch_pairs, class_load): lazy with whole batches, lazy only, classes from
+# 2 pairs a link on (they start and end), classes always.
+_MODES = [(DEFAULT, CLASSES), (LAZY_ONLY, -1), (DEFAULT, 2), (DEFAULT, ALL_CLASSES)]
 
 
 @settings(max_examples=12, deadline=None)
@@ -107,8 +105,8 @@ def test_dense_finish_times_match_full_recompute(seed: int) -> None:
     for r in result.flows:
         assert r.finish_s == pytest.approx(want[r.id][1], rel=1e-9, abs=1e-15), r.id
     ids = [r.id for r in result.flows]
-    for class_flows in (ALL_CLASSES, 40):  # by classes throughout; from 40 flows on
-        out = _run(flows, s, "compiled", DEFAULT, class_flows)
+    for class_load in (ALL_CLASSES, 2):  # by classes throughout; from 2 pairs a link on
+        out = _run(flows, s, "compiled", DEFAULT, class_load)
         finish = dict(zip(ids, out.finish_s, strict=True))
         for i in ids:
             assert finish[i] == pytest.approx(want[i][1], rel=1e-9, abs=1e-15), i
@@ -148,9 +146,9 @@ def test_link_sharing_dense_update_sequences(seed: int, mode: tuple[int, int]) -
     rng = random.Random(seed)
     capacity = [rng.choice([1.0, 2.0, 3.0, 0.5]) for _ in range(6)]
     routes = [tuple(rng.sample(range(6), rng.randint(1, 3))) for _ in range(60)]
-    batch_pairs, class_flows = mode
+    batch_pairs, class_load = mode
     net = LinkSharing(
-        capacity, num_flows=len(routes), batch_pairs=batch_pairs, class_flows=class_flows
+        capacity, num_flows=len(routes), batch_pairs=batch_pairs, class_load=class_load
     )
     for f, r in enumerate(routes):
         net.set_route(f, r)
@@ -169,5 +167,5 @@ def test_link_sharing_dense_update_sequences(seed: int, mode: tuple[int, int]) -
         assert got == pytest.approx(want, rel=1e-9)
         for f in active:
             assert net.level[net.bottleneck[f]] == pytest.approx(net.rate[f], rel=1e-9)
-        if class_flows == 0:
+        if class_load == 0:
             _assert_classes_exact(net, active, routes)
