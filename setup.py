@@ -1,7 +1,7 @@
 """The one build step pyproject.toml cannot declare stably: the compiled event core.
 
 ``sim._flowcore`` (``sim/_flowcore.c``, ``_flowshare.c``, ``_flowwhole.c``,
-``_flowclass.c``) is plain C with no dependency beyond the Python headers;
+``_flowclass.c``, ``_flowclock.c``) is plain C with no dependency beyond the Python headers;
 ``pip install -e .`` (``make bootstrap``) compiles it in place. It is
 optional: without a C compiler the install still succeeds, ``make
 bootstrap`` prints one line saying so (and ``make core`` retries),
@@ -23,6 +23,7 @@ setup(
                 "sim/_flowshare.c",
                 "sim/_flowwhole.c",
                 "sim/_flowclass.c",
+                "sim/_flowclock.c",
             ],
             depends=["sim/_flowcore.h"],
             extra_compile_args=["-ffp-contract=off"],

@@ -122,14 +122,17 @@ static void count_add(classes_t *c, int k, int lk, int d) {
     pairs_drop(lc, j);
 }
 
+/* f (its goal set against k's clock) joins class k. */
 static void join(classes_t *c, int f, int k) {
     c->cls[f] = k;
     c->mem_pos[f] = (int)c->members[k].n;
     ivec_push(&c->members[k], f, &c->nomem);
     for (int p = c->route_ptr[f]; p < c->route_ptr[f + 1]; p++) count_add(c, k, c->route_chan[p], 1);
+    clock_join(c, f, k);
 }
 
 static void release_id(classes_t *c, int k) {
+    clock_release(c, k);
     c->old_rate[k] = NAN;
     c->old_at[k] = -1;
     c->free_ids[c->nfree++] = k;
@@ -147,10 +150,21 @@ static void drop(classes_t *c, int f) {
     for (int p = c->route_ptr[f]; p < c->route_ptr[f + 1]; p++)
         count_add(c, k, c->route_chan[p], -1);
     c->cls[f] = -1;
+    clock_drop(c, f, k);
     if (!mem->n) release_id(c, k);
 }
 
-void classes_arrive(classes_t *c, int f) { join(c, f, c->free_ids[--c->nfree]); }
+/* A class id off the stack, its clock at 0 bytes now, stopped. */
+static int fresh(classes_t *c) {
+    int k = c->free_ids[--c->nfree];
+    clock_fresh(c, k);
+    return k;
+}
+
+void classes_arrive(classes_t *c, int f) {
+    c->goal[f] = c->remaining[f];
+    join(c, f, fresh(c));
+}
 
 void classes_leave(classes_t *c, int f) { drop(c, f); }
 
@@ -161,7 +175,9 @@ static int crosses(const classes_t *c, int f, int lk) {
 }
 
 static int split(classes_t *c, int k, int lk) {
-    int new = c->free_ids[--c->nfree];
+    int new = fresh(c);
+    clock_advance(c, k);
+    double served = c->served[k];
     c->scratch.n = 0;
     for (ptrdiff_t i = 0; i < c->members[k].n; i++)
         ivec_push(&c->scratch, c->members[k].v[i], &c->nomem);
@@ -170,6 +186,7 @@ static int split(classes_t *c, int k, int lk) {
         int f = c->scratch.v[i];
         if (crosses(c, f, lk)) {
             drop(c, f);
+            c->goal[f] = c->goal[f] - served; /* bytes left, on the new clock (at 0) */
             join(c, f, new);
         }
     }
@@ -185,20 +202,28 @@ static void merge(classes_t *c, int src, int dst) {
         count_add(c, dst, lk, fp->cnt[i]);
     }
     fp->n = 0;
+    clock_advance(c, src);
+    clock_advance(c, dst);
+    double gap = c->served[dst] - c->served[src];
     ivec *mem = &c->members[dst], *from = &c->members[src];
     for (ptrdiff_t i = 0; i < from->n; i++) {
         int f = from->v[i];
         c->cls[f] = dst;
         c->mem_pos[f] = (int)mem->n;
         ivec_push(mem, f, &c->nomem);
+        c->goal[f] = c->goal[f] + gap;
+        clock_join(c, f, dst);
     }
     from->n = 0;
+    c->mh[src].n = 0;
+    clock_touch(c, src);
+    clock_touch(c, dst);
     release_id(c, src);
 }
 
 /* -- set-up -------------------------------------------------------------------- */
 
-classes_t *classes_build(const share_t *s) {
+classes_t *classes_build(const share_t *s, double now) {
     classes_t *c = calloc(1, sizeof(classes_t));
     if (c == NULL) return NULL;
     int n = s->n, m = s->m;
@@ -229,7 +254,7 @@ classes_t *classes_build(const share_t *s) {
     c->heap = malloc(M * sizeof(int));
     c->hpos = malloc(M * sizeof(int));
     int *of_link = malloc(M * sizeof(int));
-    if (!c->cls || !c->members || !c->fp || !c->lc || !c->free_ids || !c->old_rate ||
+    if (clocks_alloc(c) < 0 || !c->cls || !c->members || !c->fp || !c->lc || !c->free_ids || !c->old_rate ||
         !c->old_at || !c->frozen || !c->new_rate || !c->new_at || !c->done || !c->canon ||
         !c->canon_at || !c->res || !c->nun || !c->key || !c->lev || !of_link || !c->mem_pos ||
         !c->heap || !c->hpos) {
@@ -248,13 +273,19 @@ classes_t *classes_build(const share_t *s) {
         c->key[l] = INFINITY;
         of_link[l] = -1;
     }
+    c->now = now;
+    c->remaining = s->remaining;
+    c->updated = s->updated;
+    c->dseq = s->dseq;
     for (int f = s->d_head; f >= 0; f = s->d_next[f]) {
         int b = s->fs[f].bottleneck;
         int k = b >= 0 ? of_link[b] : -1;
         if (k < 0) {
-            k = c->free_ids[--c->nfree];
+            k = fresh(c);
             if (b >= 0) of_link[b] = k;
         }
+        /* The per-flow clock's bytes left now (as the event loop computes them). */
+        c->goal[f] = s->remaining[f] - s->fs[f].rate * (now - s->updated[f]);
         join(c, f, k);
     }
     free(of_link);
@@ -267,6 +298,7 @@ classes_t *classes_build(const share_t *s) {
 
 void classes_free(classes_t *c) {
     if (c == NULL) return;
+    clocks_free(c);
     for (int k = 0; k < c->n; k++) {
         if (c->members) ivec_free(&c->members[k]);
         if (c->fp) free(c->fp[k].key), free(c->fp[k].cnt);
@@ -391,6 +423,11 @@ int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
         int k = c->order.v[o];
         double x = c->new_rate[k];
         int lk = c->new_at[k];
+        if (x != c->crate[k]) {
+            clock_advance(c, k); /* served so far at the old rate */
+            c->crate[k] = x;
+            clock_touch(c, k);
+        }
         if (x != c->old_rate[k] || lk != c->old_at[k]) {
             const ivec *mem = &c->members[k];
             for (ptrdiff_t i = 0; i < mem->n; i++) {
@@ -425,5 +462,10 @@ int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
         merge(c, k, dst);
         c->canon[lk] = dst;
     }
+    for (ptrdiff_t i = 0; i < c->touched.n; i++) {
+        int k = c->touched.v[i];
+        if (c->members[k].n) clock_schedule(c, k);
+    }
+    c->touched.n = 0;
     return c->nomem || s->nomem ? -1 : 0;
 }

@@ -6,7 +6,8 @@
  *   Python reference computes; _flowwhole.c: its whole solve of big batches
  *   (max_min_rates of sim/maxmin.py), likewise;
  * - _flowclass.c: the solve by bottleneck classes (sim/classshare.py) that
- *   replaces the lazy update while thousands of flows drain;
+ *   replaces the lazy update while thousands of flows drain, and
+ *   _flowclock.c: the classes' clocks, which replace the flows' finish heap;
  * - _flowcore.c: the engine's event loop (sim/pycore.py) over a heap agenda,
  *   and the Python module sim._flowcore.
  *
@@ -55,6 +56,17 @@ typedef struct {
     int *hflow, *hpair, *uflow, *upair;
 } link_cache;
 
+/* The event loop's draining flows by (predicted[f], dseq[f]); pos[f]: f's
+ * place, -1 when not in it (_flowclock.c). */
+typedef struct {
+    int *v, *pos, n;
+    const double *predicted;
+    const int64_t *dseq;
+} fheap_t;
+
+void fheap_set(fheap_t *h, int f);
+int fheap_pop(fheap_t *h);
+
 /* (link or class, count) pairs of a class's footprint or a link's classes. */
 typedef struct {
     int *key, *cnt;
@@ -81,6 +93,17 @@ typedef struct {
     int *lk_cls, *lk_cnt, lk_room; /* a copy of one link's classes */
     ivec scratch, order;
     int nomem;
+    /* the clocks (_flowclock.c) */
+    double now;
+    double *served, *since, *crate, *nxt; /* per class: bytes served as of since, rate */
+    double *goal;                         /* per flow: served bytes at which it is done */
+    double *remaining, *updated;          /* the event loop's per-flow clocks */
+    const int64_t *dseq;                  /* the event loop's drain order */
+    ivec *mh;                             /* per class: its members by goal */
+    int *mpos;                            /* per flow: its place there, -1: none */
+    int *cheap, *cpos, cheap_n;           /* the classes by next finish */
+    int64_t stamp, *touched_at;
+    ivec touched;
 } classes_t;
 
 /* Max-min fair sharing kept between events (sim.sharing.LinkSharing). */
@@ -108,6 +131,8 @@ typedef struct share_s {
     long batch_pairs, class_load; /* the switches of sim/sharing.py */
     long pairs;                   /* (flow, link) pairs of the draining flows */
     classes_t *cls; /* while solving by classes, else NULL */
+    double *remaining, *updated; /* the event loop's per-flow clocks (classes_build) */
+    const int64_t *dseq;
     double *held;
     ptrdiff_t held_cap;
     ivec changed;         /* flows whose rate changed in the last update ... */
@@ -127,10 +152,25 @@ void share_close(share_t *s, double now);
 void changed_push(share_t *s, int f, double old);
 int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals);
 /* The classes (_flowclass.c): built over the draining flows, kept up to date, solved. */
-classes_t *classes_build(const share_t *s);
+classes_t *classes_build(const share_t *s, double now);
 void classes_free(classes_t *c);
 void classes_arrive(classes_t *c, int f);
 void classes_leave(classes_t *c, int f);
 int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals);
+/* The classes' clocks (_flowclock.c): for _flowclass.c ... */
+int clocks_alloc(classes_t *c);
+void clocks_free(classes_t *c);
+void clock_touch(classes_t *c, int k);
+void clock_advance(classes_t *c, int k);
+void clock_fresh(classes_t *c, int k);
+void clock_join(classes_t *c, int f, int k);
+void clock_drop(classes_t *c, int f, int k);
+void clock_release(classes_t *c, int k);
+void clock_schedule(classes_t *c, int k);
+/* ... and for the event loop. */
+void classes_begin(classes_t *c, double now);
+double classes_next_due(const classes_t *c);
+void classes_pop_due(classes_t *c, double limit, ivec *out, int *nomem);
+void classes_materialize(classes_t *c, double *remaining, double *updated);
 
 #endif

@@ -544,15 +544,21 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
 
 /* -- one update ---------------------------------------------------------------- */
 
-/* Whether an update leaving `pairs` (flow, link) pairs draining solves by
- * classes (sim/sharing.py, _class_mode); ends the classes when it does not.
+/* Whether an update at `now` leaving `pairs` (flow, link) pairs draining solves
+ * by classes (sim/sharing.py, _class_mode); ends the classes when it does not.
  * Floor division as Python's: need is never below -m. */
-static int class_mode(share_t *s, long pairs) {
+static int class_mode(share_t *s, long pairs, double now) {
     long need = s->class_load * (long)s->m;
     long half = need >= 0 ? need / 2 : -((-need + 1) / 2);
-    if (s->cls != NULL && pairs < half) {
-        classes_free(s->cls); /* the lazy update goes on from the exact state left */
-        s->cls = NULL;
+    if (s->cls != NULL) {
+        classes_begin(s->cls, now);
+        if (pairs < half) {
+            /* The lazy update goes on from the exact state left, the per-flow
+             * clocks from the bytes left now. */
+            classes_materialize(s->cls, s->remaining, s->updated);
+            classes_free(s->cls);
+            s->cls = NULL;
+        }
     }
     if (s->cls != NULL) return 1;
     return 0 <= need && need <= pairs;
@@ -574,7 +580,7 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
     }
     int whole = pairs_out + pairs_in > s->batch_pairs;
     s->pairs += pairs_in - pairs_out;
-    int classes = class_mode(s, s->pairs);
+    int classes = class_mode(s, s->pairs, now);
     int quiet = whole || classes; /* the lazy update's marks are not needed */
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];
@@ -601,7 +607,7 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
         if (s->cls != NULL) classes_arrive(s->cls, f);
     }
     if (classes) {
-        if (s->cls == NULL && (s->cls = classes_build(s)) == NULL) s->nomem = 1;
+        if (s->cls == NULL && (s->cls = classes_build(s, now)) == NULL) s->nomem = 1;
         if (s->nomem || classes_solve(s, arrivals, num_arrivals) < 0) s->nomem = 1;
         return s->nomem ? -1 : 0;
     }

@@ -37,10 +37,24 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["ClassFilling"]
+__all__ = ["ClassFilling", "FlowClocks"]
 
 _INF = math.inf
+
+
+@dataclass
+class FlowClocks:
+    """The event loop's per-flow clocks, shared with the classes: a flow's bytes
+    left as of ``updated``, drained at ``rate`` since; ``drain_seq`` orders
+    flows that finish together (:mod:`sim.pycore`). Read when the classes
+    start, written when they end (:meth:`ClassFilling.materialize`)."""
+
+    remaining: list[float]
+    updated: list[float]
+    rate: list[float]
+    drain_seq: list[int]
 
 
 class ClassFilling:
@@ -60,8 +74,12 @@ class ClassFilling:
         links: Sequence[tuple[int, ...]],
         flows: Sequence[int],
         bottleneck: Sequence[int],
+        clocks: FlowClocks,
+        now: float,
     ) -> None:
         m, n = len(capacity), len(links)
+        self.now = now
+        self.flow_clocks = clocks
         self.capacity = capacity
         self.links = links
         self.cls = [-1] * n  # each draining flow's class
@@ -87,14 +105,33 @@ class ClassFilling:
         self.nun = [0] * m
         self.key = [_INF] * m
         self.lev = [0.0] * m
+        # The clocks (see the module doc): per class the bytes each member has
+        # been served, as of `since`, at `crate` since then ...
+        self.served = [0.0] * n
+        self.since = [0.0] * n
+        self.crate = [0.0] * n
+        # ... per flow the served bytes at which it finishes, and its members'
+        # heap entry (goal, drain order, flow, version: stale once ver moves on).
+        self.goal = [0.0] * n
+        self.ver = [0] * n
+        self.mheap: list[list[tuple[float, int, int, int]]] = [[] for _ in range(n)]
+        # The classes by their next finish (time, class, version as cver).
+        self.cheap: list[tuple[float, int, int]] = []
+        self.cver = [0] * n
+        self.stamp = 1  # the update's number; a class touched in it is listed once
+        self.touched_at = [0] * n
+        self.touched: list[int] = []
         of_link: dict[int, int] = {}
+        remaining, updated, rate = clocks.remaining, clocks.updated, clocks.rate
         for f in flows:
             b = bottleneck[f]
             k = of_link.get(b, -1) if b >= 0 else -1
             if k < 0:
-                k = self.free.pop()
+                k = self._fresh()
                 if b >= 0:
                     of_link[b] = k
+            # The per-flow clock's bytes left now (as the event loop computes them).
+            self.goal[f] = remaining[f] - rate[f] * (now - updated[f])
             self._join(f, k)
 
     # -- the classes -------------------------------------------------------
@@ -128,11 +165,16 @@ class ClassFilling:
         lcn.pop()
 
     def _join(self, f: int, k: int) -> None:
+        """``f`` (its ``goal`` set against ``k``'s clock) joins class ``k``."""
         self.cls[f] = k
         self.mem_pos[f] = len(self.members[k])
         self.members[k].append(f)
         for lk in self.links[f]:
             self._count(k, lk, 1)
+        self.ver[f] += 1
+        entry = (self.goal[f], self.flow_clocks.drain_seq[f], f, self.ver[f])
+        heapq.heappush(self.mheap[k], entry)
+        self._touch(k)
 
     def _drop(self, f: int) -> int:
         """Take ``f`` out of its class; returns the class (its id freed if empty)."""
@@ -146,18 +188,31 @@ class ClassFilling:
         for lk in self.links[f]:
             self._count(k, lk, -1)
         self.cls[f] = -1
+        self.ver[f] += 1
+        self._touch(k)
         if not mem:
             self._release(k)
         return k
 
     def _release(self, k: int) -> None:
+        self.cver[k] += 1  # its entry in the heap of classes is stale
         self.old_rate[k] = math.nan
         self.old_at[k] = -1
         self.free.append(k)
 
+    def _fresh(self) -> int:
+        """A class id off the stack, its clock at 0 bytes now, stopped."""
+        k = self.free.pop()
+        self.served[k] = 0.0
+        self.since[k] = self.now
+        self.crate[k] = 0.0
+        self.mheap[k] = []
+        return k
+
     def arrive(self, f: int) -> None:
-        """``f`` starts to drain: a class of its own until the next solve."""
-        self._join(f, self.free.pop())
+        """``f`` starts to drain (its bytes ``remaining``): a class of its own until solved."""
+        self.goal[f] = self.flow_clocks.remaining[f]
+        self._join(f, self._fresh())
 
     def leave(self, f: int) -> None:
         """``f`` stops draining."""
@@ -165,10 +220,13 @@ class ClassFilling:
 
     def _split(self, k: int, lk: int) -> int:
         """Move ``k``'s members that cross ``lk`` into a new class; return it."""
-        new = self.free.pop()
+        new = self._fresh()
+        self._advance(k)
+        goal, served = self.goal, self.served[k]
         for f in list(self.members[k]):
             if lk in self.links[f]:
                 self._drop(f)
+                goal[f] = goal[f] - served  # bytes left, on the new clock (at 0)
                 self._join(f, new)
         return new
 
@@ -184,13 +242,99 @@ class ClassFilling:
             self._count(dst, lk, c)
         self.fp_link[src] = []
         self.fp_cnt[src] = []
+        self._advance(src)
+        self._advance(dst)
         mem = self.members[dst]
+        goal, ver, seq = self.goal, self.ver, self.flow_clocks.drain_seq
+        heap, gap = self.mheap[dst], self.served[dst] - self.served[src]
         for f in self.members[src]:
             self.cls[f] = dst
             self.mem_pos[f] = len(mem)
             mem.append(f)
+            goal[f] = goal[f] + gap
+            ver[f] += 1
+            heapq.heappush(heap, (goal[f], seq[f], f, ver[f]))
         self.members[src] = []
+        self.mheap[src] = []
+        self._touch(src)
+        self._touch(dst)
         self._release(src)
+
+    # -- the clocks --------------------------------------------------------
+
+    def begin(self, now: float) -> None:
+        """An update at ``now`` starts (before :meth:`leave` and :meth:`arrive`)."""
+        self.now = now
+        self.stamp += 1
+
+    def _touch(self, k: int) -> None:
+        if self.touched_at[k] != self.stamp:
+            self.touched_at[k] = self.stamp
+            self.touched.append(k)
+
+    def _advance(self, k: int) -> None:
+        """Bring class ``k``'s clock to now, at the rate it ran since."""
+        now = self.now
+        if self.since[k] != now:
+            self.served[k] += self.crate[k] * (now - self.since[k])
+            self.since[k] = now
+            self._touch(k)
+
+    def _top_member(self, k: int) -> int:
+        """Class ``k``'s member that finishes first (-1: none); drops stale entries."""
+        heap, cls, ver = self.mheap[k], self.cls, self.ver
+        while heap:
+            _, _, f, v = heap[0]
+            if cls[f] == k and ver[f] == v:
+                return f
+            heapq.heappop(heap)
+        return -1
+
+    def _schedule(self, k: int) -> None:
+        """Class ``k``'s next finish into the heap of classes (none if stopped or empty)."""
+        self.cver[k] += 1
+        f = self._top_member(k) if self.members[k] else -1
+        r = self.crate[k]
+        if f < 0 or not r > 0.0:
+            return
+        left = self.goal[f] - self.served[k]
+        t = self.since[k] + (left if left > 0.0 else 0.0) / r
+        heapq.heappush(self.cheap, (t, k, self.cver[k]))
+
+    def next_due(self) -> float:
+        """When the next draining flow finishes (``inf``: none)."""
+        heap, cver = self.cheap, self.cver
+        while heap:
+            t, k, v = heap[0]
+            if cver[k] == v:
+                return t
+            heapq.heappop(heap)
+        return _INF
+
+    def pop_due(self, limit: float) -> list[int]:
+        """The flows finishing by ``limit``, each taken off its class's heap (in
+        finish order; :meth:`leave` takes them out of the classes)."""
+        done: list[int] = []
+        while self.next_due() <= limit:
+            k = heapq.heappop(self.cheap)[1]
+            f = self._top_member(k)
+            heapq.heappop(self.mheap[k])
+            self.ver[f] += 1
+            done.append(f)
+            self._schedule(k)
+        return done
+
+    def materialize(self) -> None:
+        """Write every member's bytes left into the flow clocks (the classes end)."""
+        remaining, updated = self.flow_clocks.remaining, self.flow_clocks.updated
+        now = self.now
+        for k, mem in enumerate(self.members):
+            if mem:
+                self._advance(k)
+                served = self.served[k]
+                for f in mem:
+                    remaining[f] = self.goal[f] - served
+                    updated[f] = now
 
     # -- the filling -------------------------------------------------------
 
@@ -274,8 +418,13 @@ class ClassFilling:
         for lk in range(len(level)):
             level[lk] = lev[lk] if done[lk] == epoch else _INF
         changed: list[tuple[int, float]] = [(f, 0.0) for f in new]
+        crate = self.crate
         for k in order:
             x, lk = self.new_rate[k], self.new_at[k]
+            if x != crate[k]:
+                self._advance(k)  # served so far at the old rate
+                crate[k] = x
+                self._touch(k)
             if x != self.old_rate[k] or lk != self.old_at[k]:
                 for f in self.members[k]:
                     old = rate[f]
@@ -299,4 +448,8 @@ class ClassFilling:
                 k, dst = dst, k
             self._merge(k, dst)
             canon[lk] = dst
+        for k in self.touched:
+            if self.members[k]:
+                self._schedule(k)
+        self.touched.clear()
         return changed

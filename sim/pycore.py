@@ -98,6 +98,8 @@ class _Run:
         self.predicted_s = [math.inf] * n
         self.drain_seq = [0] * n
         self.finishes: list[tuple[float, int, int]] = []  # (finish, drain seq, node)
+        # While the sharing solves by classes, the classes keep the clocks.
+        self.net.attach_clocks(self.remaining, self.updated_s, self.drain_seq)
         import simpy  # here, not at import: the compiled core never needs it
 
         self.env = simpy.Environment()
@@ -167,7 +169,13 @@ class _Run:
         predicted = self.predicted_s
         active = self.active
         limit = self.now * (1.0 + _FINISH_REL_TOL)
-        done: list[int] = []
+        if self.net.classes is not None:
+            done = self.net.classes.pop_due(limit)
+            for i in done:
+                del active[i]
+            done.sort(key=self.drain_seq.__getitem__)
+            return done
+        done = []
         while heap:
             t, _, i = heap[0]
             if i not in active or predicted[i] != t:
@@ -194,7 +202,15 @@ class _Run:
         rate = self.net.rate
         remaining, updated, predicted = self.remaining, self.updated_s, self.predicted_s
         heap, seq = self.finishes, self.drain_seq
-        for f, old in self.net.update(now, arrivals=arriving, departures=leaving):
+        was = self.net.classes is not None
+        changed = self.net.update(now, arrivals=arriving, departures=leaving)
+        if self.net.classes is not None:
+            if not was:
+                heap.clear()  # the classes' clocks take over
+            changed = []
+        elif was:  # back from the classes: every flow's bytes left are as of now
+            changed = [(f, 0.0) for f in self.active]
+        for f, old in changed:
             if old > 0.0:
                 remaining[f] -= old * (now - updated[f])
                 updated[f] = now
@@ -238,6 +254,8 @@ class _Run:
         if self.arrivals:  # released and draining at once (no latency): now
             return self.now
         t = self.agenda[0][0] if self.agenda else math.inf
+        if self.net.classes is not None:
+            return min(t, self.net.classes.next_due())
         heap, active, predicted = self.finishes, self.active, self.predicted_s
         while heap and (heap[0][2] not in active or predicted[heap[0][2]] != heap[0][0]):
             heapq.heappop(heap)

@@ -71,7 +71,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
-from sim.classshare import ClassFilling
+from sim.classshare import ClassFilling, FlowClocks
 from sim.maxmin import max_min_rates
 
 __all__ = ["LinkSharing"]
@@ -131,7 +131,7 @@ class LinkSharing:
         self.batch_pairs = batch_pairs  # see _BATCH_PAIRS; -1: always solve every flow
         self.class_load = class_load  # see _CLASS_LOAD; 0: always, -1: never
         self._pairs = 0  # (flow, link) pairs of the draining flows
-        self._classes: ClassFilling | None = None
+        self.classes: ClassFilling | None = None  # while solving by classes
         n = num_flows
         self.capacity: list[float] = [float(c) for c in capacity]
         self.users: list[list[int]] = [[] for _ in range(m)]
@@ -170,6 +170,13 @@ class LinkSharing:
         self._frozen: list[int] = []
         self._at = 0.0
         self.draining: dict[int, None] = {}  # draining flows, in arrival order
+        # The event loop's per-flow clocks (attach_clocks), which the classes
+        # take over while they last; standing alone, nothing drains.
+        self.clocks = FlowClocks([0.0] * n, [0.0] * n, self.rate, [0] * n)
+
+    def attach_clocks(self, remaining: list[float], updated: list[float], seq: list[int]) -> None:
+        """The event loop's bytes left per flow as of ``updated``, and drain order."""
+        self.clocks = FlowClocks(remaining, updated, self.rate, seq)
 
     def set_route(self, flow: int, links: tuple[int, ...]) -> None:
         """The links ``flow`` crosses (each at most once), before it arrives."""
@@ -200,11 +207,11 @@ class LinkSharing:
         whole = sum(len(links[f]) for f in leaving) + sum(len(links[f]) for f in new)
         whole = whole > self.batch_pairs
         self._pairs += sum(len(links[f]) for f in new) - sum(len(links[f]) for f in leaving)
-        classes = self._class_mode(self._pairs)
+        classes = self._class_mode(self._pairs, now)
         quiet = whole or classes  # the lazy update's marks are not needed
         for f in leaving:
-            if self._classes is not None:
-                self._classes.leave(f)
+            if self.classes is not None:
+                self.classes.leave(f)
             del self.draining[f]
             for lk in links[f]:
                 on = users[lk]
@@ -223,13 +230,15 @@ class LinkSharing:
                 if not on:
                     self._since[lk] = now
                 on.append(f)
-            if self._classes is not None:
-                self._classes.arrive(f)
+            if self.classes is not None:
+                self.classes.arrive(f)
         if classes:
-            if self._classes is None:
+            if self.classes is None:
                 flows = list(self.draining)
-                self._classes = ClassFilling(self.capacity, links, flows, self.bottleneck)
-            return self._classes.solve(users, new, self.rate, self.bottleneck, self.level)
+                self.classes = ClassFilling(
+                    self.capacity, links, flows, self.bottleneck, self.clocks, now
+                )
+            return self.classes.solve(users, new, self.rate, self.bottleneck, self.level)
         if whole:
             return self._solve_all(new)
         for f in new:
@@ -238,13 +247,18 @@ class LinkSharing:
         self._fill()
         return self._commit(new)
 
-    def _class_mode(self, pairs: int) -> bool:
-        """Whether an update leaving ``pairs`` (flow, link) pairs draining solves
-        by classes (``_CLASS_LOAD``); ends the classes when it does not."""
+    def _class_mode(self, pairs: int, now: float) -> bool:
+        """Whether an update at ``now`` leaving ``pairs`` (flow, link) pairs draining
+        solves by classes (``_CLASS_LOAD``); ends the classes when it does not."""
         need = self.class_load * len(self.capacity)
-        if self._classes is not None and pairs < need // 2:
-            self._classes = None  # the lazy update goes on from the exact state left
-        if self._classes is not None:
+        if self.classes is not None:
+            self.classes.begin(now)
+            if pairs < need // 2:
+                # The lazy update goes on from the exact state left, the per-flow
+                # clocks from the bytes left now.
+                self.classes.materialize()
+                self.classes = None
+        if self.classes is not None:
             return True
         return 0 <= need <= pairs
 

@@ -117,7 +117,7 @@ def _assert_classes_exact(
 ) -> None:
     """The class invariants: rate is the bottleneck's level to the bit; a class
     is one bottleneck's flows; the per-link counts are the routes counted afresh."""
-    c = net._classes
+    c = net.classes
     assert isinstance(c, ClassFilling)
     by_class: dict[int, list[int]] = {}
     for f in active:
