@@ -274,6 +274,7 @@ classes_t *classes_build(const share_t *s, double now) {
         of_link[l] = -1;
     }
     c->now = now;
+    c->per_flow = s->track_rates;
     c->remaining = s->remaining;
     c->updated = s->updated;
     c->dseq = s->dseq;
@@ -418,7 +419,7 @@ int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
     if (c->nomem) return -1;
     int64_t epoch = c->epoch;
     for (int lk = 0; lk < c->m; lk++) s->level[lk] = c->done[lk] == epoch ? c->lev[lk] : INFINITY;
-    for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
+    for (ptrdiff_t i = 0; c->per_flow && i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
     for (ptrdiff_t o = 0; o < c->order.n; o++) {
         int k = c->order.v[o];
         double x = c->new_rate[k];
@@ -428,7 +429,7 @@ int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
             c->crate[k] = x;
             clock_touch(c, k);
         }
-        if (x != c->old_rate[k] || lk != c->old_at[k]) {
+        if (c->per_flow && (x != c->old_rate[k] || lk != c->old_at[k])) {
             const ivec *mem = &c->members[k];
             for (ptrdiff_t i = 0; i < mem->n; i++) {
                 flow_share *q = &s->fs[mem->v[i]];

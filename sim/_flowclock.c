@@ -227,6 +227,16 @@ void classes_pop_due(classes_t *c, double limit, ivec *out, int *nomem) {
     }
 }
 
+void classes_sync(const classes_t *c, flow_share *fs) {
+    for (int k = 0; k < c->n; k++) {
+        const ivec *mem = &c->members[k];
+        for (ptrdiff_t i = 0; i < mem->n; i++) {
+            fs[mem->v[i]].rate = c->crate[k];
+            fs[mem->v[i]].bottleneck = c->new_at[k];
+        }
+    }
+}
+
 void classes_materialize(classes_t *c, double *remaining, double *updated) {
     for (int k = 0; k < c->n; k++) {
         const ivec *mem = &c->members[k];

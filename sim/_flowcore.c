@@ -576,6 +576,7 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_NoMemory();
         goto done;
     }
+    r.net.track_rates = record; /* else the classes' clocks alone (sim/classshare.py) */
     r.net.remaining = r.remaining; /* the classes' clocks start from and end in these */
     r.net.updated = r.updated;
     r.net.dseq = r.dseq;

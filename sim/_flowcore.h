@@ -93,6 +93,7 @@ typedef struct {
     int *lk_cls, *lk_cnt, lk_room; /* a copy of one link's classes */
     ivec scratch, order;
     int nomem;
+    int per_flow; /* write members' rates at every solve, else in classes_sync */
     /* the clocks (_flowclock.c) */
     double now;
     double *served, *since, *crate, *nxt; /* per class: bytes served as of since, rate */
@@ -130,6 +131,7 @@ typedef struct share_s {
     int d_head, d_tail, d_count;
     long batch_pairs, class_load; /* the switches of sim/sharing.py */
     long pairs;                   /* (flow, link) pairs of the draining flows */
+    int track_rates; /* 0: by classes, per-flow rates only when the classes end */
     classes_t *cls; /* while solving by classes, else NULL */
     double *remaining, *updated; /* the event loop's per-flow clocks (classes_build) */
     const int64_t *dseq;
@@ -172,5 +174,6 @@ void classes_begin(classes_t *c, double now);
 double classes_next_due(const classes_t *c);
 void classes_pop_due(classes_t *c, double limit, ivec *out, int *nomem);
 void classes_materialize(classes_t *c, double *remaining, double *updated);
+void classes_sync(const classes_t *c, flow_share *fs); /* members' rates, bottlenecks */
 
 #endif

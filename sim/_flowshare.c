@@ -90,6 +90,7 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
                const int *route_chan, long batch_pairs, long class_load) {
     memset(s, 0, sizeof(*s));
     s->class_load = class_load;
+    s->track_rates = 1;
     s->m = m;
     s->n = n;
     s->route_ptr = route_ptr;
@@ -555,6 +556,7 @@ static int class_mode(share_t *s, long pairs, double now) {
         if (pairs < half) {
             /* The lazy update goes on from the exact state left, the per-flow
              * clocks from the bytes left now. */
+            if (!s->cls->per_flow) classes_sync(s->cls, s->fs);
             classes_materialize(s->cls, s->remaining, s->updated);
             classes_free(s->cls);
             s->cls = NULL;

@@ -76,9 +76,13 @@ class ClassFilling:
         bottleneck: Sequence[int],
         clocks: FlowClocks,
         now: float,
+        per_flow: bool,
     ) -> None:
         m, n = len(capacity), len(links)
         self.now = now
+        # Write each member's rate and bottleneck at every solve (else only in
+        # sync, when the classes end: the event loop reads the clocks instead).
+        self.per_flow = per_flow
         self.flow_clocks = clocks
         self.capacity = capacity
         self.links = links
@@ -324,6 +328,14 @@ class ClassFilling:
             self._schedule(k)
         return done
 
+    def sync(self, rate: list[float], bottleneck: list[int]) -> None:
+        """Write every member's rate and bottleneck: its class's, as last solved."""
+        for k, mem in enumerate(self.members):
+            x, lk = self.crate[k], self.new_at[k]
+            for f in mem:
+                rate[f] = x
+                bottleneck[f] = lk
+
     def materialize(self) -> None:
         """Write every member's bytes left into the flow clocks (the classes end)."""
         remaining, updated = self.flow_clocks.remaining, self.flow_clocks.updated
@@ -410,14 +422,15 @@ class ClassFilling:
         """Re-solve every class; write ``rate``, ``bottleneck`` and ``level``.
 
         Returns ``(flow, old rate)`` for every flow whose rate changed, the
-        arrivals ``new`` first (old rate 0.0), as :meth:`LinkSharing.update`.
+        arrivals ``new`` first (old rate 0.0), as :meth:`LinkSharing.update`;
+        nothing and no per-flow rates unless ``per_flow`` (see :meth:`sync`).
         """
         order = self._fill(users)
         epoch = self.epoch
         done, lev = self.done, self.lev
         for lk in range(len(level)):
             level[lk] = lev[lk] if done[lk] == epoch else _INF
-        changed: list[tuple[int, float]] = [(f, 0.0) for f in new]
+        changed: list[tuple[int, float]] = [(f, 0.0) for f in new] if self.per_flow else []
         crate = self.crate
         for k in order:
             x, lk = self.new_rate[k], self.new_at[k]
@@ -425,7 +438,7 @@ class ClassFilling:
                 self._advance(k)  # served so far at the old rate
                 crate[k] = x
                 self._touch(k)
-            if x != self.old_rate[k] or lk != self.old_at[k]:
+            if self.per_flow and (x != self.old_rate[k] or lk != self.old_at[k]):
                 for f in self.members[k]:
                     old = rate[f]
                     bottleneck[f] = lk

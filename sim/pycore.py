@@ -70,7 +70,11 @@ class _Run:
         self.duration_s = p.duration_s
         self.route_ptr = p.route_ptr
         self.net = LinkSharing(
-            p.capacity_bytes_per_s, num_flows=n, batch_pairs=batch_pairs, class_load=class_load
+            p.capacity_bytes_per_s,
+            num_flows=n,
+            batch_pairs=batch_pairs,
+            class_load=class_load,
+            track_rates=record_rates,  # else the classes' clocks alone (sim.classshare)
         )
         for i in range(n):
             a, b = p.route_ptr[i], p.route_ptr[i + 1]

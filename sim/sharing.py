@@ -126,11 +126,16 @@ class LinkSharing:
         num_flows: int,
         batch_pairs: int = _BATCH_PAIRS,
         class_load: int = _CLASS_LOAD,
+        track_rates: bool = True,
     ) -> None:
         m = len(capacity)
         self.batch_pairs = batch_pairs  # see _BATCH_PAIRS; -1: always solve every flow
         self.class_load = class_load  # see _CLASS_LOAD; 0: always, -1: never
         self._pairs = 0  # (flow, link) pairs of the draining flows
+        # False: while solving by classes, rate and bottleneck are written only
+        # when the classes end, and update reports no changes (the event loop
+        # reads the classes' clocks; sim.pycore without a rate log).
+        self.track_rates = track_rates
         self.classes: ClassFilling | None = None  # while solving by classes
         n = num_flows
         self.capacity: list[float] = [float(c) for c in capacity]
@@ -236,7 +241,7 @@ class LinkSharing:
             if self.classes is None:
                 flows = list(self.draining)
                 self.classes = ClassFilling(
-                    self.capacity, links, flows, self.bottleneck, self.clocks, now
+                    self.capacity, links, flows, self.bottleneck, self.clocks, now, self.track_rates
                 )
             return self.classes.solve(users, new, self.rate, self.bottleneck, self.level)
         if whole:
@@ -256,6 +261,8 @@ class LinkSharing:
             if pairs < need // 2:
                 # The lazy update goes on from the exact state left, the per-flow
                 # clocks from the bytes left now.
+                if not self.classes.per_flow:
+                    self.classes.sync(self.rate, self.bottleneck)
                 self.classes.materialize()
                 self.classes = None
         if self.classes is not None:

@@ -54,9 +54,13 @@ def _dense(seed: int, count: int, side: int) -> tuple[Slice, list[Flow]]:
     return s, [n for n in nodes if isinstance(n, Flow)]
 
 
-def _run(flows: list[Flow], s: Slice, core: str, pairs: int, class_load: int) -> CoreOutput:
+def _run(
+    flows: list[Flow], s: Slice, core: str, pairs: int, class_load: int, *, record: bool = True
+) -> CoreOutput:
     problem = build_problem(s, list(flows), validate_graph(s, list(flows)), None)
-    return run_core(problem, core=core, record_rates=True, batch_pairs=pairs, class_load=class_load)
+    return run_core(
+        problem, core=core, record_rates=record, batch_pairs=pairs, class_load=class_load
+    )
 
 
 # (batch_pairs, class_load): lazy with whole batches, lazy only, classes from
@@ -78,6 +82,12 @@ def test_dense_cases_bit_for_bit(seed: int, shape: tuple[int, int], mode: tuple[
     # Dense indeed: at the busiest allocation, most of the flows drain at once.
     assert compiled.rate_log is not None
     assert max(len(snap.rates) for snap in compiled.rate_log) > 0.8 * len(flows)
+    # Without a rate log the classes write no per-flow rates until they end
+    # (only their clocks run): the same doubles still, in both cores.
+    quiet = _run(flows, s, "compiled", *mode, record=False)
+    _assert_identical(quiet, _run(flows, s, "python", *mode, record=False))
+    assert repr(quiet.finish_s) == repr(compiled.finish_s)
+    assert repr(quiet.events) == repr(compiled.events)
 
 
 @settings(max_examples=8, deadline=None)
@@ -106,7 +116,7 @@ def test_dense_finish_times_match_full_recompute(seed: int) -> None:
         assert r.finish_s == pytest.approx(want[r.id][1], rel=1e-9, abs=1e-15), r.id
     ids = [r.id for r in result.flows]
     for class_load in (ALL_CLASSES, 2):  # by classes throughout; from 2 pairs a link on
-        out = _run(flows, s, "compiled", DEFAULT, class_load)
+        out = _run(flows, s, "compiled", DEFAULT, class_load, record=False)
         finish = dict(zip(ids, out.finish_s, strict=True))
         for i in ids:
             assert finish[i] == pytest.approx(want[i][1], rel=1e-9, abs=1e-15), i
