@@ -271,16 +271,20 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
 _LONG_RUN = """
 import signal, sys, traceback
 signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in background
-from sim.engine import Flow, simulate
+from sim.engine import Flow, run_core
+from sim.nodes import validate_graph
+from sim.problem import build_problem
 from sim.topology import make_slice
 s = make_slice([16, 16], link_bandwidth_bytes_per_s=1e9, hop_latency_s=1e-6)
 cs = list(s.coords)
 flows = [Flow(f"f{i}-{j}", a, b, 1e6 * (1 + (7 * i + j) % 13),
               start_s=1e-5 * ((31 * i + 17 * j) % 4099))
          for i, a in enumerate(cs) for j, b in enumerate(cs) if a != b and (i + j) % 2 == 0]
+problem = build_problem(s, flows, validate_graph(s, flows), None)
 print("ready", flush=True)
 try:
-    simulate(s, flows, core="compiled")
+    # The lazy update throughout (class_load=-1): by classes the run is over in seconds.
+    run_core(problem, core="compiled", class_load=-1)
 except KeyboardInterrupt:
     print("interrupted in", traceback.extract_tb(sys.exc_info()[2])[-1].line, flush=True)
 """
@@ -289,12 +293,12 @@ except KeyboardInterrupt:
 @pytest.mark.slow
 def test_a_long_compiled_run_answers_ctrl_c_from_inside_the_core() -> None:
     # 32,512 contending flows on 16x16, released over 41 ms of simulated time (no giant
-    # instant): about three minutes in the core, uninterrupted. Python runs its signal
-    # handlers only between bytecodes, so the core checks for them itself: without that,
-    # the run would go on long past the wait below.
+    # instant): minutes in the core with the lazy update, uninterrupted. Python runs its
+    # signal handlers only between bytecodes, so the core checks for them itself: without
+    # that, the run would go on long past the wait below.
     proc = subprocess.Popen([sys.executable, "-c", _LONG_RUN], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
-    time.sleep(10)  # past building the problem (about a second): in the core
+    time.sleep(10)  # in the core
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)  # far before the run would end
     assert out.strip() == "interrupted in release, drain, finish, events, busy, log = module.run("
