@@ -1,5 +1,4 @@
-/* The clocks: the flows' finish heap (sim/pycore.py, _Run.finishes), and
- * the clocks of the bottleneck classes: sim/classshare.py's "the clocks"
+/* The clocks of the bottleneck classes: sim/classshare.py's "the clocks"
  * section (ClassFilling: begin, _touch, _advance, _top_member, _schedule,
  * next_due, pop_due, materialize) in C, with the same doubles.
  *
@@ -18,57 +17,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-
-/* -- the finish heap: one entry per draining flow, updated in place ---------- */
-
-static int finish_less(const fheap_t *h, int a, int b) {
-    double ta = h->predicted[a], tb = h->predicted[b];
-    if (ta != tb) return ta < tb;
-    return h->dseq[a] < h->dseq[b];
-}
-
-static void fheap_place(fheap_t *h, int i, int f) {
-    h->v[i] = f;
-    h->pos[f] = i;
-}
-
-static void fheap_sift(fheap_t *h, int i) {
-    int f = h->v[i];
-    while (i > 0) { /* up */
-        int parent = (i - 1) / 2;
-        if (!finish_less(h, f, h->v[parent])) break;
-        fheap_place(h, i, h->v[parent]);
-        i = parent;
-    }
-    while (1) { /* down */
-        int child = 2 * i + 1;
-        if (child >= h->n) break;
-        if (child + 1 < h->n && finish_less(h, h->v[child + 1], h->v[child])) child++;
-        if (!finish_less(h, h->v[child], f)) break;
-        fheap_place(h, i, h->v[child]);
-        i = child;
-    }
-    fheap_place(h, i, f);
-}
-
-void fheap_set(fheap_t *h, int f) {
-    if (h->pos[f] < 0) {
-        h->pos[f] = h->n;
-        h->v[h->n++] = f;
-    }
-    fheap_sift(h, h->pos[f]);
-}
-
-int fheap_pop(fheap_t *h) {
-    int top = h->v[0];
-    h->pos[top] = -1;
-    int last = h->v[--h->n];
-    if (h->n > 0) {
-        fheap_place(h, 0, last);
-        fheap_sift(h, 0);
-    }
-    return top;
-}
 
 /* -- a class's members, by (goal, drain order, flow) ---------------------------- */
 

@@ -57,15 +57,65 @@ typedef struct {
 } link_cache;
 
 /* The event loop's draining flows by (predicted[f], dseq[f]); pos[f]: f's
- * place, -1 when not in it (_flowclock.c). */
+ * place, -1 when not in it. */
 typedef struct {
     int *v, *pos, n;
     const double *predicted;
     const int64_t *dseq;
 } fheap_t;
 
-void fheap_set(fheap_t *h, int f);
-int fheap_pop(fheap_t *h);
+/* The finish heap, one entry per draining flow, updated in place: here, to be
+ * inlined into the event loop (_flowcore.c), its hottest caller. */
+
+static inline int finish_less(const fheap_t *h, int a, int b) {
+    double ta = h->predicted[a], tb = h->predicted[b];
+    if (ta != tb) return ta < tb;
+    return h->dseq[a] < h->dseq[b];
+}
+
+static inline void fheap_place(fheap_t *h, int i, int f) {
+    h->v[i] = f;
+    h->pos[f] = i;
+}
+
+static inline void fheap_sift(fheap_t *h, int i) {
+    int f = h->v[i];
+    while (i > 0) { /* up */
+        int parent = (i - 1) / 2;
+        if (!finish_less(h, f, h->v[parent])) break;
+        fheap_place(h, i, h->v[parent]);
+        i = parent;
+    }
+    while (1) { /* down */
+        int child = 2 * i + 1;
+        if (child >= h->n) break;
+        if (child + 1 < h->n && finish_less(h, h->v[child + 1], h->v[child])) child++;
+        if (!finish_less(h, h->v[child], f)) break;
+        fheap_place(h, i, h->v[child]);
+        i = child;
+    }
+    fheap_place(h, i, f);
+}
+
+static inline void fheap_set(fheap_t *h, int f) {
+    if (h->pos[f] < 0) {
+        h->pos[f] = h->n;
+        h->v[h->n++] = f;
+    }
+    fheap_sift(h, h->pos[f]);
+}
+
+static inline int fheap_pop(fheap_t *h) {
+    int top = h->v[0];
+    h->pos[top] = -1;
+    int last = h->v[--h->n];
+    if (h->n > 0) {
+        fheap_place(h, 0, last);
+        fheap_sift(h, 0);
+    }
+    return top;
+}
+
 
 /* (link or class, count) pairs of a class's footprint or a link's classes. */
 typedef struct {
