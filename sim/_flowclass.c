@@ -355,8 +355,12 @@ static void freeze(classes_t *c, int k, int lk, double x) {
         int u = c->nun[m] - n;
         c->nun[m] = u;
         /* nun 0: every flow on m froze elsewhere, m never saturates (it sinks). */
-        c->key[m] = u > 0 ? r / (double)u : INFINITY;
-        lheap_sift(c, c->hpos[m]);
+        double y = u > 0 ? r / (double)u : INFINITY, was = c->key[m];
+        c->key[m] = y;
+        if (y > was)
+            lheap_down(c, c->hpos[m]); /* the usual case: flows below m's level left it */
+        else if (y < was)
+            lheap_sift(c, c->hpos[m]); /* rounding */
     }
 }
 
@@ -380,12 +384,14 @@ static void saturate_classes(classes_t *c, int lk, double x) {
     int n = lc->n;
     memcpy(c->lk_cls, lc->key, (size_t)n * sizeof(int));
     memcpy(c->lk_cnt, lc->cnt, (size_t)n * sizeof(int));
-    for (int i = 0; i < n && !c->nomem; i++) {
+    int left = c->nun[lk]; /* unfrozen flows on lk: none left, no class to find */
+    for (int i = 0; i < n && left > 0 && !c->nomem; i++) {
         int k = c->lk_cls[i];
         if (c->frozen[k] == c->epoch) continue;
         if (c->lk_cnt[i] != c->members[k].n) k = split(c, k, lk);
         freeze(c, k, lk, x);
         ivec_push(&c->order, k, &c->nomem);
+        left -= c->lk_cnt[i];
     }
 }
 
