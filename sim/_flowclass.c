@@ -56,43 +56,49 @@ static void pairs_drop(pair_list *p, int i) {
  * dense case 8 beats 4 by ~3 % and 2 by ~15 % (benchmarks/sim_bench.py). */
 #define ARITY 8
 
-static int lk_less(const classes_t *c, int a, int b) {
-    double x = c->key[a], y = c->key[b];
+/* Entry i of the heap against link lk with key y: (hkey, heap) as (key, lk).
+ * hkey[i] is key[heap[i]], kept beside the heap so that a node's children are
+ * compared in one contiguous run. */
+static int at_less(const classes_t *c, int i, double y, int lk) {
+    double x = c->hkey[i];
     if (x != y) return x < y;
-    return a < b;
+    return c->heap[i] < lk;
 }
 
-static void lheap_place(classes_t *c, int i, int lk) {
+static void lheap_place(classes_t *c, int i, int lk, double y) {
     c->heap[i] = lk;
+    c->hkey[i] = y;
     c->hpos[lk] = i;
 }
 
 static void lheap_down(classes_t *c, int i) {
     int lk = c->heap[i];
+    double y = c->key[lk];
     while (1) {
         int first = ARITY * i + 1;
         if (first >= c->heap_n) break;
         int end = first + ARITY < c->heap_n ? first + ARITY : c->heap_n, child = first;
         for (int j = first + 1; j < end; j++)
-            if (lk_less(c, c->heap[j], c->heap[child])) child = j;
-        if (!lk_less(c, c->heap[child], lk)) break;
-        lheap_place(c, i, c->heap[child]);
+            if (at_less(c, j, c->hkey[child], c->heap[child])) child = j;
+        if (!at_less(c, child, y, lk)) break;
+        lheap_place(c, i, c->heap[child], c->hkey[child]);
         i = child;
     }
-    lheap_place(c, i, lk);
+    lheap_place(c, i, lk, y);
 }
 
 /* A key that changed either way: up, or else down. */
 static void lheap_sift(classes_t *c, int i) {
     int lk = c->heap[i], start = i;
+    double y = c->key[lk];
     while (i > 0) {
         int parent = (i - 1) / ARITY;
-        if (!lk_less(c, lk, c->heap[parent])) break;
-        lheap_place(c, i, c->heap[parent]);
+        if (at_less(c, parent, y, lk) || (c->hkey[parent] == y && c->heap[parent] == lk)) break;
+        lheap_place(c, i, c->heap[parent], c->hkey[parent]);
         i = parent;
     }
     if (i != start)
-        lheap_place(c, i, lk);
+        lheap_place(c, i, lk, y);
     else
         lheap_down(c, i);
 }
@@ -102,7 +108,7 @@ static int lheap_pop(classes_t *c) {
     c->hpos[top] = -1;
     int last = c->heap[--c->heap_n];
     if (c->heap_n > 0) {
-        lheap_place(c, 0, last);
+        lheap_place(c, 0, last, c->key[last]);
         lheap_down(c, 0);
     }
     return top;
@@ -260,11 +266,12 @@ classes_t *classes_build(const share_t *s, double now) {
     c->lev = calloc(M, sizeof(double));
     c->heap = malloc(M * sizeof(int));
     c->hpos = malloc(M * sizeof(int));
+    c->hkey = malloc(M * sizeof(double));
     int *of_link = malloc(M * sizeof(int));
     if (clocks_alloc(c) < 0 || !c->cls || !c->members || !c->fp || !c->lc || !c->free_ids || !c->old_rate ||
         !c->old_at || !c->frozen || !c->new_rate || !c->new_at || !c->done || !c->canon ||
         !c->canon_at || !c->res || !c->nun || !c->key || !c->lev || !of_link || !c->mem_pos ||
-        !c->heap || !c->hpos) {
+        !c->heap || !c->hpos || !c->hkey) {
         free(of_link);
         classes_free(c);
         return NULL;
@@ -333,6 +340,7 @@ void classes_free(classes_t *c) {
     free(c->lev);
     free(c->heap);
     free(c->hpos);
+    free(c->hkey);
     free(c->lk_cls);
     free(c->lk_cnt);
     ivec_free(&c->scratch);
@@ -407,7 +415,7 @@ static void fill_classes(classes_t *c, const int *users_n) {
             c->res[lk] = cap;
             c->nun[lk] = on;
             c->key[lk] = cap / (double)on;
-            lheap_place(c, c->heap_n++, lk);
+            lheap_place(c, c->heap_n++, lk, c->key[lk]);
         }
     }
     for (int i = c->heap_n > 1 ? (c->heap_n - 2) / ARITY : -1; i >= 0; i--) lheap_down(c, i);

@@ -140,6 +140,7 @@ typedef struct {
     int *canon, *nun;
     double *res, *key, *lev;
     int *heap, *hpos, heap_n; /* unsaturated links by (key, lk); each one's place */
+    double *hkey;             /* hkey[i]: key[heap[i]] */
     int *lk_cls, *lk_cnt, lk_room; /* a copy of one link's classes */
     ivec scratch, order;
     int nomem;
