@@ -28,8 +28,19 @@ result is the max-min allocation whatever the previous one was; only the
 rounding differs from the per-flow filling (a class subtracts ``count * x``
 where flows subtract ``x`` one by one). A class whose level and bottleneck
 come out as before has members whose rates did not change, so they are not
-visited at all. ``sim/_flowclass.c`` is the same algorithm in C, operation
-for operation, so that both event cores stay bit-identical.
+visited at all.
+
+The classes also keep the event loop's clocks while they last: a class
+drains all its members at one rate, so it keeps the bytes served to each
+member (``served`` as of ``since``, at ``crate`` since then), and a member
+the served bytes at which it finishes (``goal``), in a per-class heap; a heap
+of classes orders their next finishes. A level change then moves one clock
+and one entry, where the per-flow clocks would move every member's bytes
+left and finish. A flow's bytes left are read off its clock only when it
+changes class (split, merge) or when the classes end (:meth:`materialize`).
+
+``sim/_flowclass.c`` and ``sim/_flowclock.c`` are the same algorithm in C,
+operation for operation, so that both event cores stay bit-identical.
 """
 
 from __future__ import annotations

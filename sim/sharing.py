@@ -111,7 +111,11 @@ class LinkSharing:
     :meth:`close` adds the open ones). A batch crossing more than
     ``batch_pairs`` (flow, link) pairs is solved over every draining flow with
     :func:`sim.maxmin.max_min_rates` instead (``-1``: always; the tests
-    compare both ways).
+    compare both ways). While the draining flows cross ``class_load``
+    (flow, link) pairs per link or more, every update solves by bottleneck
+    classes (:class:`sim.classshare.ClassFilling`, kept in ``classes``; ``0``:
+    always, ``-1``: never), which then also keep the event loop's clocks
+    (:meth:`attach_clocks`).
 
     One update's scratch state lives in arrays stamped with the update's
     number (``_epoch``), so an update allocates almost nothing and hashes
