@@ -20,7 +20,7 @@
 
 /* Bumped whenever run()'s signature or results change: sim/engine.py refuses
  * a stale build instead of misreading it. */
-#define CORE_VERSION 2
+#define CORE_VERSION 3
 #define FINISH_REL_TOL 1e-12
 enum { RELEASE = 0, DRAIN = 1, DONE = 2 };
 
@@ -48,8 +48,7 @@ typedef struct {
     double *release_s, *drain_s, *finish_s;
     double *remaining, *updated, *predicted;
     int64_t *dseq;
-    int *fheap, *fpos; /* draining flows, a heap by (predicted finish, drain order) */
-    int fheap_n;
+    fheap_t fh; /* draining flows by (predicted finish, drain order), but by classes */
     share_t net;
     int nomem;
     /* the records */
@@ -100,58 +99,6 @@ static agenda_item agenda_pop(run_t *r) {
         i = child;
     }
     if (n > 0) r->agenda[i] = last;
-    return top;
-}
-
-/* -- the finish heap: one entry per draining flow, updated in place ---------- */
-
-static int finish_less(const run_t *r, int a, int b) {
-    double ta = r->predicted[a], tb = r->predicted[b];
-    if (ta != tb) return ta < tb;
-    return r->dseq[a] < r->dseq[b];
-}
-
-static void fheap_place(run_t *r, int i, int f) {
-    r->fheap[i] = f;
-    r->fpos[f] = i;
-}
-
-static void fheap_sift(run_t *r, int i) {
-    int f = r->fheap[i];
-    while (i > 0) { /* up */
-        int parent = (i - 1) / 2;
-        if (!finish_less(r, f, r->fheap[parent])) break;
-        fheap_place(r, i, r->fheap[parent]);
-        i = parent;
-    }
-    while (1) { /* down */
-        int child = 2 * i + 1;
-        if (child >= r->fheap_n) break;
-        if (child + 1 < r->fheap_n && finish_less(r, r->fheap[child + 1], r->fheap[child]))
-            child++;
-        if (!finish_less(r, r->fheap[child], f)) break;
-        fheap_place(r, i, r->fheap[child]);
-        i = child;
-    }
-    fheap_place(r, i, f);
-}
-
-static void fheap_set(run_t *r, int f) {
-    if (r->fpos[f] < 0) {
-        r->fpos[f] = r->fheap_n;
-        r->fheap[r->fheap_n++] = f;
-    }
-    fheap_sift(r, r->fpos[f]);
-}
-
-static int fheap_pop(run_t *r) {
-    int top = r->fheap[0];
-    r->fpos[top] = -1;
-    int last = r->fheap[--r->fheap_n];
-    if (r->fheap_n > 0) {
-        fheap_place(r, 0, last);
-        fheap_sift(r, 0);
-    }
     return top;
 }
 
@@ -251,8 +198,10 @@ static void departures(run_t *r) {
     /* Pop the flows whose predicted finish is now, in drain order. */
     double limit = r->now * (1.0 + FINISH_REL_TOL);
     r->done.n = 0;
-    while (r->fheap_n && r->predicted[r->fheap[0]] <= limit)
-        ivec_push(&r->done, fheap_pop(r), &r->nomem);
+    if (r->net.cls != NULL) /* the classes keep the clocks */
+        classes_pop_due(r->net.cls, limit, &r->done, &r->nomem);
+    while (r->fh.n && r->predicted[r->fh.v[0]] <= limit)
+        ivec_push(&r->done, fheap_pop(&r->fh), &r->nomem);
     for (ptrdiff_t a = 1; a < r->done.n; a++) { /* insertion sort: a handful */
         int f = r->done.v[a];
         ptrdiff_t b = a;
@@ -299,12 +248,21 @@ static void reshare(run_t *r) {
         r->remaining[i] = r->size[i];
         r->updated[i] = now;
     }
+    int was = r->net.cls != NULL;
     if (share_update(&r->net, now, arriving.v, arriving.n, r->leaving.v, r->leaving.n) < 0) {
         r->nomem = 1;
         return;
     }
     const flow_share *fs = r->net.fs;
-    for (ptrdiff_t k = 0; k < r->net.changed.n; k++) {
+    ptrdiff_t nchanged = r->net.cls != NULL ? 0 : r->net.changed.n;
+    if (r->net.cls != NULL && !was) /* the classes' clocks take over */
+        for (; r->fh.n; r->fh.n--) r->fh.pos[r->fh.v[r->fh.n - 1]] = -1;
+    if (r->net.cls == NULL && was) { /* back: every flow's bytes left are as of now */
+        r->net.changed.n = 0;
+        for (int f = r->net.d_head; f >= 0; f = r->net.d_next[f]) changed_push(&r->net, f, 0.0);
+        nchanged = r->net.changed.n;
+    }
+    for (ptrdiff_t k = 0; k < nchanged; k++) {
         int f = r->net.changed.v[k];
         double old = r->net.changed_old[k];
         if (old > 0.0) {
@@ -313,7 +271,7 @@ static void reshare(run_t *r) {
         }
         double rf = fs[f].rate, left = r->remaining[f];
         r->predicted[f] = rf > 0.0 ? now + (left > 0.0 ? left : 0.0) / rf : INFINITY;
-        fheap_set(r, f);
+        fheap_set(&r->fh, f);
     }
     if (r->rate_log != NULL) snapshot(r);
 }
@@ -345,7 +303,9 @@ static void instant(run_t *r) {
 static double next_s(const run_t *r) {
     if (r->arrivals.n) return r->now; /* released and draining at once: now */
     double t = r->agenda_n ? r->agenda[0].t : INFINITY;
-    if (r->fheap_n && r->predicted[r->fheap[0]] < t) t = r->predicted[r->fheap[0]];
+    if (r->fh.n && r->predicted[r->fh.v[0]] < t) t = r->predicted[r->fh.v[0]];
+    double due = r->net.cls != NULL ? classes_next_due(r->net.cls) : INFINITY;
+    if (due < t) t = due;
     return t;
 }
 
@@ -468,15 +428,17 @@ static int alloc_run(run_t *r, int n) {
     r->updated = calloc(N, sizeof(double));
     r->predicted = malloc(N * sizeof(double));
     r->dseq = calloc(N, sizeof(int64_t));
-    r->fheap = malloc(N * sizeof(int));
-    r->fpos = malloc(N * sizeof(int));
+    r->fh.v = malloc(N * sizeof(int));
+    r->fh.pos = malloc(N * sizeof(int));
+    r->fh.predicted = r->predicted;
+    r->fh.dseq = r->dseq;
     if (!r->release_s || !r->drain_s || !r->finish_s || !r->remaining || !r->updated ||
-        !r->predicted || !r->dseq || !r->fheap || !r->fpos)
+        !r->predicted || !r->dseq || !r->fh.v || !r->fh.pos)
         return -1;
     for (int i = 0; i < n; i++) {
         r->release_s[i] = r->drain_s[i] = r->finish_s[i] = NAN;
         r->predicted[i] = INFINITY;
-        r->fpos[i] = -1;
+        r->fh.pos[i] = -1;
     }
     return 0;
 }
@@ -495,8 +457,8 @@ static void free_run(run_t *r) {
     free(r->updated);
     free(r->predicted);
     free(r->dseq);
-    free(r->fheap);
-    free(r->fpos);
+    free(r->fh.v);
+    free(r->fh.pos);
     share_free(&r->net);
     Py_XDECREF(r->now_obj);
     Py_XDECREF(r->events);
@@ -548,19 +510,19 @@ static PyObject *results(run_t *r, int m) {
 
 PyDoc_STRVAR(run_doc,
              "run(capacity, route_ptr, route_chan, size_bytes, duration_s, is_flow, ready_s,\n"
-             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, record_rates,\n"
-             "    event_type)\n"
+             "    waiting, child_ptr, child_idx, ids, hop_latency_s, batch_pairs, class_load,\n"
+             "    record_rates, event_type)\n"
              "--\n\n"
              "Replay a checked DAG (sim/engine.py builds the arrays). Returns (release_s,\n"
              "drain_s, finish_s, events, busy_s per channel, rate_log or None).");
 
 static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 15) {
-        PyErr_Format(PyExc_TypeError, "run() takes 15 arguments (%zd given)", nargs);
+    if (nargs != 16) {
+        PyErr_Format(PyExc_TypeError, "run() takes 16 arguments (%zd given)", nargs);
         return NULL;
     }
-    PyObject *event_type = args[14];
+    PyObject *event_type = args[15];
     if (!PyType_Check(event_type) ||
         !PyType_IsSubtype((PyTypeObject *)event_type, &PyTuple_Type) ||
         ((PyTypeObject *)event_type)->tp_basicsize != PyTuple_Type.tp_basicsize) {
@@ -575,7 +537,8 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t n_ = PyList_GET_SIZE(ids), m_ = PySequence_Size(args[0]);
     double latency = PyFloat_AsDouble(args[11]);
     long batch_pairs = PyLong_AsLong(args[12]);
-    int record = PyObject_IsTrue(args[13]);
+    long class_load = PyLong_AsLong(args[13]);
+    int record = PyObject_IsTrue(args[14]);
     if (m_ < 0 || PyErr_Occurred() || record < 0) return NULL;
     if (n_ >= INT32_MAX / 2 || m_ >= INT32_MAX / 2) {
         PyErr_SetString(PyExc_OverflowError, "too many nodes or links");
@@ -608,10 +571,15 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         !r.now_obj)
         goto done;
     if (alloc_run(&r, n) < 0 ||
-        share_init(&r.net, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs) < 0) {
+        share_init(&r.net, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs,
+                   class_load) < 0) {
         PyErr_NoMemory();
         goto done;
     }
+    r.net.track_rates = record; /* else the classes' clocks alone (sim/classshare.py) */
+    r.net.remaining = r.remaining; /* the classes' clocks start from and end in these */
+    r.net.updated = r.updated;
+    r.net.dseq = r.dseq;
     clock_run(&r);
     if (r.nomem)
         PyErr_NoMemory();

@@ -19,6 +19,7 @@ def run(
     ids: list[str],
     hop_latency_s: float,
     batch_pairs: int,
+    class_load: int,
     record_rates: bool,
     event_type: type[Event],
 ) -> tuple[

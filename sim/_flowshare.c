@@ -87,8 +87,10 @@ static fill_item heap_pop(share_t *s) {
 /* -- set-up ------------------------------------------------------------------ */
 
 int share_init(share_t *s, int m, const double *capacity, int n, const int *route_ptr,
-               const int *route_chan, long batch_pairs) {
+               const int *route_chan, long batch_pairs, long class_load) {
     memset(s, 0, sizeof(*s));
+    s->class_load = class_load;
+    s->track_rates = 1;
     s->m = m;
     s->n = n;
     s->route_ptr = route_ptr;
@@ -129,6 +131,7 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
 }
 
 void share_free(share_t *s) {
+    classes_free(s->cls);
     for (int l = 0; l < s->m; l++) {
         if (s->users) free(s->users[l]);
         if (s->upair) free(s->upair[l]);
@@ -542,29 +545,54 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
 
 /* -- one update ---------------------------------------------------------------- */
 
+/* Whether an update at `now` leaving `pairs` (flow, link) pairs draining solves
+ * by classes (sim/sharing.py, _class_mode); ends the classes when it does not.
+ * Floor division as Python's: need is never below -m. */
+static int class_mode(share_t *s, long pairs, double now) {
+    long need = s->class_load * (long)s->m;
+    long half = need >= 0 ? need / 2 : -((-need + 1) / 2);
+    if (s->cls != NULL) {
+        classes_begin(s->cls, now);
+        if (pairs < half) {
+            /* The lazy update goes on from the exact state left, the per-flow
+             * clocks from the bytes left now. */
+            if (!s->cls->per_flow) classes_sync(s->cls, s->fs);
+            classes_materialize(s->cls, s->remaining, s->updated);
+            classes_free(s->cls);
+            s->cls = NULL;
+        }
+    }
+    if (s->cls != NULL) return 1;
+    return 0 <= need && need <= pairs;
+}
+
 int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arrivals,
                  const int *departures, ptrdiff_t num_departures) {
     int64_t epoch = ++s->epoch;
     s->at = 0.0;
     s->changed.n = 0;
-    long pairs = 0;
+    long pairs_out = 0, pairs_in = 0;
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];
-        pairs += s->route_ptr[f + 1] - s->route_ptr[f];
+        pairs_out += s->route_ptr[f + 1] - s->route_ptr[f];
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
-        pairs += s->route_ptr[f + 1] - s->route_ptr[f];
+        pairs_in += s->route_ptr[f + 1] - s->route_ptr[f];
     }
-    int whole = pairs > s->batch_pairs;
+    int whole = pairs_out + pairs_in > s->batch_pairs;
+    s->pairs += pairs_in - pairs_out;
+    int classes = class_mode(s, s->pairs, now);
+    int quiet = whole || classes; /* the lazy update's marks are not needed */
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];
+        if (s->cls != NULL) classes_leave(s->cls, f);
         draining_remove(s, f);
         for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
             int lk = s->route_chan[p];
             users_remove(s, lk, f);
             if (!s->users_n[lk]) s->busy_s[lk] += now - s->since[lk];
-            if (!whole) raised(s, lk);
+            if (!quiet) raised(s, lk);
         }
         s->fs[f].rate = 0.0;
         s->fs[f].bottleneck = -1;
@@ -578,6 +606,12 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
             if (!s->users_n[lk]) s->since[lk] = now;
             users_append(s, lk, f, p);
         }
+        if (s->cls != NULL) classes_arrive(s->cls, f);
+    }
+    if (classes) {
+        if (s->cls == NULL && (s->cls = classes_build(s, now)) == NULL) s->nomem = 1;
+        if (s->nomem || classes_solve(s, arrivals, num_arrivals) < 0) s->nomem = 1;
+        return s->nomem ? -1 : 0;
     }
     if (whole) {
         if (solve_all(s, arrivals, num_arrivals) < 0) s->nomem = 1;

@@ -54,7 +54,7 @@ from sim.nodes import Compute, Flow, validate_graph
 from sim.problem import Problem, build_problem
 from sim.pycore import CoreOutput, run_python
 from sim.records import Event, RateSnapshot, SimResult, build_result
-from sim.sharing import _BATCH_PAIRS
+from sim.sharing import _BATCH_PAIRS, _CLASS_LOAD
 from sim.topology import Slice
 
 __all__ = [
@@ -70,7 +70,7 @@ __all__ = [
 
 CORES = ("compiled", "python")
 # The interface version of sim/_flowcore.c this module calls (its VERSION).
-_CORE_VERSION = 2
+_CORE_VERSION = 3
 _REBUILD = (
     "to build it, install a C compiler and the Python headers (e.g. `apt-get install gcc "
     "python3-dev`) and run `make core` in the repository (or `pip install -e .`)"
@@ -133,7 +133,7 @@ def note_core_fallback() -> None:
 
 
 def _run_compiled(
-    module: ModuleType, p: Problem, *, record_rates: bool, batch_pairs: int
+    module: ModuleType, p: Problem, *, record_rates: bool, batch_pairs: int, class_load: int
 ) -> CoreOutput:
     release, drain, finish, events, busy, log = module.run(
         p.capacity_bytes_per_s,
@@ -149,6 +149,7 @@ def _run_compiled(
         p.ids,
         p.hop_latency_s,
         batch_pairs,
+        class_load,
         record_rates,
         Event,
     )
@@ -162,8 +163,10 @@ def run_core(
     core: str | None = None,
     record_rates: bool = False,
     batch_pairs: int = _BATCH_PAIRS,
+    class_load: int = _CLASS_LOAD,
 ) -> CoreOutput:
-    """Replay ``problem`` on the chosen event core (see :func:`simulate`)."""
+    """Replay ``problem`` on the chosen event core (see :func:`simulate`); the
+    switches ``batch_pairs`` and ``class_load`` are :func:`sim.pycore.run_python`'s."""
     if core is not None and core not in CORES:
         raise SimError(
             f"core={core!r} is not an event core; choose one of {CORES} "
@@ -173,12 +176,18 @@ def run_core(
         module, why = compiled_core()
         if module is not None:
             return _run_compiled(
-                module, problem, record_rates=record_rates, batch_pairs=batch_pairs
+                module,
+                problem,
+                record_rates=record_rates,
+                batch_pairs=batch_pairs,
+                class_load=class_load,
             )
         if core == "compiled":
             raise SimError(why)
         note_core_fallback()
-    return run_python(problem, record_rates=record_rates, batch_pairs=batch_pairs)
+    return run_python(
+        problem, record_rates=record_rates, batch_pairs=batch_pairs, class_load=class_load
+    )
 
 
 def simulate(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sim.problem import Problem
 from sim.records import Event, RateSnapshot
-from sim.sharing import _BATCH_PAIRS, LinkSharing
+from sim.sharing import _BATCH_PAIRS, _CLASS_LOAD, LinkSharing
 
 if TYPE_CHECKING:
     import simpy
@@ -60,14 +60,22 @@ class CoreOutput(NamedTuple):
 class _Run:
     """One simulation: the DAG's life cycle, an agenda, and the draining flows."""
 
-    def __init__(self, problem: Problem, *, record_rates: bool, batch_pairs: int) -> None:
+    def __init__(
+        self, problem: Problem, *, record_rates: bool, batch_pairs: int, class_load: int
+    ) -> None:
         p = problem
         n = len(p.ids)
         self.ids = p.ids
         self.is_flow = p.is_flow
         self.duration_s = p.duration_s
         self.route_ptr = p.route_ptr
-        self.net = LinkSharing(p.capacity_bytes_per_s, num_flows=n, batch_pairs=batch_pairs)
+        self.net = LinkSharing(
+            p.capacity_bytes_per_s,
+            num_flows=n,
+            batch_pairs=batch_pairs,
+            class_load=class_load,
+            track_rates=record_rates,  # else the classes' clocks alone (sim.classshare)
+        )
         for i in range(n):
             a, b = p.route_ptr[i], p.route_ptr[i + 1]
             if b > a:
@@ -94,6 +102,8 @@ class _Run:
         self.predicted_s = [math.inf] * n
         self.drain_seq = [0] * n
         self.finishes: list[tuple[float, int, int]] = []  # (finish, drain seq, node)
+        # While the sharing solves by classes, the classes keep the clocks.
+        self.net.attach_clocks(self.remaining, self.updated_s, self.drain_seq)
         import simpy  # here, not at import: the compiled core never needs it
 
         self.env = simpy.Environment()
@@ -163,7 +173,13 @@ class _Run:
         predicted = self.predicted_s
         active = self.active
         limit = self.now * (1.0 + _FINISH_REL_TOL)
-        done: list[int] = []
+        if self.net.classes is not None:
+            done = self.net.classes.pop_due(limit)
+            for i in done:
+                del active[i]
+            done.sort(key=self.drain_seq.__getitem__)
+            return done
+        done = []
         while heap:
             t, _, i = heap[0]
             if i not in active or predicted[i] != t:
@@ -190,7 +206,15 @@ class _Run:
         rate = self.net.rate
         remaining, updated, predicted = self.remaining, self.updated_s, self.predicted_s
         heap, seq = self.finishes, self.drain_seq
-        for f, old in self.net.update(now, arrivals=arriving, departures=leaving):
+        was = self.net.classes is not None
+        changed = self.net.update(now, arrivals=arriving, departures=leaving)
+        if self.net.classes is not None:
+            if not was:
+                heap.clear()  # the classes' clocks take over
+            changed = []
+        elif was:  # back from the classes: every flow's bytes left are as of now
+            changed = [(f, 0.0) for f in self.active]
+        for f, old in changed:
             if old > 0.0:
                 remaining[f] -= old * (now - updated[f])
                 updated[f] = now
@@ -234,6 +258,8 @@ class _Run:
         if self.arrivals:  # released and draining at once (no latency): now
             return self.now
         t = self.agenda[0][0] if self.agenda else math.inf
+        if self.net.classes is not None:
+            return min(t, self.net.classes.next_due())
         heap, active, predicted = self.finishes, self.active, self.predicted_s
         while heap and (heap[0][2] not in active or predicted[heap[0][2]] != heap[0][0]):
             heapq.heappop(heap)
@@ -277,11 +303,18 @@ class _Run:
 
 
 def run_python(
-    problem: Problem, *, record_rates: bool = False, batch_pairs: int = _BATCH_PAIRS
+    problem: Problem,
+    *,
+    record_rates: bool = False,
+    batch_pairs: int = _BATCH_PAIRS,
+    class_load: int = _CLASS_LOAD,
 ) -> CoreOutput:
     """Replay ``problem`` in pure Python (see the module doc).
 
     ``batch_pairs`` is :class:`~sim.sharing.LinkSharing`'s switch to the whole
-    numpy solve (``-1``: every update solves every draining flow).
+    numpy solve (``-1``: every update solves every draining flow);
+    ``class_load`` its switch to the solve by classes, in draining (flow, link)
+    pairs per link (``0``: always, ``-1``: never; :mod:`sim.classshare`).
     """
-    return _Run(problem, record_rates=record_rates, batch_pairs=batch_pairs).run()
+    run = _Run(problem, record_rates=record_rates, batch_pairs=batch_pairs, class_load=class_load)
+    return run.run()

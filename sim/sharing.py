@@ -71,6 +71,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
+from sim.classshare import ClassFilling, FlowClocks
 from sim.maxmin import max_min_rates
 
 __all__ = ["LinkSharing"]
@@ -87,6 +88,16 @@ _SATURATE, _CHECK = 0, 1
 # vectorised solve beats walking the changes (benchmarks/sim_bench.py: the
 # 16x16 storm and the replay case run fastest between 64 and 256).
 _BATCH_PAIRS = 128
+# From this many draining (flow, link) pairs per link of the slice on, every
+# update re-solves the classes in full (sim.classshare.ClassFilling) instead of
+# walking the changes flow by flow; back to the lazy update below half as many
+# (no flapping at the edge). The lazy update pays per flow on a link whose
+# level moves, the full one per link and class: crowded links favour the
+# latter (benchmarks/sim_bench.py: the dense case, ~115 flows a link, runs
+# 3x faster from 2 pairs a link up; the 2,000-flow burst, ~47, 1.2x), lightly
+# loaded ones the former (the 16x16 storm, 960 flows of ~1 hop on 960 links,
+# runs 1.8x slower by classes).
+_CLASS_LOAD = 8
 
 
 class LinkSharing:
@@ -100,7 +111,11 @@ class LinkSharing:
     :meth:`close` adds the open ones). A batch crossing more than
     ``batch_pairs`` (flow, link) pairs is solved over every draining flow with
     :func:`sim.maxmin.max_min_rates` instead (``-1``: always; the tests
-    compare both ways).
+    compare both ways). While the draining flows cross ``class_load``
+    (flow, link) pairs per link or more, every update solves by bottleneck
+    classes (:class:`sim.classshare.ClassFilling`, kept in ``classes``; ``0``:
+    always, ``-1``: never), which then also keep the event loop's clocks
+    (:meth:`attach_clocks`).
 
     One update's scratch state lives in arrays stamped with the update's
     number (``_epoch``), so an update allocates almost nothing and hashes
@@ -109,10 +124,23 @@ class LinkSharing:
     """
 
     def __init__(
-        self, capacity: Sequence[float], *, num_flows: int, batch_pairs: int = _BATCH_PAIRS
+        self,
+        capacity: Sequence[float],
+        *,
+        num_flows: int,
+        batch_pairs: int = _BATCH_PAIRS,
+        class_load: int = _CLASS_LOAD,
+        track_rates: bool = True,
     ) -> None:
         m = len(capacity)
         self.batch_pairs = batch_pairs  # see _BATCH_PAIRS; -1: always solve every flow
+        self.class_load = class_load  # see _CLASS_LOAD; 0: always, -1: never
+        self._pairs = 0  # (flow, link) pairs of the draining flows
+        # False: while solving by classes, rate and bottleneck are written only
+        # when the classes end, and update reports no changes (the event loop
+        # reads the classes' clocks; sim.pycore without a rate log).
+        self.track_rates = track_rates
+        self.classes: ClassFilling | None = None  # while solving by classes
         n = num_flows
         self.capacity: list[float] = [float(c) for c in capacity]
         self.users: list[list[int]] = [[] for _ in range(m)]
@@ -151,6 +179,13 @@ class LinkSharing:
         self._frozen: list[int] = []
         self._at = 0.0
         self.draining: dict[int, None] = {}  # draining flows, in arrival order
+        # The event loop's per-flow clocks (attach_clocks), which the classes
+        # take over while they last; standing alone, nothing drains.
+        self.clocks = FlowClocks([0.0] * n, [0.0] * n, self.rate, [0] * n)
+
+    def attach_clocks(self, remaining: list[float], updated: list[float], seq: list[int]) -> None:
+        """The event loop's bytes left per flow as of ``updated``, and drain order."""
+        self.clocks = FlowClocks(remaining, updated, self.rate, seq)
 
     def set_route(self, flow: int, links: tuple[int, ...]) -> None:
         """The links ``flow`` crosses (each at most once), before it arrives."""
@@ -180,14 +215,19 @@ class LinkSharing:
         new = list(arrivals)
         whole = sum(len(links[f]) for f in leaving) + sum(len(links[f]) for f in new)
         whole = whole > self.batch_pairs
+        self._pairs += sum(len(links[f]) for f in new) - sum(len(links[f]) for f in leaving)
+        classes = self._class_mode(self._pairs, now)
+        quiet = whole or classes  # the lazy update's marks are not needed
         for f in leaving:
+            if self.classes is not None:
+                self.classes.leave(f)
             del self.draining[f]
             for lk in links[f]:
                 on = users[lk]
                 on.remove(f)
                 if not on:
                     self.busy_s[lk] += now - self._since[lk]
-                if not whole:
+                if not quiet:
                     self._raised(lk)  # less traffic: the level can only rise
             self.rate[f] = 0.0
             self.bottleneck[f] = -1
@@ -199,6 +239,15 @@ class LinkSharing:
                 if not on:
                     self._since[lk] = now
                 on.append(f)
+            if self.classes is not None:
+                self.classes.arrive(f)
+        if classes:
+            if self.classes is None:
+                flows = list(self.draining)
+                self.classes = ClassFilling(
+                    self.capacity, links, flows, self.bottleneck, self.clocks, now, self.track_rates
+                )
+            return self.classes.solve(users, new, self.rate, self.bottleneck, self.level)
         if whole:
             return self._solve_all(new)
         for f in new:
@@ -206,6 +255,23 @@ class LinkSharing:
                 self._lowered(lk)
         self._fill()
         return self._commit(new)
+
+    def _class_mode(self, pairs: int, now: float) -> bool:
+        """Whether an update at ``now`` leaving ``pairs`` (flow, link) pairs draining
+        solves by classes (``_CLASS_LOAD``); ends the classes when it does not."""
+        need = self.class_load * len(self.capacity)
+        if self.classes is not None:
+            self.classes.begin(now)
+            if pairs < need // 2:
+                # The lazy update goes on from the exact state left, the per-flow
+                # clocks from the bytes left now.
+                if not self.classes.per_flow:
+                    self.classes.sync(self.rate, self.bottleneck)
+                self.classes.materialize()
+                self.classes = None
+        if self.classes is not None:
+            return True
+        return 0 <= need <= pairs
 
     def _solve_all(self, new: list[int]) -> list[tuple[int, float]]:
         """Re-solve every draining flow with numpy; rebuild levels and bottlenecks."""

@@ -9,7 +9,7 @@
   computes, ``after``, latency on and off, zero sizes, 0-hop flows, wrapped
   axes), on the benchmark's traffic shapes (staggered random flows, collective
   storms, a layer replay, a burst) and in both sharing modes (the lazy update
-  and the whole solve of big batches).
+  the whole solve of big batches, and the solve by bottleneck classes).
 - **Every allocation it logs is the textbook one**: oracle routing
   (:mod:`tests.sim.oracle`) and textbook progressive filling, after every
   update, in both sharing modes.
@@ -64,6 +64,8 @@ random_flows, row_col_storm, step_replay = (
 LAZY_ONLY = 10**9  # batch_pairs: never the whole solve
 WHOLE_ONLY = -1  # batch_pairs: always the whole solve
 DEFAULT = sim.engine._BATCH_PAIRS
+CLASSES = sim.engine._CLASS_LOAD  # class_load: by classes from this many pairs a link
+ALL_CLASSES = 0  # class_load: every update solves by classes
 
 
 def test_compiled_core_is_built() -> None:
@@ -75,9 +77,12 @@ def _problem(s: Slice, nodes: list[Flow | Compute]) -> Problem:
     return build_problem(s, nodes, validate_graph(s, nodes), None)
 
 
-def _both(problem: Problem, *, batch_pairs: int) -> tuple[CoreOutput, CoreOutput]:
-    compiled = run_core(problem, core="compiled", record_rates=True, batch_pairs=batch_pairs)
-    python = run_core(problem, core="python", record_rates=True, batch_pairs=batch_pairs)
+def _both(
+    problem: Problem, *, batch_pairs: int, class_load: int = CLASSES
+) -> tuple[CoreOutput, CoreOutput]:
+    kw = dict(record_rates=True, batch_pairs=batch_pairs, class_load=class_load)
+    compiled = run_core(problem, core="compiled", **kw)  # type: ignore[arg-type]
+    python = run_core(problem, core="python", **kw)  # type: ignore[arg-type]
     return compiled, python
 
 
@@ -88,10 +93,24 @@ def _assert_identical(compiled: CoreOutput, python: CoreOutput) -> None:
 
 
 @settings(max_examples=120, deadline=None)
-@given(random_dags(), st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, 3]))
-def test_random_dags_bit_for_bit(case: tuple[Slice, list[Flow | Compute]], pairs: int) -> None:
+@given(
+    random_dags(),
+    st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, 3]),
+    st.sampled_from([CLASSES, ALL_CLASSES, 1]),
+)
+def test_random_dags_bit_for_bit(
+    case: tuple[Slice, list[Flow | Compute]], pairs: int, class_load: int
+) -> None:
+    # class_load 1: the solve by classes starts and ends as flows come and go.
     s, nodes = case
-    _assert_identical(*_both(_problem(s, nodes), batch_pairs=pairs))
+    problem = _problem(s, nodes)
+    compiled, python = _both(problem, batch_pairs=pairs, class_load=class_load)
+    _assert_identical(compiled, python)
+    # Without a rate log, the classes run on their clocks alone: the same doubles.
+    kw = dict(record_rates=False, batch_pairs=pairs, class_load=class_load)
+    quiet = run_core(problem, core="compiled", **kw)  # type: ignore[arg-type]
+    _assert_identical(quiet, run_core(problem, core="python", **kw))  # type: ignore[arg-type]
+    assert repr(quiet.finish_s) == repr(compiled.finish_s)
 
 
 @pytest.mark.parametrize(
@@ -103,16 +122,21 @@ def test_random_dags_bit_for_bit(case: tuple[Slice, list[Flow | Compute]], pairs
         ("replay", lambda: step_replay(3)),
     ],
 )
-@pytest.mark.parametrize("pairs", [DEFAULT, LAZY_ONLY, WHOLE_ONLY])
-def test_benchmark_traffic_bit_for_bit(label: str, build: object, pairs: int) -> None:
+@pytest.mark.parametrize(
+    ("pairs", "class_load"),
+    [(DEFAULT, CLASSES), (LAZY_ONLY, CLASSES), (WHOLE_ONLY, CLASSES), (DEFAULT, ALL_CLASSES)],
+)
+def test_benchmark_traffic_bit_for_bit(
+    label: str, build: object, pairs: int, class_load: int
+) -> None:
     s, nodes = build()  # type: ignore[operator]
-    compiled, python = _both(_problem(s, nodes), batch_pairs=pairs)
+    compiled, python = _both(_problem(s, nodes), batch_pairs=pairs, class_load=class_load)
     _assert_identical(compiled, python)
     assert compiled.rate_log, label  # the comparison covered some allocations
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY]))
+@given(st.integers(0, 2**32 - 1), st.sampled_from([DEFAULT, LAZY_ONLY, WHOLE_ONLY, ALL_CLASSES]))
 def test_every_logged_allocation_is_textbook(seed: int, pairs: int) -> None:
     # Staggered flows with some dependencies on a 4x4 mesh (with wrap-around
     # half the time): many flows drain at once and each update changes a part.
@@ -126,7 +150,9 @@ def test_every_logged_allocation_is_textbook(seed: int, pairs: int) -> None:
         after = (f"f{rng.randrange(k)}",) if k and rng.random() < 0.2 else ()
         size = rng.uniform(1e3, 4e4)
         nodes.append(Flow(f"f{k}", src, dst, size, start_s=rng.uniform(0, 2e-5), after=after))
-    out = run_core(_problem(s, nodes), core="compiled", record_rates=True, batch_pairs=pairs)
+    # ALL_CLASSES: the default batches, and every update solved by classes.
+    kw = {"class_load": 0} if pairs == ALL_CLASSES else {"batch_pairs": pairs}
+    out = run_core(_problem(s, nodes), core="compiled", record_rates=True, **kw)
     paths, capacity = oracle_problem(s, [n for n in nodes if isinstance(n, Flow)])
     assert out.rate_log
     for snap in out.rate_log:
@@ -231,6 +257,7 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
         ids=["a"],
         hop_latency_s=0.0,
         batch_pairs=128,
+        class_load=8,
         record_rates=False,
         event_type=Event,
     )
@@ -251,16 +278,20 @@ def test_bad_arrays_are_errors_not_crashes() -> None:
 _LONG_RUN = """
 import signal, sys, traceback
 signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in background
-from sim.engine import Flow, simulate
+from sim.engine import Flow, run_core
+from sim.nodes import validate_graph
+from sim.problem import build_problem
 from sim.topology import make_slice
 s = make_slice([16, 16], link_bandwidth_bytes_per_s=1e9, hop_latency_s=1e-6)
 cs = list(s.coords)
 flows = [Flow(f"f{i}-{j}", a, b, 1e6 * (1 + (7 * i + j) % 13),
               start_s=1e-5 * ((31 * i + 17 * j) % 4099))
          for i, a in enumerate(cs) for j, b in enumerate(cs) if a != b and (i + j) % 2 == 0]
+problem = build_problem(s, flows, validate_graph(s, flows), None)
 print("ready", flush=True)
 try:
-    simulate(s, flows, core="compiled")
+    # The lazy update throughout (class_load=-1): by classes the run is over in seconds.
+    run_core(problem, core="compiled", class_load=-1)
 except KeyboardInterrupt:
     print("interrupted in", traceback.extract_tb(sys.exc_info()[2])[-1].line, flush=True)
 """
@@ -269,12 +300,12 @@ except KeyboardInterrupt:
 @pytest.mark.slow
 def test_a_long_compiled_run_answers_ctrl_c_from_inside_the_core() -> None:
     # 32,512 contending flows on 16x16, released over 41 ms of simulated time (no giant
-    # instant): about three minutes in the core, uninterrupted. Python runs its signal
-    # handlers only between bytecodes, so the core checks for them itself: without that,
-    # the run would go on long past the wait below.
+    # instant): minutes in the core with the lazy update, uninterrupted. Python runs its
+    # signal handlers only between bytecodes, so the core checks for them itself: without
+    # that, the run would go on long past the wait below.
     proc = subprocess.Popen([sys.executable, "-c", _LONG_RUN], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
-    time.sleep(10)  # past building the problem (about a second): in the core
+    time.sleep(10)  # in the core
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)  # far before the run would end
     assert out.strip() == "interrupted in release, drain, finish, events, busy, log = module.run("

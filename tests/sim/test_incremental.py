@@ -123,17 +123,23 @@ def update_sequences(
 
 @settings(max_examples=150, deadline=None)
 @given(
-    update_sequences(), st.sampled_from([LinkSharing.__init__.__kwdefaults__["batch_pairs"], -1])
+    update_sequences(),
+    st.sampled_from([LinkSharing.__init__.__kwdefaults__["batch_pairs"], -1]),
+    st.sampled_from([-1, 0, 1]),
 )
 def test_link_sharing_after_every_update_is_the_textbook_allocation(
     case: tuple[list[float], list[tuple[int, ...]], list[tuple[list[int], list[int]]]],
     batch_pairs: int,
+    class_load: int,
 ) -> None:
-    # Both the lazy update and the whole numpy solve, after every batch:
+    # The lazy update, the whole numpy solve and the solve by classes (always,
+    # or from 1 pair a link on, so that it starts and ends), after every batch:
     # the textbook rates, a max-min allocation, and a consistent structure
     # (each flow's bottleneck is on its route, saturated, at its rate).
     capacity, routes, batches = case
-    net = LinkSharing(capacity, num_flows=len(routes), batch_pairs=batch_pairs)
+    net = LinkSharing(
+        capacity, num_flows=len(routes), batch_pairs=batch_pairs, class_load=class_load
+    )
     for f, r in enumerate(routes):
         net.set_route(f, r)
     active: list[int] = []
