@@ -29,7 +29,7 @@ from aoizora.rank.set_bounds import (
 from aoizora.replay import replay
 from sim.collectives import collective_flows
 from sim.engine import simulate
-from sim.topology import load_slice
+from sim.topology import load_slice, parse_slice_spec
 from tests.aoizora.synthetic import mesh_program
 from tests.aoizora.test_rank import _walk  # every node of a tree, roots first
 
@@ -130,21 +130,25 @@ def _random_inner(space: PlacementSpace, rng: random.Random) -> Node:
 
 @pytest.mark.parametrize(
     ("name", "shape", "leaves"),
-    [("v5e:8x8", (4, 16), 3), ("v5e:8x8", (2, 8, 4), 3), ("v5e:16x16", (2, 64, 2), 1)],
-)
+    [("v5e:8x8", (4, 16), 3), ("v5e:8x8", (2, 8, 4), 3), ("v5e:16x16", (2, 64, 2), 1),
+     ("v5e:8x8", (16, 4), 3), ("v5e:8x8+wrap", (8, 8), 3)],
+)  # fmt: skip
 def test_random_nodes_of_big_trees_are_bounded_below_their_leaves(
     name: str, shape: tuple[int, ...], leaves: int
 ) -> None:
-    s = load_slice(name)
-    graph = mesh_program(shape, scale=2)
+    s = parse_slice_spec(name)
+    graph = mesh_program(shape, scale=2, halves=True)  # halves: axes of 4 or more
     order = traffic_order(collective_shapes(graph, shape), shape)
     space = PlacementSpace(shape, s, axis_order=order)
     bounds = NodeBounds(graph, space)
     exact = ExactQ2(graph, s)
     rng = random.Random(28)
     tight = 0
-    for _ in range(6):
-        node = _random_inner(space, rng)
+    # Random inner nodes, and set nodes of the first axis placed (where the pending-axis
+    # bound of the halves' all-to-alls applies).
+    first = [k for r in space.roots() if not space.is_leaf(r) for k in space.children(r)]
+    nodes = [_random_inner(space, rng) for _ in range(6)] + rng.sample(first, 3)
+    for node in nodes:
         node_bound = bounds.bound(node)
         for _ in range(leaves):
             leaf = space.random_leaf(rng, node)
@@ -157,6 +161,7 @@ def test_random_nodes_of_big_trees_are_bounded_below_their_leaves(
             assert bounds.bound(leaf) <= q2 * (1 + 1e-12)
             tight += node_bound >= 0.5 * q2
     assert tight > 0
+    assert bounds.sets.patterns_bounded > 0 or not bounds._pending
 
 
 def test_only_whole_fiber_groups_under_auto_are_set_decided() -> None:
