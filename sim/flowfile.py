@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sim.engine import Compute, Flow, simulate
+from sim.engine import Compute, Flow, run_nodes
 from sim.errors import SimError
 from sim.topology import Slice, load_slice, make_slice
 
@@ -290,10 +290,16 @@ def replay(doc: Any) -> dict[str, Any]:
     """Simulate a decoded flow document and build the output document."""
     slice_, flows, order = parse_flow_document(doc)
     nodes: list[Flow | Compute] = list(flows)
-    result = simulate(slice_, nodes, routing_order=order)
+    # simulate()'s numbers, read off the core's arrays (every node is a flow):
+    # its per-flow and per-link records would cost more than this whole loop.
+    problem, out = run_nodes(slice_, nodes, routing_order=order)
+    finish = out.finish_s
     return {
-        "flows": {rec.id: {"start": rec.release_s, "finish": rec.finish_s} for rec in result.flows},
-        "makespan": result.makespan_s,
+        "flows": {
+            fid: {"start": start, "finish": end}
+            for fid, start, end in zip(problem.ids, out.release_s, finish, strict=True)
+        },
+        "makespan": float(max(finish, default=0.0)),
     }
 
 
