@@ -374,6 +374,9 @@ def _json_float(x: float) -> str:
     return float.__repr__(x)
 
 
+_FLOW_TEXT = '    %s: {\n      "start": %r,\n      "finish": %r\n    }'
+
+
 def format_output(output: dict[str, Any]) -> str:
     """``json.dumps(output, indent=2) + "\\n"`` for :func:`replay`'s output, written directly.
 
@@ -385,11 +388,20 @@ def format_output(output: dict[str, Any]) -> str:
     if not flows:
         return json.dumps(output, indent=2) + "\n"
     key = json.encoder.encode_basestring_ascii
-    body = ",\n".join(
-        f'    {key(fid)}: {{\n      "start": {_json_float(v["start"])},\n'
-        f'      "finish": {_json_float(v["finish"])}\n    }}'
-        for fid, v in flows.items()
-    )
+    times = list(flows.values())
+    starts, finishes = [v["start"] for v in times], [v["finish"] for v in times]
+    if all(map(math.isfinite, starts)) and all(map(math.isfinite, finishes)):
+        # Finite floats print as repr, so %-formatting does them in C, and
+        # _json_float (a call per number) is only for the odd NaN or infinity.
+        body = ",\n".join(
+            map(_FLOW_TEXT.__mod__, zip(map(key, flows), starts, finishes, strict=True))
+        )
+    else:
+        body = ",\n".join(
+            f'    {key(fid)}: {{\n      "start": {_json_float(v["start"])},\n'
+            f'      "finish": {_json_float(v["finish"])}\n    }}'
+            for fid, v in flows.items()
+        )
     makespan = _json_float(output["makespan"])
     return f'{{\n  "flows": {{\n{body}\n  }},\n  "makespan": {makespan}\n}}\n'
 
