@@ -177,8 +177,11 @@ def _dependencies(
     Children are listed in node order, each parent's ``after`` read in the
     position order of its entries (the order the engine releases them in).
     """
-    waiting: list[int] = []
     children: list[list[int]] = [[] for _ in nodes]
+    afters = [nd.after for nd in nodes]
+    if set(map(type, afters)) <= {tuple, list} and not any(afters):
+        return [0] * len(nodes), children  # every after empty: nothing to check or count
+    waiting: list[int] = []
     for i, node in enumerate(nodes):
         after = node.after
         if isinstance(after, str) or not isinstance(after, tuple | list):
