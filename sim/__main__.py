@@ -9,6 +9,7 @@ Bad input exits with status 2 and one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -54,6 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         print(demo_report())
         return 0
+    # The run allocates ~10 objects per flow and frees none of them until it
+    # ends, and none form cycles: the cyclic collector would only rescan them
+    # (~5 % of a 10,000-flow run). As it was before returning (tests call main).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         output = replay(read_flow_file(args.file))
     except SimError as exc:  # the message names the field; the line names the file too
@@ -66,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"{args.file!r} is nested too deeply to be a flow file")
     except MemoryError:
         return _fail(f"{args.file!r} is too large to replay in this machine's memory")
+    finally:
+        if collecting:
+            gc.enable()
     text = format_output(output)
     if args.out is None:
         sys.stdout.write(text)

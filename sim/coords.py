@@ -24,10 +24,11 @@ from __future__ import annotations
 import numbers
 import sys
 from collections.abc import Iterable, Sequence
+from itertools import chain
 
 from sim.errors import RoutingError, SimError
 
-__all__ = ["Coord", "as_coord", "is_index", "on_shape"]
+__all__ = ["Coord", "all_plain", "as_coord", "is_index", "on_shape"]
 
 Coord = tuple[int, ...]
 
@@ -80,3 +81,25 @@ def as_coord(
             f"float or bool) with 0 <= c < n, e.g. {example!r}"
         )
     return tuple(int(c) for c in entries)
+
+
+def all_plain(coords: Sequence[Sequence[int]], shape: Sequence[int], container: type) -> bool:
+    """True when every one of ``coords`` is a ``container`` (list or tuple) of plain
+    ``int`` on ``shape`` -- :func:`as_coord`'s fast path for a whole list at once.
+
+    Sets of types and per-dimension minima and maxima: C loops, no Python call
+    per coordinate (for the 20,000 endpoints of a 10,000-flow file). False
+    says only that some coordinate needs the one-by-one checks.
+
+    >>> all_plain([(0, 1), (1, 3)], (2, 4), tuple), all_plain([(0, 4)], (2, 4), tuple)
+    (True, False)
+    """
+    nd = len(shape)
+    if not set(map(type, coords)) <= {container} or not set(map(len, coords)) <= {nd}:
+        return False
+    flat = list(chain.from_iterable(coords))
+    if not flat:
+        return True
+    if not set(map(type, flat)) <= {int}:
+        return False
+    return all(min(flat[d::nd]) >= 0 and max(flat[d::nd]) < n for d, n in enumerate(shape))

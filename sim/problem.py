@@ -67,6 +67,8 @@ def build_problem(
     ordering = check_order(slice_, order)
     pools = channels(slice_)
     chan = pools.channel_of
+    # Without pooled cables a link is its own channel: its route is its channels.
+    same = chan == tuple(range(len(chan)))
     # Endpoints are canonical int tuples (validate_graph): (0.0, 0) never
     # reaches the route cache, where it would equal (0, 0).
     routes: dict[object, tuple[tuple[int, ...], tuple[int, ...]]] = {}
@@ -88,7 +90,7 @@ def build_problem(
             got = routes.get(key)
             if got is None:
                 ids = link_ids(slice_, key[0], key[1], ordering)
-                got = routes[key] = (ids, tuple(chan[k] for k in ids))
+                got = routes[key] = (ids, ids if same else tuple(chan[k] for k in ids))
             link_routes.append(got[0])
             route_chan.extend(got[1])
             is_flow.append(1)

@@ -157,23 +157,41 @@ def link_ids(slice_: Slice, src: Coord, dst: Coord, ordering: tuple[int, ...]) -
     if cached is not None:
         return cached
     table, strides = _link_table(slice_)
-    dims = slice_.num_dims
-    shape = slice_.shape
-    cur = list(src)
+    segments = slice_._cache.setdefault("segments", {})
+    # A route is one straight segment per dimension, each from the chip the
+    # previous ones reached: segments repeat across routes (an 8x8 mesh's
+    # 3,700 routes of 10,000 random flows share 1,000 segments).
     chip = sum(c * s for c, s in zip(src, strides, strict=True))
-    ids: list[int] = []
+    result: tuple[int, ...] = ()
     for dim in ordering:
-        n = shape[dim]
-        direction, count = _steps(n, cur[dim], dst[dim], slice_.wraparound[dim])
-        side = 0 if direction == 1 else 1
-        for _ in range(count):
-            ids.append(table[(chip * dims + dim) * 2 + side])
-            pos = (cur[dim] + direction) % n
-            chip += (pos - cur[dim]) * strides[dim]
-            cur[dim] = pos
-    result = tuple(ids)
+        a, b = src[dim], dst[dim]
+        if a == b:
+            continue
+        seg_key = (chip, dim, b)
+        seg = segments.get(seg_key)
+        if seg is None:
+            seg = segments[seg_key] = _segment(slice_, table, strides[dim], chip, dim, a, b)
+        result += seg
+        chip += (b - a) * strides[dim]
     slice_._cache[key] = result
     return result
+
+
+def _segment(
+    slice_: Slice, table: list[int], stride: int, chip: int, dim: int, a: int, b: int
+) -> tuple[int, ...]:
+    """The link ids from chip number ``chip`` (coordinate ``a`` along ``dim``) to ``b``."""
+    n = slice_.shape[dim]
+    direction, count = _steps(n, a, b, slice_.wraparound[dim])
+    side = 0 if direction == 1 else 1
+    dims = slice_.num_dims
+    ids: list[int] = []
+    for _ in range(count):
+        ids.append(table[(chip * dims + dim) * 2 + side])
+        pos = (a + direction) % n
+        chip += (pos - a) * stride
+        a = pos
+    return tuple(ids)
 
 
 def route_link_ids(
