@@ -43,75 +43,62 @@ static void pairs_drop(pair_list *p, int i) {
     p->cnt[i] = p->cnt[p->n];
 }
 
-/* -- the links by level: an indexed 8-ary heap of (key[lk], lk), lowest first ---
+/* -- the links by level: least keys per block of BLOCK links ---------------------
  *
  * The Python twin pushes (key, lk) on every change and skips stale entries
- * when popped; here each unsaturated link sits in the heap once and moves in
- * place when its key changes (~13 links a freeze, most a step or two). Both
- * pop the least (key, lk) among the current keys, so the filling goes in the
- * same order (an INFINITY key sinks: Python never pushes one). */
+ * when popped; here key[] (padded with INFINITY to whole blocks) is scanned by
+ * blocks: bmin[b] is the least key of block b, exact unless bdirty[b] (its
+ * least key rose: a freeze raised it, or it saturated), then recomputed at the
+ * next pop. Both pop the least (key, lk) among the current keys -- the first
+ * block holding the least key, its first link with it -- so the filling goes
+ * in the same order (INFINITY: saturated, or no flow left to freeze).
+ * Why not a heap: a freeze raises ~10 keys, each a sift with unpredictable
+ * branches; here it is a compare, and a pop scans m / BLOCK block minima and
+ * the few blocks marked (simulate on the dense case, 224 links: 0.31 CPU s
+ * against 0.44 with an indexed 8-ary heap; docs/simulator.md). */
+#define BLOCK 16
 
-/* Children per node: a key that grows (nearly every change: a freeze elsewhere
- * raises a link's level) sinks through fewer levels of a wider heap; on the
- * dense case 8 beats 4 by ~3 % and 2 by ~15 % (benchmarks/sim_bench.py). */
-#define ARITY 8
-
-/* Entry i of the heap against link lk with key y: (hkey, heap) as (key, lk).
- * hkey[i] is key[heap[i]], kept beside the heap so that a node's children are
- * compared in one contiguous run. */
-static int at_less(const classes_t *c, int i, double y, int lk) {
-    double x = c->hkey[i];
-    if (x != y) return x < y;
-    return c->heap[i] < lk;
+/* The least of block b's keys, without a branch. */
+static double block_min(const double *key, int b) {
+    const double *k = key + BLOCK * b;
+    double a[BLOCK / 2];
+    for (int i = 0; i < BLOCK / 2; i++) a[i] = k[2 * i] < k[2 * i + 1] ? k[2 * i] : k[2 * i + 1];
+    for (int w = BLOCK / 4; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) a[i] = a[i] < a[i + w] ? a[i] : a[i + w];
+    return a[0];
 }
 
-static void lheap_place(classes_t *c, int i, int lk, double y) {
-    c->heap[i] = lk;
-    c->hkey[i] = y;
-    c->hpos[lk] = i;
+/* key[lk] changed from was to y (lk unsaturated). */
+static void set_key(classes_t *c, int lk, double was, double y) {
+    int b = lk / BLOCK;
+    c->key[lk] = y;
+    if (c->bdirty[b]) return;
+    if (y < c->bmin[b])
+        c->bmin[b] = y;
+    else if (was == c->bmin[b] && y != was)
+        c->bdirty[b] = 1;
 }
 
-static void lheap_down(classes_t *c, int i) {
-    int lk = c->heap[i];
-    double y = c->key[lk];
-    while (1) {
-        int first = ARITY * i + 1;
-        if (first >= c->heap_n) break;
-        int end = first + ARITY < c->heap_n ? first + ARITY : c->heap_n, child = first;
-        for (int j = first + 1; j < end; j++)
-            if (at_less(c, j, c->hkey[child], c->heap[child])) child = j;
-        if (!at_less(c, child, y, lk)) break;
-        lheap_place(c, i, c->heap[child], c->hkey[child]);
-        i = child;
+/* The unsaturated link with the least (key, lk), saturated now: its key goes
+ * to INFINITY; -1 when every key is INFINITY. */
+static int least_link(classes_t *c) {
+    double best = INFINITY;
+    int at = -1;
+    for (int b = 0; b < c->nblk; b++) {
+        if (c->bdirty[b]) {
+            c->bmin[b] = block_min(c->key, b);
+            c->bdirty[b] = 0;
+        }
+        if (c->bmin[b] < best) {
+            best = c->bmin[b];
+            at = b;
+        }
     }
-    lheap_place(c, i, lk, y);
-}
-
-/* A key that changed either way: up, or else down. */
-static void lheap_sift(classes_t *c, int i) {
-    int lk = c->heap[i], start = i;
-    double y = c->key[lk];
-    while (i > 0) {
-        int parent = (i - 1) / ARITY;
-        if (at_less(c, parent, y, lk) || (c->hkey[parent] == y && c->heap[parent] == lk)) break;
-        lheap_place(c, i, c->heap[parent], c->hkey[parent]);
-        i = parent;
-    }
-    if (i != start)
-        lheap_place(c, i, lk, y);
-    else
-        lheap_down(c, i);
-}
-
-static int lheap_pop(classes_t *c) {
-    int top = c->heap[0];
-    c->hpos[top] = -1;
-    int last = c->heap[--c->heap_n];
-    if (c->heap_n > 0) {
-        lheap_place(c, 0, last, c->key[last]);
-        lheap_down(c, 0);
-    }
-    return top;
+    if (at < 0) return -1;
+    int lk = BLOCK * at;
+    while (c->key[lk] != best) lk++;
+    c->bdirty[at] = 1;
+    return lk;
 }
 
 /* -- the classes (ClassFilling: _count, _join, _drop, _release, _split, _merge) -- */
@@ -262,16 +249,16 @@ classes_t *classes_build(const share_t *s, double now) {
     c->canon_at = calloc(M, sizeof(int64_t));
     c->res = calloc(M, sizeof(double));
     c->nun = calloc(M, sizeof(int));
-    c->key = malloc(M * sizeof(double));
+    c->nblk = (int)((M + BLOCK - 1) / BLOCK);
+    c->key = malloc((size_t)c->nblk * BLOCK * sizeof(double));
     c->lev = calloc(M, sizeof(double));
-    c->heap = malloc(M * sizeof(int));
-    c->hpos = malloc(M * sizeof(int));
-    c->hkey = malloc(M * sizeof(double));
+    c->bmin = malloc((size_t)c->nblk * sizeof(double));
+    c->bdirty = calloc((size_t)c->nblk, 1);
     int *of_link = malloc(M * sizeof(int));
     if (clocks_alloc(c) < 0 || !c->cls || !c->members || !c->fp || !c->lc || !c->free_ids || !c->old_rate ||
         !c->old_at || !c->frozen || !c->new_rate || !c->new_at || !c->done || !c->canon ||
         !c->canon_at || !c->res || !c->nun || !c->key || !c->lev || !of_link || !c->mem_pos ||
-        !c->heap || !c->hpos || !c->hkey) {
+        !c->bmin || !c->bdirty) {
         free(of_link);
         classes_free(c);
         return NULL;
@@ -338,9 +325,8 @@ void classes_free(classes_t *c) {
     free(c->nun);
     free(c->key);
     free(c->lev);
-    free(c->heap);
-    free(c->hpos);
-    free(c->hkey);
+    free(c->bmin);
+    free(c->bdirty);
     free(c->lk_cls);
     free(c->lk_cnt);
     ivec_free(&c->scratch);
@@ -362,13 +348,9 @@ static void freeze(classes_t *c, int k, int lk, double x) {
         c->res[m] = r;
         int u = c->nun[m] - n;
         c->nun[m] = u;
-        /* nun 0: every flow on m froze elsewhere, m never saturates (it sinks). */
+        /* nun 0: every flow on m froze elsewhere, m never saturates (INFINITY). */
         double y = u > 0 ? r / (double)u : INFINITY, was = c->key[m];
-        c->key[m] = y;
-        if (y > was)
-            lheap_down(c, c->hpos[m]); /* the usual case: flows below m's level left it */
-        else if (y < was)
-            lheap_sift(c, c->hpos[m]); /* rounding */
+        set_key(c, m, was, y);
     }
 }
 
@@ -405,24 +387,25 @@ static void saturate_classes(classes_t *c, int lk, double x) {
 
 static void fill_classes(classes_t *c, const int *users_n) {
     int64_t epoch = ++c->epoch;
-    c->heap_n = 0;
     c->order.n = 0;
-    for (int lk = 0; lk < c->m; lk++) {
-        int on = users_n[lk];
-        c->hpos[lk] = -1;
+    for (int lk = 0; lk < c->nblk * BLOCK; lk++) {
+        int on = lk < c->m ? users_n[lk] : 0;
+        c->key[lk] = INFINITY; /* no flow: never saturates */
         if (on) {
             double cap = c->capacity[lk];
             c->res[lk] = cap;
             c->nun[lk] = on;
             c->key[lk] = cap / (double)on;
-            lheap_place(c, c->heap_n++, lk, c->key[lk]);
         }
     }
-    for (int i = c->heap_n > 1 ? (c->heap_n - 2) / ARITY : -1; i >= 0; i--) lheap_down(c, i);
+    for (int b = 0; b < c->nblk; b++) {
+        c->bmin[b] = block_min(c->key, b);
+        c->bdirty[b] = 0;
+    }
     double at = 0.0;
-    while (c->heap_n && c->key[c->heap[0]] < INFINITY && !c->nomem) {
-        int lk = lheap_pop(c);
+    for (int lk; !c->nomem && (lk = least_link(c)) >= 0;) {
         double y = c->key[lk];
+        c->key[lk] = INFINITY;
         /* Rounding can put a level a hair below the fill level reached. */
         double x = y > at ? y : at;
         at = x;

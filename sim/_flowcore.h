@@ -139,8 +139,9 @@ typedef struct {
     int64_t *done, *canon_at;
     int *canon, *nun;
     double *res, *key, *lev;
-    int *heap, *hpos, heap_n; /* unsaturated links by (key, lk); each one's place */
-    double *hkey;             /* hkey[i]: key[heap[i]] */
+    int nblk;               /* key[] in blocks of links (_flowclass.c: BLOCK) ... */
+    double *bmin;           /* ... each one's least key ... */
+    unsigned char *bdirty;  /* ... unless marked: recomputed at the next pop */
     int *lk_cls, *lk_cnt, lk_room; /* a copy of one link's classes */
     ivec scratch, order;
     int nomem;
