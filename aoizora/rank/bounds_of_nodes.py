@@ -242,10 +242,12 @@ class NodeBounds:
                 durations[sh.collective.id] = self.sets.placed_bound(
                     sh.collective, self._span_key[sh.collective.id], node, sh.span
                 )
-            elif pending_bounds and self._span_key.get(sh.collective.id) in pending_bounds:
+            elif (
+                pending_bounds
+                and (span_key := self._span_key.get(sh.collective.id)) in pending_bounds
+            ):
                 durations[sh.collective.id] = max(
-                    pending_bounds[self._span_key[sh.collective.id]],
-                    self._unplaced_bound(sh, pending, step),
+                    pending_bounds[span_key], self._unplaced_bound(sh, pending, step)
                 )
             elif sh.span <= placed:
                 durations[sh.collective.id] = self._units_bound(sh, grid, rows)

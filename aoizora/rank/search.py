@@ -90,7 +90,7 @@ NODE_OVERHEAD = 6_000
 REPLAY_COST = 100  # an exact replay costs this many bounded nodes of its program
 # A node whose pending axis's orders its bound visits (rank.set_bounds.pending_bounds)
 # pays ORDER_COST an order visited and NODE_OVERHEAD a pattern bounded: ~60 us and ~1 ms
-# on this machine (docs/placements.md, "Bounds over a pending axis's orders").
+# on this machine (docs/placements.md, bound 4, "Pending-axis orders").
 ORDER_COST = 350
 
 
@@ -359,7 +359,7 @@ class _Search:
         is bounded at one hop), so on a big tree best-first alone widens the top
         levels and replays nothing; a good incumbent from the probes proves more
         of the tree worse and is the answer if a deadline stops the search. The
-        probes are extra placements: counted in the job's total, replayed once.
+        probes are extra placements: counted in the job's total when replayed, once.
         """
         out: list[tuple[float, Leaf]] = []
         for j, st in enumerate(self.states):

@@ -194,7 +194,7 @@ class SetBounds:
         self.net = net
         self.algorithm = algorithm
         self._cache: dict[tuple[object, ...], float] = {}
-        # What pending_bound has done (the search charges it to its work budget).
+        # What pending_bounds has done (the search charges it to its work budget).
         self.orders_visited = 0
         self.patterns_bounded = 0
         positions = np.indices(space.shape).reshape(len(space.shape), -1).T
