@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "plan",
     "export",
     "measure",
+    "explain",
     "whatif",
     "serve",
     "validate",

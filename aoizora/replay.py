@@ -83,6 +83,8 @@ __all__ = [
     "algorithm_for",
     "collective_link_bytes",
     "collective_plan",
+    "attention_family",
+    "is_attention_call",
     "step_delays_s",
     "ReplayResult",
     "network_footprint",
@@ -167,6 +169,27 @@ def _shapes(node: OpaqueNode) -> list[tuple[int, ...]]:
     return [s.dims for s in node.operand_shapes if not s.is_tuple]
 
 
+def is_attention_call(label: str) -> bool:
+    """Whether a custom call whose name, op_name and target are ``label`` is an attention
+    kernel (it mentions splash, flash, attention, mha, mqa or gqa).
+
+    >>> is_attention_call("splash_mha_fwd_segmented_no_residuals.12"), is_attention_call("gemm")
+    (True, False)
+    """
+    return _ATTENTION_RE.search(label) is not None
+
+
+def attention_family(label: str) -> str:
+    """The kernel family an attention call's name, op_name and target name: ``splash`` for
+    jax's Pallas splash kernel (``splash_mha_fwd...``), else "" (the generation's default
+    kernel prices it).
+
+    >>> attention_family("splash_mha_fwd_segmented_no_residuals.12"), attention_family("mha")
+    ('splash', '')
+    """
+    return "splash" if "splash" in label.lower() else ""
+
+
 def opaque_work(node: OpaqueNode) -> Work:
     """What a custom call (e.g. a Pallas kernel) does, by a documented rule.
 
@@ -185,12 +208,13 @@ def opaque_work(node: OpaqueNode) -> Work:
     >>> q = Shape("bf16", (1, 12, 4096, 128))
     >>> n = OpaqueNode(0, "splash", "tpu_custom_call", "splash_mha_fwd", "e", 1, 0,
     ...                (q, q, q), q, 1, ())
-    >>> opaque_work(n).attention
-    (Attention(lead=12, q_length=4096, kv_length=4096, head_dim=128, value_dim=128),)
+    >>> opaque_work(n).attention  # doctest: +NORMALIZE_WHITESPACE
+    (Attention(lead=12, q_length=4096, kv_length=4096, head_dim=128, value_dim=128,
+               block_q=0, block_kv=0, kernel='splash'),)
     """
     nbytes = sum(s.size_bytes for s in node.operand_shapes) + node.result_shape.size_bytes
     label = f"{node.name} {node.op_name} {node.target}"
-    if _ATTENTION_RE.search(label):
+    if is_attention_call(label):
         # q, k, v: the first floating-point operands of rank >= 3 with one head dim.
         qkv = [
             s.dims for s in node.operand_shapes
@@ -199,7 +223,11 @@ def opaque_work(node: OpaqueNode) -> Work:
         if len(qkv) >= 2 and qkv[0][-1] == qkv[1][-1]:
             q, k = qkv[0], qkv[1]
             dv = qkv[2][-1] if len(qkv) >= 3 and qkv[2][-2] == k[-2] else q[-1]
-            att = Attention(math.prod(q[:-2]), q[-2], k[-2], q[-1], dv)
+            bq, bkv = node.blocks or (0, 0)
+            att = Attention(
+                math.prod(q[:-2]), q[-2], k[-2], q[-1], dv, block_q=bq, block_kv=bkv,
+                kernel=attention_family(label),
+            )  # fmt: skip
             return Work(attention=(att,), hbm_bytes=nbytes)
     shapes = _shapes(node)
     if len(shapes) >= 2 and not node.result_shape.is_tuple:
@@ -220,8 +248,11 @@ def opaque_cost_s(node: OpaqueNode, chip: Chip) -> float:
     >>> n = OpaqueNode(0, "splash", "tpu_custom_call", "splash_mha_fwd", "e", 1, 0,
     ...                (q, q, q), q, 1, ())
     >>> chip = load_chip("v5e")
-    >>> t = opaque_cost_s(n, chip)  # 4*12*4096^2*128 FLOPs at the attention kernel's rate
-    >>> round(t * chip.bf16_flops_per_s * chip.compute.attention_eff / 4 / 12 / 4096**2 / 128, 6)
+    >>> t = opaque_cost_s(n, chip)  # 4*12*4096^2*128 FLOPs at the splash kernel's rate
+    >>> params = chip.compute
+    >>> eff = dict(params.attention_efficiency)["splash"]
+    >>> flops = 4 * 12 * 4096**2 * 128
+    >>> round((t - params.kernel_overhead_s) * chip.bf16_flops_per_s * eff / flops, 6)
     1.0
     """
     return chip.compute_model().time_s(opaque_work(node))

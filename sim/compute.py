@@ -126,6 +126,19 @@ class Attention:
     kv_length: int
     head_dim: int
     value_dim: int
+    # The kernel's q and kv blocks (0: not known) and its family ("": not known), as
+    # the compiled custom call says (aoizora.replay.opaque_work); they price its grid.
+    block_q: int = 0
+    block_kv: int = 0
+    kernel: str = ""
+
+    def grid(self) -> tuple[float, float]:
+        """(grid steps, q blocks) of a blocked kernel: ``lead * ceil(Sq/bq) * ceil(Skv/bkv)``
+        (q block, kv block) pairs, ``lead * ceil(Sq/bq)`` q blocks; (0, 0) unblocked."""
+        if self.block_q <= 0 or self.block_kv <= 0:
+            return 0.0, 0.0
+        q_blocks = self.lead * math.ceil(self.q_length / self.block_q)
+        return q_blocks * math.ceil(self.kv_length / self.block_kv), q_blocks
 
     @property
     def matmuls(self) -> tuple[Matmul, Matmul]:
@@ -151,6 +164,8 @@ class Work:
     attention: tuple[Attention, ...] = ()
     other_flops: float = 0.0
     hbm_bytes: float = 0.0
+    onchip_bytes: float = 0.0  # bytes read and written in the core's on-chip memory
+    onchip_copy_bytes: float = 0.0  # the same, by a copy or transpose (a relayout)
 
     @property
     def flops(self) -> float:
@@ -167,6 +182,8 @@ class Work:
             self.attention + other.attention,
             self.other_flops + other.other_flops,
             self.hbm_bytes + other.hbm_bytes,
+            self.onchip_bytes + other.onchip_bytes,
+            self.onchip_copy_bytes + other.onchip_copy_bytes,
         )
 
 
@@ -185,6 +202,15 @@ class ComputeParams:
     attention_efficiency: tuple[tuple[str, float], ...] = (("ideal", 1.0),)
     attention_kernel: str = "ideal"
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    # Measured on a chip where a table says so (absent: 0 / infinite, the bare roofline).
+    kernel_overhead_s: float = 0.0
+    onchip_bandwidth_bytes_per_s: float = math.inf
+    onchip_copy_bandwidth_bytes_per_s: float = math.inf
+    # (kernel, seconds per grid step, seconds per q block) of blocked attention kernels
+    attention_grid: tuple[tuple[str, float, float], ...] = ()
+    # True once a measurement or the user named the kernel (with_kernel): it then prices
+    # every attention call; else a call's own kernel family does, when it has an efficiency
+    attention_kernel_pinned: bool = False
 
     @property
     def kernels(self) -> tuple[str, ...]:
@@ -204,7 +230,7 @@ class ComputeParams:
         ...
         sim.errors.TopologyError: attention kernel 'tokamax' has no efficiency here; ...
         """
-        if kernel is None or kernel == self.attention_kernel:
+        if kernel is None:
             return self
         if kernel not in self.kernels:
             raise TopologyError(
@@ -212,7 +238,28 @@ class ComputeParams:
                 f"{', '.join(self.kernels)} (add it under [compute.attention_efficiency] of "
                 "the generation's topology file, or fit it with aoizora calibrate --steps)"
             )
-        return replace(self, attention_kernel=kernel)
+        return replace(self, attention_kernel=kernel, attention_kernel_pinned=True)
+
+    def kernel_for(self, attention: Attention) -> str:
+        """The kernel version that prices ``attention``: the pinned one, else the call's own
+        family when it has an efficiency here, else the generation's default.
+
+        >>> p = ComputeParams(attention_efficiency=(("custom", 0.8), ("splash", 0.6)),
+        ...                   attention_kernel="custom")
+        >>> a = Attention(1, 512, 512, 128, 128, kernel="splash")
+        >>> p.kernel_for(a), p.with_kernel("custom").kernel_for(a)
+        ('splash', 'custom')
+        """
+        if not self.attention_kernel_pinned and attention.kernel in self.kernels:
+            return attention.kernel
+        return self.attention_kernel
+
+    def grid_overheads(self, kernel: str) -> tuple[float, float]:
+        """(seconds per grid step, seconds per q block) of ``kernel`` (0, 0 if unmeasured)."""
+        for name, step_s, q_block_s in self.attention_grid:
+            if name == kernel:
+                return step_s, q_block_s
+        return 0.0, 0.0
 
     def with_efficiencies(self, values: Mapping[str, float]) -> ComputeParams:
         """These parameters with some attention efficiencies replaced (calibration)."""
@@ -228,6 +275,11 @@ class ComputeParams:
             self.hbm_efficiency,
             self.attention_efficiency,
             self.attention_kernel,
+            self.kernel_overhead_s,
+            self.onchip_bandwidth_bytes_per_s,
+            self.onchip_copy_bandwidth_bytes_per_s,
+            self.attention_grid,
+            self.attention_kernel_pinned,
         )
 
 
@@ -243,22 +295,53 @@ class ComputeModel:
     hbm_bandwidth_bytes_per_s: float
     params: ComputeParams = IDEAL
 
+    def attention_s(self, attention: Attention) -> float:
+        """One attention call: its padded FLOPs at its kernel's efficiency, plus the kernel's
+        measured cost per grid step and per q block when its blocks are known."""
+        p = self.params
+        kernel = p.kernel_for(attention)
+        eff = dict(p.attention_efficiency)[kernel]
+        seconds = attention.padded_flops(p.mxu_tile) / (self.peak_flops_per_s * eff)
+        step_s, q_block_s = p.grid_overheads(kernel)
+        if step_s or q_block_s:
+            steps, q_blocks = attention.grid()
+            seconds += steps * step_s + q_blocks * q_block_s
+        return seconds
+
     def mxu_s(self, work: Work) -> float:
         """The time of ``work``'s matmuls and attention at their achieved MXU rates."""
         p = self.params
         mm = sum(m.padded_flops(p.mxu_tile) for m in work.matmuls)
-        att = sum(a.padded_flops(p.mxu_tile) for a in work.attention)
-        peak = self.peak_flops_per_s
-        return mm / (peak * p.matmul_efficiency) + att / (peak * p.attention_eff)
+        att = sum(self.attention_s(a) for a in work.attention)
+        return mm / (self.peak_flops_per_s * p.matmul_efficiency) + att
 
     def hbm_s(self, work: Work) -> float:
-        """The time of ``work``'s HBM traffic at the achieved bandwidth."""
-        return work.hbm_bytes / (self.hbm_bandwidth_bytes_per_s * self.params.hbm_efficiency)
+        """The time of ``work``'s HBM traffic at the achieved bandwidth. A generation whose
+        on-chip rates were never measured moves its on-chip bytes at this rate too (the
+        model before on-chip memory was measured, which its other values were fitted with)."""
+        p = self.params
+        nbytes = work.hbm_bytes
+        if math.isinf(p.onchip_bandwidth_bytes_per_s):
+            nbytes += work.onchip_bytes
+        if math.isinf(p.onchip_copy_bandwidth_bytes_per_s):
+            nbytes += work.onchip_copy_bytes
+        return nbytes / (self.hbm_bandwidth_bytes_per_s * p.hbm_efficiency)
+
+    def onchip_s(self, work: Work) -> float:
+        """The time of ``work``'s on-chip traffic: element-wise and copies at their measured
+        rates (0 where unmeasured: :meth:`hbm_s` then counts them)."""
+        p = self.params
+        return (
+            work.onchip_bytes / p.onchip_bandwidth_bytes_per_s
+            + work.onchip_copy_bytes / p.onchip_copy_bandwidth_bytes_per_s
+        )
 
     def time_s(self, work: Work) -> float:
-        """``max(mxu_s + vector_s, hbm_s)``: one kernel, compute or memory bound."""
+        """``max(mxu_s + vector_s, hbm_s, onchip_s) + kernel overhead``: one kernel, bound
+        by compute, HBM or on-chip memory, plus its fixed cost."""
         vector_s = work.other_flops / self.peak_flops_per_s
-        return max(self.mxu_s(work) + vector_s, self.hbm_s(work))
+        bound = max(self.mxu_s(work) + vector_s, self.hbm_s(work), self.onchip_s(work))
+        return bound + self.params.kernel_overhead_s
 
 
 def compute_model_of(chip: Any) -> ComputeModel:
@@ -342,4 +425,63 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
             f"{path}: [compute] attention_kernel = {kernel!r} is not listed under "
             f"[compute.attention_efficiency] (listed: {', '.join(k for k, _ in eff)})"
         )
-    return ComputeParams(tile, mm, hbm, tuple(eff), kernel, tuple(sources))
+    measured = {
+        key: _positive(value(key), key, path, allow_zero=key == "kernel_overhead_s")
+        for key in _OPTIONAL_KEYS
+        if key in data
+    }
+    grid = _attention_grid(data.get("attention_grid"), dict(eff), path, sources)
+    return ComputeParams(
+        tile, mm, hbm, tuple(eff), kernel, tuple(sources),
+        kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
+        onchip_bandwidth_bytes_per_s=measured.get("onchip_bandwidth_bytes_per_s", math.inf),
+        onchip_copy_bandwidth_bytes_per_s=measured.get(
+            "onchip_copy_bandwidth_bytes_per_s", math.inf
+        ),
+        attention_grid=grid,
+    )  # fmt: skip
+
+
+# Optional [compute] keys: what a chip measured with ``aoizora measure --kernels`` and
+# profiled steps adds to the roofline (docs/simulator.md, "Compute model").
+_OPTIONAL_KEYS = (
+    "kernel_overhead_s",
+    "onchip_bandwidth_bytes_per_s",
+    "onchip_copy_bandwidth_bytes_per_s",
+)
+
+
+def _positive(value: Any, key: str, path: Path, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TopologyError(f"{path}: [compute] {key} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        least = ">= 0" if allow_zero else "> 0"
+        raise TopologyError(f"{path}: [compute] {key} = {value!r} must be {least}, e.g. 1e-06")
+    return float(value)
+
+
+def _attention_grid(
+    table: Any, eff: Mapping[str, float], path: Path, sources: list[tuple[str, str]]
+) -> tuple[tuple[str, float, float], ...]:
+    """``[compute.attention_grid]``: per kernel, ``{ step_overhead_s = ..,
+    q_block_overhead_s = .., source = ".." }`` -- a blocked kernel's cost per grid step
+    and per q block beyond its FLOPs."""
+    if table is None:
+        return ()
+    if not isinstance(table, dict):
+        raise TopologyError(f"{path}: [compute.attention_grid] must be a table of kernels")
+    out = []
+    for name, entry in table.items():
+        keys = ("step_overhead_s", "q_block_overhead_s", "source")
+        if name not in eff or not isinstance(entry, dict) or set(entry) != set(keys):
+            raise TopologyError(
+                f"{path}: [compute.attention_grid] {name} must name a kernel of "
+                f"[compute.attention_efficiency] ({', '.join(eff)}) and hold exactly "
+                f"{', '.join(keys)}, e.g. splash = {{ step_overhead_s = 4e-07, "
+                f'q_block_overhead_s = 2e-07, source = "..." }}'
+            )
+        step = _positive(entry["step_overhead_s"], f"attention_grid.{name}", path, allow_zero=True)
+        qb = _positive(entry["q_block_overhead_s"], f"attention_grid.{name}", path, allow_zero=True)
+        sources.append((f"compute.attention_grid.{name}", str(entry["source"])))
+        out.append((str(name), step, qb))
+    return tuple(out)

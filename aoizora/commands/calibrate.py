@@ -17,6 +17,15 @@ compiled for its slice (cached under --cache-dir) and replayed
 (aoizora/studies/calibration_steps.py).
 
     aoizora calibrate validation/measurements.csv --generation tpu7x --steps --dry-run
+
+With ``--compute`` FILE is a kernels file of ``aoizora measure --kernels`` and the
+generation's whole ``[compute]`` table is fitted to it and to profiled steps
+(``--profiles DIR`` of ``aoizora measure --profile``; ``--rows`` picks the ones to fit,
+the rest only test): HBM efficiency, kernel overhead, splash attention, matmul
+efficiency and the on-chip rates (aoizora/studies/compute_fit.py, docs/validation.md).
+
+    aoizora calibrate validation/v5e/kernels.json --generation v5e --compute \
+        --profiles validation/v5e/profiles --rows m-24893bf72f-winner,... --dry-run
 """
 
 from __future__ import annotations
@@ -41,7 +50,14 @@ from aoizora.studies.calibration import (
     write_calibrated_topology,
 )
 from aoizora.studies.calibration_steps import StepFit, calibrate_steps, write_calibrated_steps
+from aoizora.studies.compute_fit import (
+    fit_compute,
+    load_profiled_steps,
+    read_kernels,
+    write_calibrated_compute,
+)
 from aoizora.studies.validation import check_tpu_rows, read_measurements
+from sim.chips import load_chip
 from sim.errors import SimError
 
 __all__ = ["format_fit", "format_step_fit", "register", "run"]
@@ -96,6 +112,18 @@ def register(subparsers: Any) -> None:
         help="fit attention-kernel efficiencies to the step rows (compiles each sharding)",
     )
     add_cache_argument(p)  # --steps compiles each step row's sharding, as validate does
+    p.add_argument(
+        "--compute",
+        action="store_true",
+        help="FILE is a kernels file (aoizora measure --kernels): fit the [compute] table",
+    )
+    p.add_argument("--profiles", default=None, metavar="DIR", help="with --compute: profiled steps")
+    p.add_argument(
+        "--rows",
+        default=None,
+        metavar="ID,ID",
+        help="with --compute: the profiled rows to fit (default: all in --profiles)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing calibrated file")
     p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
@@ -225,8 +253,36 @@ def _run_steps(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_compute(args: argparse.Namespace) -> int:
+    if not args.profiles:
+        raise AoizoraError(
+            "--compute needs --profiles DIR: the profiled steps the matmul and on-chip rates "
+            "are fitted to (aoizora measure --profile writes them), e.g. validation/v5e/profiles"
+        )
+    rows = None if args.rows is None else [r.strip() for r in args.rows.split(",") if r.strip()]
+    provenance, kernels = read_kernels(args.file)
+    steps = load_profiled_steps(args.profiles, rows=rows)
+    fit = fit_compute(load_chip(args.generation), kernels, steps, provenance=provenance,
+                      kernels_file=str(args.file))  # fmt: skip
+    out = None
+    if not args.dry_run:
+        out = write_calibrated_compute(fit, args.generation, _out_path(args), force=args.force)
+    if args.json:
+        values = [{"key": v.key, "value": v.value, "source": v.source} for v in fit.values]
+        data = {"values": values, "out": None if out is None else str(out)}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        for v in fit.values:
+            sys.stdout.write(f"{v.key:<45} {v.value:.6g}\n")
+        if out is not None:
+            sys.stdout.write(f"wrote {out}\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and write the calibrated topology file (unless --dry-run)."""
+    if args.compute:
+        return _run_compute(args)
     if args.steps:
         return _run_steps(args)
     rows = read_measurements(args.file)

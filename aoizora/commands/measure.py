@@ -3,6 +3,8 @@
     aoizora measure plan.json --out rows.csv [--top N] [--no-baselines] [--repeats R]
                     [--warmup W] [--collectives [--sizes 1MiB,16MiB] [--kinds all-gather]]
                     [--no-steps] [--backend tpu|cpu] [--distributed] [--restart] [--json]
+                    [--profile [--profile-steps N]]
+    aoizora measure --kernels [KINDS] [--out kernels.json] [--fit-out DIR]
 
 Times the plan's winner, its first N runners-up and its baselines (each compiled on the
 plan's mesh in its planned device order, with random weights; one denoising step,
@@ -16,12 +18,24 @@ asks for a dry run on host CPU devices (rows marked cpu, refused by validate).
 Multi-host slices: run the same command on every host with ``--distributed``
 (docs/measure.md). Exit code 0: all measured; 1: some target failed (the others are in
 the file); 2: bad input; 130: interrupted (the rows so far are in the file).
+
+``--profile`` also profiles each step (``--profile-steps`` more executions under
+``jax.profiler``) and saves, beside the rows (``rows.csv`` -> ``rows.profiles/``), the
+trace, the compiled HLO text that ran and the step explained op by op (``<row
+id>.explain.json``; ``aoizora explain`` reads the trace and HLO again anywhere).
+
+``--kernels`` times the compute model's microbenchmarks on one device instead of a plan
+(matmul, stream, transpose, reduce, attention, conv; docs/measure.md, "Kernels"): the
+samples go to ``--out`` (default ``kernels.json``) with their provenance, and the
+``[compute]`` table fitted to them is printed (``--fit-out DIR`` writes
+``DIR/<generation>.toml``, a topology file with it, for ``--topology-dir``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -51,8 +65,18 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("plan", metavar="PLAN.json", help="plan file written by aoizora plan")
-    p.add_argument("--out", default="measurements.csv", help="rows file (default %(default)s)")
+    p.add_argument(
+        "plan",
+        metavar="PLAN.json",
+        nargs="*",
+        help="plan file(s) written by aoizora plan; several are measured one after the other "
+        "into the same --out, in one process (the TPU is opened once)",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="rows file (default measurements.csv; with --kernels: kernels.json)",
+    )
     p.add_argument("--top", type=int, default=2, help="runners-up to time (default %(default)s)")
     p.add_argument("--no-baselines", action="store_true", help="do not time the baselines")
     p.add_argument("--no-steps", action="store_true", help="time no step (with --collectives)")
@@ -82,6 +106,29 @@ def register(subparsers: Any) -> None:
         help="multi-host slice: call jax.distributed.initialize() first (run on every host)",
     )
     p.add_argument("--restart", action="store_true", help="replace --out instead of resuming it")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile each step and explain it op by op (saved beside --out)",
+    )
+    p.add_argument(
+        "--profile-steps", type=int, default=1, help="steps to profile (default %(default)s)"
+    )
+    p.add_argument(
+        "--kernels",
+        nargs="?",
+        const="all",
+        default=None,
+        metavar="KINDS",
+        help="time the compute model's kernel microbenchmarks (all, or some of matmul, "
+        "stream, transpose, reduce, attention, conv) instead of a plan",
+    )
+    p.add_argument(
+        "--fit-out",
+        default=None,
+        metavar="DIR",
+        help="with --kernels: write DIR/<generation>.toml with the fitted [compute] table",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print what was measured as JSON")
     p.set_defaults(func=run)
@@ -111,6 +158,15 @@ def _check_counts(args: argparse.Namespace) -> None:
             raise MeasureError(f"{name} {value}: must be {least} or more, e.g. {name} 2")
     if args.repeats < 1:
         raise MeasureError(f"--repeats {args.repeats}: must be 1 or more, e.g. --repeats 10")
+    if args.profile_steps < 1:
+        raise MeasureError(
+            f"--profile-steps {args.profile_steps}: must be 1 or more, e.g. --profile-steps 2"
+        )
+    if args.kernels is None and not args.plan:
+        raise MeasureError(
+            "give the plan file to measure (aoizora measure plan.json), or --kernels to time "
+            "the compute model's microbenchmarks"
+        )
 
 
 @contextlib.contextmanager
@@ -137,7 +193,12 @@ def _start_backend(args: argparse.Namespace) -> None:
 
     from aoizora.plan import load_plan
 
-    plan = load_plan(args.plan)
+    if not args.plan:  # --kernels: one device
+        if args.backend == "cpu":
+            jax.config.update("jax_platforms", "cpu")
+        return
+    plans = [load_plan(p) for p in args.plan]
+    plan = max(plans, key=lambda p: p.num_devices)
     if args.backend == "cpu":
         flags = os.environ.get("XLA_FLAGS", "")
         if "xla_force_host_platform_device_count" not in flags:
@@ -166,6 +227,10 @@ def run(args: argparse.Namespace) -> int:
     _check_counts(args)
     sizes = parse_sizes(args.sizes)
     _start_backend(args)
+    if args.kernels is not None:
+        from aoizora.commands.measure_kernels import run_kernel_suite
+
+        return run_kernel_suite(args)
     from aoizora.measure.run import MeasureOptions, run_measure
     from aoizora.studies.validation.format import COLLECTIVE_KINDS
 
@@ -176,22 +241,61 @@ def run(args: argparse.Namespace) -> int:
         top=args.top, baselines=not args.no_baselines, steps=not args.no_steps,
         collectives=args.collectives, sizes_bytes=sizes, kinds=kinds, warmup=args.warmup,
         repeats=args.repeats, restart=args.restart,
+        profile_steps=args.profile_steps if args.profile else 0,
     )  # fmt: skip
+    out = args.out or "measurements.csv"
     progress = progress_printer(quiet=args.quiet)
+    reports = []
     try:
         with _sigterm_interrupts():
-            report = run_measure(
-                args.plan, args.out, backend=args.backend, options=options, progress=progress
-            )
+            for i, plan_file in enumerate(args.plan):
+                # --restart starts the file afresh once, not for every plan
+                these = options if i == 0 else dataclasses.replace(options, restart=False)
+                reports.append(
+                    run_measure(
+                        plan_file, out, backend=args.backend, options=these, progress=progress
+                    )
+                )
     except KeyboardInterrupt:
         print(
-            f"aoizora measure: interrupted; the rows measured so far are in {args.out}; run the "
+            f"aoizora measure: interrupted; the rows measured so far are in {out}; run the "
             "same command again to measure the rest",
             file=sys.stderr,
         )
         return _INTERRUPTED
+    explained = [_explain_profiles(r, progress) for r in reports]
     if args.json:
-        sys.stdout.write(json.dumps(report.to_json_dict(), indent=2, sort_keys=True) + "\n")
+        data: Any = [
+            r.to_json_dict() | {"explained": x} for r, x in zip(reports, explained, strict=True)
+        ]
+        data = data[0] if len(data) == 1 else data
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
-        sys.stdout.write(_render(report))
-    return 1 if report.failed else 0
+        sys.stdout.write("".join(_render(r) for r in reports))
+    return 1 if any(r.failed for r in reports) else 0
+
+
+def _explain_profiles(report: MeasureReport, progress: Any) -> list[dict[str, Any]]:
+    """Each profiled step explained op by op: ``<row id>.explain.json`` beside its trace,
+    the category table on stderr. An explanation that fails is said, the rows stand."""
+    from aoizora.atomic import write_atomic
+    from aoizora.commands.explain import explain_files, render_explanation
+    from aoizora.plan import load_plan
+    from sim.topology import load_slice
+
+    if not report.profiles:
+        return []
+    slice_ = load_slice(load_plan(report.env.plan_file).slice_name)
+    out = []
+    for row, request in report.profiles:
+        try:
+            e = explain_files(request.trace, request.hlo, slice_)
+        except Exception as exc:  # the rows and trace are saved; explain can run again
+            progress(f"explain {row}: FAILED: {type(exc).__name__}: {exc}")
+            continue
+        target = request.trace.with_name(f"{row}.explain.json")
+        write_atomic(target, json.dumps(e.to_json_dict(), indent=2) + "\n")
+        progress(f"{row} op by op ({target}):\n{render_explanation(e, top=0)}")
+        out.append({"row_id": row, "explain": str(target), "step_s": e.step_s,
+                    "device_ops_s": e.device_ops_s, "predicted_s": e.predicted_s})  # fmt: skip
+    return out

@@ -24,9 +24,17 @@ What is counted (per device, one execution); :mod:`sim.compute` prices it:
   passed through to the output or into a collective costs nothing, and an
   output produced by ``dynamic-update-slice`` costs the update (in place).
   Without this, a ``scan`` over 40 stacked layer weights would "read" all 40
-  layers in every iteration. Bookkeeping ops (``parameter``, ``constant``,
-  ``tuple``, ``get-tuple-element``, ``bitcast``, ``copy-start``/``copy-done``
-  DMAs, control flow) cost 0 here.
+  layers in every iteration. A parameter passed on to a nested fusion costs what
+  that fusion reads of it (a layer's ``dynamic-slice`` often sits one fusion
+  deeper: counting the whole stacked operand there priced every layer's FFN as
+  reading all layers' weights, measured +251 ms of a 406 ms TI2V-5B step on v5e).
+  Bookkeeping ops (``parameter``, ``constant``, ``tuple``, ``get-tuple-element``,
+  ``bitcast``, ``copy-start``/``copy-done`` and ``slice-start``/``slice-done``
+  DMAs, control flow) cost 0 here: the DMAs run beside the cores (a profile of
+  the v5e step shows ``slice-done`` waits of ~0).
+- Arrays in an on-chip memory space (``S(1)``, the TPU core's VMEM; ``S(2)``)
+  are not HBM traffic: an operand or result there costs no HBM bytes
+  (:data:`ON_CHIP_MEMORY_SPACES`).
 
 Example:
     >>> from aoizora.hlo.text import parse_module
@@ -48,11 +56,19 @@ import math
 import re
 from dataclasses import dataclass
 
+from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
 from sim.compute import Matmul, Work
 from sim.costs import ConvDim, conv_matmul
 
-__all__ = ["COLLECTIVE_OPCODES", "CostModel", "FusionSummary", "collective_base"]
+__all__ = [
+    "COLLECTIVE_OPCODES",
+    "ON_CHIP_MEMORY_SPACES",
+    "CostModel",
+    "FusionSummary",
+    "collective_base",
+    "hbm_size_bytes",
+]
 
 # Collective opcodes without their -start/-done suffix (hlo_opcode.h).
 COLLECTIVE_OPCODES = frozenset(
@@ -86,12 +102,31 @@ _FREE = frozenset(
         "parameter", "constant", "tuple", "get-tuple-element", "bitcast", "after-all",
         "partition-id", "replica-id", "opt-barrier", "add-dependency", "copy-start",
         "copy-done", "while", "call", "conditional", "async-start", "async-update",
-        "async-done", "domain", "iota",
+        "async-done", "domain", "iota", "slice-start", "slice-done",
     }
 )  # fmt: skip
+# Memory spaces on the chip, not in HBM: XLA's TPU memory-space assignment prints
+# VMEM (the vector memory beside each core) as S(1); S(2) holds the DMAs' scalar
+# sync flags (``u32[]{:S(2)}`` beside every copy-start). HBM is the default, S(0).
+ON_CHIP_MEMORY_SPACES = frozenset({1, 2})
 _SLICERS = frozenset({"dynamic-slice", "slice", "gather"})
+# Ops that change an array's layout: on chip they run at their own, slower rate
+# (docs/simulator.md, "On-chip memory").
+_RELAYOUTS = frozenset({"copy", "transpose"})
 _MARKER_TARGETS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
 _WINDOW_SIZE_RE = re.compile(r"size=([\dx]+)")
+
+
+def hbm_size_bytes(shape: Shape) -> int:
+    """The bytes of ``shape`` that live in HBM: its size, less leaves held on chip.
+
+    >>> from aoizora.hlo.shapes import parse_shape
+    >>> hbm_size_bytes(parse_shape("(f32[8]{0:S(1)}, f32[8]{0})", 0)[0])
+    32
+    """
+    return sum(
+        leaf.size_bytes for leaf in shape.leaves() if leaf.memory_space not in ON_CHIP_MEMORY_SPACES
+    )
 
 
 def collective_base(opcode: str) -> str | None:
@@ -176,7 +211,13 @@ def _dot_matmul(comp: Computation, instr: Instruction) -> Matmul:
 
 @dataclass(frozen=True)
 class FusionSummary:
-    """What a fused computation does: its work, HBM traffic and what it contains."""
+    """What a fused computation does: its work, memory traffic and what it contains.
+
+    Bytes are per parameter and for the outputs, split by where they live: HBM
+    (``param_read_bytes``, ``output_bytes``) or on chip (``param_onchip_bytes``,
+    ``output_onchip_bytes``); ``param_logical_bytes`` is what is read of each
+    parameter wherever it lives (a nested fusion's caller adds it up).
+    """
 
     matmuls: tuple[Matmul, ...]
     other_flops: float
@@ -185,6 +226,9 @@ class FusionSummary:
     collectives: tuple[tuple[Computation, Instruction], ...]
     markers: frozenset[str]
     custom_calls: tuple[Instruction, ...]
+    param_onchip_bytes: tuple[int, ...] = ()
+    output_onchip_bytes: int = 0
+    param_logical_bytes: tuple[int, ...] = ()
 
     @property
     def flops(self) -> float:
@@ -192,9 +236,27 @@ class FusionSummary:
 
     @property
     def work(self) -> Work:
-        """The fusion as one kernel: its matmuls, other FLOPs and HBM bytes."""
+        """The fusion as one kernel: its matmuls, other FLOPs, HBM and on-chip bytes."""
         hbm = sum(self.param_read_bytes) + self.output_bytes
-        return Work(matmuls=self.matmuls, other_flops=self.other_flops, hbm_bytes=hbm)
+        onchip = sum(self.param_onchip_bytes) + self.output_onchip_bytes
+        return Work(
+            matmuls=self.matmuls, other_flops=self.other_flops, hbm_bytes=hbm,
+            onchip_bytes=onchip,
+        )  # fmt: skip
+
+
+def _split(shape: Shape, nbytes: int) -> tuple[int, int]:
+    """``nbytes`` of an array of ``shape`` as (HBM, on chip), by where its leaves live."""
+    total = shape.size_bytes
+    if total == 0 or nbytes == 0:
+        return 0, 0
+    hbm = hbm_size_bytes(shape)
+    if hbm == total:
+        return nbytes, 0
+    if hbm == 0:
+        return 0, nbytes
+    part = round(nbytes * hbm / total)  # a tuple with leaves in both places
+    return part, nbytes - part
 
 
 class CostModel:
@@ -235,16 +297,28 @@ class CostModel:
         if op == "fusion":
             return self.fusion(instr).work
         matmuls, other = self._own(comp, instr)
+        parts: list[tuple[int, int]] = []  # (HBM, on chip) of each array read or written
         if op in _FREE or collective_base(op) is not None:
-            nbytes = 0
+            pass
         elif op in _SLICERS:
-            nbytes = 2 * instr.shape.size_bytes
+            # the slice is read where its operand lives, and written where it goes
+            source = comp.by_name[instr.operands[0]].shape
+            parts = [
+                _split(source, instr.shape.size_bytes),
+                _split(instr.shape, instr.shape.size_bytes),
+            ]
         elif op == "dynamic-update-slice":
-            nbytes = 2 * comp.by_name[instr.operands[1]].shape.size_bytes
+            update = comp.by_name[instr.operands[1]].shape
+            parts = [_split(update, update.size_bytes), _split(instr.shape, update.size_bytes)]
         else:
-            nbytes = sum(comp.by_name[o].shape.size_bytes for o in instr.operands)
-            nbytes += instr.shape.size_bytes
-        return Work(matmuls=matmuls, other_flops=other, hbm_bytes=nbytes)
+            shapes = [comp.by_name[o].shape for o in instr.operands] + [instr.shape]
+            parts = [_split(s, s.size_bytes) for s in shapes]
+        onchip = sum(c for _, c in parts)
+        relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
+        return Work(
+            matmuls=matmuls, other_flops=other, hbm_bytes=sum(h for h, _ in parts),
+            onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
+        )  # fmt: skip
 
     def fusion(self, instr: Instruction) -> FusionSummary:
         """Summary of the computation a fusion instruction calls (cached)."""
@@ -285,27 +359,35 @@ class CostModel:
                 matmuls.extend(own)
                 other += flops
         root = comp.root
-        params: list[int] = []
+        logical: list[int] = []
+        split: list[tuple[int, int]] = []
         index = 0
         while True:
             param = comp.parameter(index)
             if param is None:
                 break
-            params.append(self._param_read(param, users, root))
+            logical.append(self._param_read(param, users, root))
+            split.append(_split(param.shape, logical[-1]))
             index += 1
+        out_hbm, out_onchip = self._output_bytes(comp, root)
         return FusionSummary(
             matmuls=tuple(matmuls),
             other_flops=other,
-            param_read_bytes=tuple(params),
-            output_bytes=self._output_bytes(comp, root),
+            param_read_bytes=tuple(h for h, _ in split),
+            output_bytes=out_hbm,
             collectives=tuple(collectives),
             markers=frozenset(markers),
             custom_calls=tuple(custom),
+            param_onchip_bytes=tuple(c for _, c in split),
+            output_onchip_bytes=out_onchip,
+            param_logical_bytes=tuple(logical),
         )
 
     def _param_read(
         self, param: Instruction, users: dict[str, list[Instruction]], root: Instruction
     ) -> int:
+        """Bytes a fusion reads of one parameter, wherever it lives (module docstring)."""
+        size = param.shape.size_bytes
         total = 0
         for user in users.get(param.name, []):
             if user is root and user.opcode == "tuple":
@@ -320,13 +402,19 @@ class CostModel:
                 continue  # updated in place; the update operand is read instead
             elif user.opcode == "bitcast":
                 total += self._param_read(user, users, root)
+            elif user.opcode == "fusion":
+                # a nested fusion reads what its own parameters read of it
+                inner = self.fusion(user).param_logical_bytes
+                uses = [i for i, o in enumerate(user.operands) if o == param.name]
+                total += sum(inner[i] for i in uses if i < len(inner))
             else:
-                return param.shape.size_bytes
-        return min(total, param.shape.size_bytes)
+                return size
+        return min(total, size)
 
-    def _output_bytes(self, comp: Computation, root: Instruction) -> int:
+    def _output_bytes(self, comp: Computation, root: Instruction) -> tuple[int, int]:
+        """(HBM, on chip) bytes the fusion writes."""
         elements = [comp.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
-        total = 0
+        hbm = onchip = 0
         for producer in elements:
             if producer.opcode in ("parameter", "get-tuple-element", "constant"):
                 continue
@@ -337,7 +425,10 @@ class CostModel:
                 if target in _MARKER_TARGETS:
                     continue
             if producer.opcode == "dynamic-update-slice":
-                total += comp.by_name[producer.operands[1]].shape.size_bytes
+                written = comp.by_name[producer.operands[1]].shape.size_bytes
             else:
-                total += producer.shape.size_bytes
-        return total
+                written = producer.shape.size_bytes
+            h, c = _split(producer.shape, written)
+            hbm += h
+            onchip += c
+        return hbm, onchip

@@ -76,6 +76,7 @@ from aoizora.hlo.nodes import (
     Step,
     SubRegion,
     instruction_error,
+    kernel_blocks,
     read_collective,
 )
 from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
@@ -206,6 +207,7 @@ class _RegionWalk:
         self.count = count
         self.steps: list[Step] = []
         self.kernels: list[Work] = []
+        self.names: list[str] = []
         self.seg_first = ""
         self.seg_last = ""
         self.frontier: dict[str, frozenset[str]] = {}
@@ -230,12 +232,17 @@ class _RegionWalk:
         return out
 
     def add_compute(self, instr: Instruction, work: Work) -> None:
-        if work.flops <= 0 and work.hbm_bytes <= 0:
+        if (
+            work.flops <= 0
+            and work.hbm_bytes <= 0
+            and work.onchip_bytes + work.onchip_copy_bytes <= 0
+        ):
             return
         if not self.kernels:
             self.seg_first = instr.name
         self.seg_last = instr.name
         self.kernels.append(work)
+        self.names.append(instr.name)
 
     def flush(self) -> None:
         if not self.kernels:
@@ -247,9 +254,11 @@ class _RegionWalk:
                 kernels=tuple(self.kernels),
                 first=self.seg_first,
                 last=self.seg_last,
+                names=tuple(self.names),
             )
         )
         self.kernels = []
+        self.names = []
 
     def start(self, cid: int) -> None:
         self.flush()
@@ -364,6 +373,7 @@ class _RegionWalk:
                 result_shape=instr.shape,
                 count=self.count,
                 depends_on=tuple(sorted(deps)),
+                blocks=kernel_blocks(instr),
             )
         )
         self.steps.append(OpaqueCall(oid))

@@ -38,6 +38,7 @@ from aoizora.hlo.text import Computation, Instruction
 from sim.compute import Work
 
 __all__ = [
+    "kernel_blocks",
     "Collective",
     "CollectiveDone",
     "CollectiveGraph",
@@ -113,17 +114,50 @@ class OpaqueNode:
     result_shape: Shape
     count: int
     depends_on: tuple[str, ...]
+    # (q block, kv block) a blocked attention kernel says it runs with, () if unsaid
+    blocks: tuple[int, int] | tuple[()] = ()
+
+
+_BLOCK_RE = {
+    key: re.compile(rf'{key}\\*"\s*:\s*(\d+)')
+    for key in ("block_q", "block_kv_compute", "block_kv")
+}
+
+
+def kernel_blocks(instr: Instruction) -> tuple[int, int] | tuple[()]:
+    """(q block, kv block) of a Pallas attention kernel, from the ``xprof_metadata`` jax's
+    splash kernel writes into its custom call's ``frontend_attributes``
+    (``"block_q": 512, "block_kv": 512, "block_kv_compute": 512``); () when absent.
+
+    >>> from aoizora.hlo.shapes import Shape
+    >>> meta = ('kernel_metadata={"xprof_metadata":"{\\\\"block_q\\\\": 512, '
+    ...         '\\\\"block_kv\\\\": 256}"}')
+    >>> k = Instruction("k", "custom-call", Shape("f32"), (), {"frontend_attributes": meta}, 1)
+    >>> kernel_blocks(k)
+    (512, 256)
+    """
+    text = instr.attrs.get("frontend_attributes", "")
+    found = {k: r.search(text) for k, r in _BLOCK_RE.items()}
+    q, kv = found["block_q"], found["block_kv_compute"] or found["block_kv"]
+    if q is None or kv is None:
+        return ()
+    return int(q.group(1)), int(kv.group(1))
 
 
 @dataclass(frozen=True)
 class ComputeSegment:
-    """Compute between communication events: each kernel's :class:`~sim.compute.Work`."""
+    """Compute between communication events: each kernel's :class:`~sim.compute.Work`.
+
+    ``names`` are the kernels' instruction names, in the same order (what a device
+    profile calls them: ``aoizora explain`` joins the two by these).
+    """
 
     flops: float
     bytes_accessed: float
     kernels: tuple[Work, ...]
     first: str
     last: str
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

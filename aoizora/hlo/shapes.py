@@ -8,6 +8,12 @@ collective moves is the logical array, so sizes here are
 ``prod(dims) * bits(element type) / 8`` (rounded up for sub-byte types), never
 the padded tile footprint.
 
+The memory space ``S(n)`` is kept (:attr:`Shape.memory_space`) because it says where
+an array lives, which decides what reading it costs: on TPU, space 1 is the core's
+on-chip vector memory (VMEM), not HBM (XLA's TPU memory-space assignment prints it;
+docs/simulator.md, "On-chip memory"). It does not change what the array *is*, so
+two shapes that differ only in it compare equal.
+
 Element widths follow ``xla/xla_data.proto`` (``PrimitiveType``) and
 ``primitive_util::BitWidth``.
 
@@ -15,13 +21,15 @@ Example:
     >>> shape, end = parse_shape("(f32[32,64]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) x", 0)
     >>> shape.size_bytes, shape.tuple_shapes[0].dims, end
     (8196, (32, 64), 44)
+    >>> shape.tuple_shapes[0].memory_space, parse_shape("f32[2]{0}", 0)[0].memory_space
+    (1, 0)
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ELEMENT_BITS", "Shape", "ShapeSyntaxError", "parse_shape"]
 
@@ -63,6 +71,8 @@ ELEMENT_BITS: dict[str, int] = {
 
 # ``f32[32,<=64,?]`` followed by an optional ``{layout}`` (layouts never nest braces).
 _ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
+# The memory space inside a layout: ``{1,0:T(8,128)S(1)}``.
+_MEMORY_SPACE_RE = re.compile(r"S\((\d+)\)")
 _COMMENT_RE = re.compile(r"\s*(?:/\*.*?\*/\s*)?")
 
 
@@ -81,6 +91,8 @@ class Shape:
     element_type: str
     dims: tuple[int, ...] = ()
     tuple_shapes: tuple[Shape, ...] = ()
+    # The layout's memory space S(n) (0: the default, HBM on TPU; 1: VMEM).
+    memory_space: int = field(default=0, compare=False)
 
     @property
     def is_tuple(self) -> bool:
@@ -171,4 +183,7 @@ def parse_shape(text: str, pos: int) -> tuple[Shape, int]:
         raise ShapeSyntaxError(
             f"unknown element type {element_type!r} (known: {', '.join(sorted(ELEMENT_BITS))})"
         )
-    return Shape(element_type, _parse_dims(m.group(2))), m.end()
+    layout = m.group(3) or ""
+    space = _MEMORY_SPACE_RE.search(layout) if ":" in layout else None
+    memory_space = int(space.group(1)) if space is not None else 0
+    return Shape(element_type, _parse_dims(m.group(2)), memory_space=memory_space), m.end()

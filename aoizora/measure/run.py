@@ -40,10 +40,17 @@ from aoizora.measure.rows import (
     collective_case,
     collective_notes,
     measured_row,
+    row_id,
     step_case,
     step_notes,
 )
-from aoizora.measure.steps import StepTarget, plan_workload, step_targets, time_step
+from aoizora.measure.steps import (
+    ProfileRequest,
+    StepTarget,
+    plan_workload,
+    step_targets,
+    time_step,
+)
 from aoizora.measure.store import RowStore
 from aoizora.measure.timing import Clock, Timing
 from aoizora.plan import Plan, load_plan
@@ -55,7 +62,7 @@ from aoizora.studies.validation.format import (
 )
 from aoizora.workloads.base import Workload
 
-__all__ = ["MeasureOptions", "MeasureReport", "run_measure"]
+__all__ = ["MeasureOptions", "MeasureReport", "profile_dir", "run_measure"]
 
 Progress = Callable[[str], None]
 
@@ -73,6 +80,7 @@ class MeasureOptions:
     warmup: int = 2
     repeats: int = 10
     restart: bool = False
+    profile_steps: int = 0  # > 0: profile each step target that many executions
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class MeasureReport:
     measured: tuple[tuple[str, Measurement, float | None], ...]  # (what, row, predicted_s)
     kept: tuple[tuple[str, str], ...]  # (what, row id already in the file)
     failed: tuple[tuple[str, str], ...]  # (what, reason)
+    profiles: tuple[tuple[str, ProfileRequest], ...] = ()  # (row id, its trace and HLO)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +115,10 @@ class MeasureReport:
             ],
             "kept": [{"what": what, "row_id": rid} for what, rid in self.kept],
             "failed": [{"what": what, "error": why} for what, why in self.failed],
+            "profiles": [
+                {"row_id": rid, "trace": str(p.trace), "hlo": str(p.hlo)}
+                for rid, p in self.profiles
+            ],
         }
 
 
@@ -177,12 +190,13 @@ def _time_job(
     workload: Workload | None,
     clock: Clock,
     say: Progress,
+    profile: ProfileRequest | None = None,
 ) -> Timing:
     if job.step is not None:
         assert workload is not None  # built whenever steps are timed
         return time_step(
             job.step, workload, devices, backend=backend, warmup=options.warmup,
-            repeats=options.repeats, clock=clock, say=say,
+            repeats=options.repeats, clock=clock, say=say, profile=profile,
         )  # fmt: skip
     assert job.collective is not None
     mesh = plan_mesh(plan, devices, backend=backend)
@@ -231,6 +245,7 @@ def run_measure(
     measured: list[tuple[str, Measurement, float | None]] = []
     kept: list[tuple[str, str]] = []
     failed: list[tuple[str, str]] = []
+    profiles: list[tuple[str, ProfileRequest]] = []
     for i, (job, old) in enumerate(zip(jobs, held, strict=True), start=1):
         head = f"[{'step' if job.step else 'collective'} {i}/{len(jobs)}] {job.what}"
         if skip[i - 1]:
@@ -238,10 +253,11 @@ def run_measure(
             say(f"{head}: already in {out} (row {kept[-1][1]}), kept")
             continue
         say(f"{head}: compiling and timing ...")
+        request = _profile_request(job, env, out, options)
         try:
             timing = _time_job(
                 job, plan, devs, backend=backend, options=options, workload=workload,
-                clock=clock, say=functools.partial(_prefixed, say, head),
+                clock=clock, say=functools.partial(_prefixed, say, head), profile=request,
             )  # fmt: skip
         except Exception as exc:  # this target only: the others are still worth measuring
             failed.append((job.what, _one_line(exc)))
@@ -254,10 +270,32 @@ def run_measure(
             collective=job.case if isinstance(job.case, CollectiveCase) else None,
         )  # fmt: skip
         store.add(row)
+        if request is not None:
+            profiles.append((row.row_id, request))
         predicted = job.step.predicted_s if job.step is not None else None
         measured.append((job.what, row, predicted))
         say(f"{head}: {_format_timing(timing, predicted)} -> {row.row_id}")
-    return MeasureReport(Path(out), env, tuple(measured), tuple(kept), tuple(failed))
+    return MeasureReport(
+        Path(out), env, tuple(measured), tuple(kept), tuple(failed), tuple(profiles)
+    )
+
+
+def profile_dir(out: str | Path) -> Path:
+    """Where ``--profile`` saves traces beside the rows file: ``rows.csv`` -> ``rows.profiles/``."""
+    path = Path(out)
+    return path.with_name(path.stem + ".profiles")
+
+
+def _profile_request(
+    job: _Job, env: Environment, out: str | Path, options: MeasureOptions
+) -> ProfileRequest | None:
+    if options.profile_steps < 1 or job.step is None:
+        return None
+    stem = row_id(env, job.key)
+    where = profile_dir(out)
+    return ProfileRequest(
+        where / f"{stem}.xplane.pb", where / f"{stem}.hlo.txt", options.profile_steps
+    )
 
 
 def _prefixed(say: Progress, head: str, message: str) -> None:

@@ -173,17 +173,19 @@ def splash_attention(
     scale: float,
     with_lse: bool,
     body: bool = True,
+    block_sizes: tuple[int, int] | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Softmax attention ``(b, h, sq, d) x (b, h, skv, d) -> (b, h, sq, d)`` by splash.
 
     ``kv_valid``: boolean ``(skv,)`` mask of real key positions (``None``: all
     real). Returns the output (f32 when ``with_lse``, else q's dtype) and, with
     ``with_lse``, the log-sum-exp ``(b, h, sq)``. ``body=False`` lowers the kernel
-    without its body (see the module docstring): for reading only.
+    without its body (see the module docstring): for reading only. ``block_sizes``:
+    (q block, kv block) instead of :func:`block_size`'s (kernel microbenchmarks).
     """
     _, heads, sq, _ = q.shape
     skv = k.shape[2]
-    bq, bkv = block_size(sq), block_size(skv)
+    bq, bkv = (block_size(sq), block_size(skv)) if block_sizes is None else block_sizes
     sq_p, skv_p = _round_up(sq, bq), _round_up(skv, bkv)
     q = q * jnp.asarray(scale, q.dtype)  # splash does not scale the logits itself
     needs_ids = kv_valid is not None or sq_p != sq or skv_p != skv

@@ -1,0 +1,400 @@
+"""Fit a generation's ``[compute]`` table to kernel microbenchmarks and profiled steps.
+
+Inputs: the samples of ``aoizora measure --kernels`` (:mod:`aoizora.measure.kernels`) and
+device profiles of whole steps with the HLO that ran (``aoizora measure --profile``). Each
+parameter of :class:`sim.compute.ComputeParams` is fitted to the measurements that
+isolate it, in this order, each step holding the earlier ones fixed:
+
+1. ``hbm_efficiency`` and ``kernel_overhead_s``: the ``stream`` kernels (an element-wise
+   pass over 1 MiB to 1 GiB), least squares on ``t = bytes / (eta * B) + t0`` with relative
+   weights (every size counts alike).
+2. ``attention_efficiency.splash`` and ``attention_grid.splash``: the splash kernels of
+   blocks below 512 (how the time grows with the grid) and every splash op of the profiled
+   steps (block 512, as a plan's program runs it), least squares on ``t = padded FLOPs /
+   (eta * P) + grid steps * s + q blocks * q`` (relative weights).
+3. ``matmul_efficiency``: the matmul ops of the profiled steps bound by the MXU (their
+   fused epilogues included), the ratio of their padded FLOPs at the peak to their
+   measured time less the kernel overhead (a time-weighted mean). The standalone matmul
+   kernels are reported beside it: fused step matmuls run slower than bare ones.
+4. ``onchip_bandwidth_bytes_per_s`` and ``onchip_copy_bandwidth_bytes_per_s``: the
+   element-wise, copy and pad ops of the profiled steps, the pair on a log grid that
+   minimises the mean absolute error of those categories' totals per step.
+
+Every value carries a source naming the files, the device and what determined it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aoizora.errors import MeasureError
+from aoizora.hlo.compute import CostModel
+from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
+from aoizora.measure.profile import DeviceProfile, load_profile, read_text_file
+from aoizora.studies.calibration import quote_key, refuse_shipped, toml_value
+from aoizora.studies.explain import category_of, op_works
+from sim.chips import Chip
+from sim.compute import Attention, ComputeModel, ComputeParams, Work
+from sim.topology import topologies_dir
+
+__all__ = [
+    "ComputeFit",
+    "FittedValue",
+    "KernelSample",
+    "ProfiledStep",
+    "fit_compute",
+    "load_profiled_steps",
+    "read_kernels",
+    "write_calibrated_compute",
+]
+
+# Attention kernels of blocks below a step's 512 pin how the time grows with the grid;
+# at block 512 the steps' own splash ops decide: the bare block-512 kernels (batch 1) ran
+# 3-10 % faster on TPU v5e than the same kernel vmapped over a step's CFG batch.
+_KERNEL_BLOCK_MAX = 256
+_ONCHIP_GRID = np.geomspace(2e11, 2e13, 61)  # bytes per second
+
+
+@dataclass(frozen=True)
+class KernelSample:
+    """One kernel of ``aoizora measure --kernels``: kind, parameters, median seconds."""
+
+    kind: str
+    name: str
+    params: Mapping[str, int]
+    median_s: float
+    ops_s: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """A profiled step: its name (row id), the device's op times and the HLO that ran."""
+
+    name: str
+    profile: DeviceProfile
+    module: HloModule
+
+
+@dataclass(frozen=True)
+class FittedValue:
+    """One fitted parameter: its ``[compute]`` key, value and source text."""
+
+    key: str
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class ComputeFit:
+    """The fitted parameters, the compute params they make, and what the fit saw."""
+
+    params: ComputeParams
+    values: tuple[FittedValue, ...]
+    device: str
+    notes: tuple[str, ...]
+
+    def value(self, key: str) -> float:
+        for v in self.values:
+            if v.key == key:
+                return v.value
+        raise KeyError(key)
+
+    def compute_table(self, shipped: Mapping[str, Any]) -> dict[str, Any]:
+        """The shipped ``[compute]`` table with the fitted values and their sources."""
+        table = dict(shipped)
+        eff = dict(table.get("attention_efficiency", {}))
+        grid = dict(table.get("attention_grid", {}))
+        for v in self.values:
+            entry = {"value": v.value, "source": v.source}
+            if v.key.startswith("attention_efficiency."):
+                eff[v.key.split(".", 1)[1]] = entry
+            elif v.key.startswith("attention_grid."):
+                kernel, part = v.key.split(".")[1:]
+                grid.setdefault(kernel, {"source": v.source})[part] = v.value
+            else:
+                table[v.key] = entry
+        table["attention_efficiency"] = eff
+        if grid:
+            table["attention_grid"] = grid
+        return table
+
+
+def read_kernels(path: str | Path) -> tuple[dict[str, Any], tuple[KernelSample, ...]]:
+    """(provenance, samples) of a ``kernels.json`` written by ``aoizora measure --kernels``;
+    failed kernels are left out."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        samples = tuple(
+            KernelSample(
+                k["kind"],
+                k["name"],
+                dict(k["params"]),
+                float(k["median_s"]),
+                dict(k.get("ops_s") or {}),
+            )  # fmt: skip
+            for k in data["kernels"]
+            if not k.get("error")  # a kernel that failed to run has no time
+        )
+        return dict(data.get("provenance", {})), samples
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise MeasureError(
+            f"{path}: not a kernels file of aoizora measure --kernels ({type(exc).__name__}: "
+            f"{exc}); make one with aoizora measure --kernels --out kernels.json"
+        ) from None
+
+
+def _lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with relative weights (each sample's error as a fraction of it)."""
+    w = 1.0 / y
+    solution, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
+    return np.asarray(solution)
+
+
+def _fit_stream(chip: Chip, kernels: Sequence[KernelSample]) -> tuple[float, float, int]:
+    rows = [k for k in kernels if k.kind == "stream"]
+    if len(rows) < 2:
+        raise MeasureError("the kernels file holds fewer than 2 stream kernels: cannot fit HBM")
+    a = np.array(
+        [[2.0 * k.params["size_bytes"] / chip.hbm_bandwidth_bytes_per_s, 1.0] for k in rows]
+    )
+    inv_eta, t0 = _lstsq(a, np.array([k.median_s for k in rows]))
+    return 1.0 / inv_eta, max(0.0, float(t0)), len(rows)
+
+
+def _kernel_attention(k: KernelSample) -> tuple[Attention, float] | None:
+    p = k.params
+    if max(p["block_q"], p["block_kv"]) > _KERNEL_BLOCK_MAX:
+        return None
+    q = math.ceil(p["q_length"] / p["block_q"]) * p["block_q"]
+    kv = math.ceil(p["kv_length"] / p["block_kv"]) * p["block_kv"]
+    att = Attention(p["heads"], q, kv, 128, 128, p["block_q"], p["block_kv"], "splash")
+    own = [s for name, s in k.ops_s.items() if "splash" in name]
+    return att, (own[0] if own else k.median_s)
+
+
+@dataclass(frozen=True)
+class _Op:
+    step: str
+    category: str
+    work: Work
+    count: float  # executions per step
+    seconds: float  # measured, per execution
+
+
+def _step_ops(steps: Sequence[ProfiledStep]) -> list[_Op]:
+    """Every priced op of the profiled steps with its measured time per execution."""
+    out = []
+    for step in steps:
+        works = op_works(step.module)
+        index: dict[str, tuple[Computation, Instruction]] = {}
+        for comp in step.module.computations.values():
+            for instr in comp.instructions:
+                index.setdefault(instr.name, (comp, instr))
+        costs = CostModel(step.module)
+        for op in step.profile.ops:
+            if op.name not in works or op.count_per_step <= 0:
+                continue
+            category = category_of(*index[op.name], costs)
+            seconds = op.per_step_s / op.count_per_step
+            out.append(_Op(step.name, category, works[op.name][0], op.count_per_step, seconds))
+    return out
+
+
+def _fit_attention(
+    peak: float, tile: int, kernels: Sequence[KernelSample], ops: Sequence[_Op]
+) -> tuple[float, float, float, int, int]:
+    """(efficiency, seconds per grid step, seconds per q block, kernels, step ops)."""
+    samples = [x for x in (_kernel_attention(k) for k in kernels if k.kind == "attention") if x]
+    n_kernels = len(samples)
+    for op in ops:
+        for att in op.work.attention:
+            if att.kernel == "splash" and att.block_q and len(op.work.attention) == 1:
+                samples.append((att, op.seconds))
+    if len(samples) < 3:
+        raise MeasureError(f"{len(samples)} attention samples: need 3 to fit the kernel")
+    a = np.array([[att.padded_flops(tile) / peak, *att.grid()] for att, _ in samples])
+    inv_eta, step_s, q_block_s = _lstsq(a, np.array([t for _, t in samples]))
+    return 1.0 / inv_eta, max(0.0, step_s), max(0.0, q_block_s), n_kernels, len(samples) - n_kernels
+
+
+def _hbm_only_s(model: ComputeModel, work: Work) -> float:
+    """``work``'s HBM bytes alone at the achieved bandwidth (on-chip bytes are fitted apart)."""
+    return work.hbm_bytes / (model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency)
+
+
+def _fit_matmul(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
+    """Time-weighted MXU efficiency of the steps' matmul ops that the MXU bounds."""
+    p = model.params
+    flops = seconds = 0.0
+    n = 0
+    for op in ops:
+        w = op.work
+        if op.category != "matmul" or not w.matmuls or w.attention:
+            continue
+        padded = sum(m.padded_flops(p.mxu_tile) for m in w.matmuls)
+        at_peak = padded / model.peak_flops_per_s
+        if at_peak < _hbm_only_s(model, w):
+            continue  # memory bound: says nothing of the MXU
+        flops += at_peak * op.count
+        seconds += (op.seconds - p.kernel_overhead_s) * op.count
+        n += 1
+    if n == 0 or seconds <= 0:
+        raise MeasureError("the profiled steps hold no MXU-bound matmul op: cannot fit matmuls")
+    return flops / seconds, n
+
+
+_MEMORY_CATEGORIES = ("elementwise/reduce", "copy/transpose", "pad")
+
+
+def _fit_onchip(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, float, float]:
+    """(element-wise rate, copy rate, mean |error| of the categories' step totals)."""
+    chosen = [op for op in ops if op.category in _MEMORY_CATEGORIES]
+    if not chosen:
+        raise MeasureError("the profiled steps hold no element-wise, copy or pad op")
+    keys = sorted({(op.step, op.category) for op in chosen})
+    group = np.array([keys.index((op.step, op.category)) for op in chosen])
+    count = np.array([op.count for op in chosen])
+    measured = np.bincount(group, weights=np.array([op.seconds for op in chosen]) * count)
+    fixed = np.array([max(_hbm_only_s(model, op.work), model.mxu_s(op.work)) for op in chosen])
+    onchip = np.array([op.work.onchip_bytes for op in chosen])
+    relayout = np.array([op.work.onchip_copy_bytes for op in chosen])
+    best = (math.inf, 0.0, 0.0)
+    for rate in _ONCHIP_GRID:
+        for copy_rate in _ONCHIP_GRID:
+            t = np.maximum(fixed, onchip / rate + relayout / copy_rate)
+            t = (t + model.params.kernel_overhead_s) * count
+            err = float(np.mean(np.abs(np.bincount(group, weights=t) / measured - 1.0)))
+            if err < best[0]:
+                best = (err, float(rate), float(copy_rate))
+    return best[1], best[2], best[0]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def fit_compute(
+    chip: Chip,
+    kernels: Sequence[KernelSample],
+    steps: Sequence[ProfiledStep],
+    *,
+    provenance: Mapping[str, Any],
+    kernels_file: str,
+) -> ComputeFit:
+    """Fit ``chip``'s compute parameters (module docstring). ``chip`` gives the peaks, the
+    MXU tile and the kernels' names; its other compute values are replaced."""
+    device = (
+        f"{provenance.get('device_kind', '?')} (jax {provenance.get('jax', '?')}, libtpu "
+        f"{provenance.get('libtpu', '?')}, {provenance.get('date', '?')})"
+    )
+    names = ", ".join(s.name for s in steps)
+    where = (
+        f"on {device}; fitted by 'aoizora calibrate --compute {kernels_file}' with steps {names}"
+    )
+    base = replace(chip.compute, attention_kernel_pinned=False)
+    eta_hbm, overhead_s, n_stream = _fit_stream(chip, kernels)
+    params = replace(base, hbm_efficiency=eta_hbm, kernel_overhead_s=overhead_s)
+    ops = _step_ops(steps)
+    peak = chip.bf16_flops_per_s
+    eta_att, step_s, q_block_s, n_k, n_ops = _fit_attention(peak, params.mxu_tile, kernels, ops)
+    params = replace(params, attention_grid=(("splash", step_s, q_block_s),))
+    params = params.with_efficiencies({"splash": eta_att})
+    params = replace(params, attention_kernel_pinned=False)
+    model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
+    eta_mm, n_mm = _fit_matmul(model, ops)
+    params = replace(params, matmul_efficiency=eta_mm)
+    model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
+    rate, copy_rate, err = _fit_onchip(model, ops)
+    params = replace(params, onchip_bandwidth_bytes_per_s=rate,
+                     onchip_copy_bandwidth_bytes_per_s=copy_rate)  # fmt: skip
+    bare = [
+        k for k in kernels
+        if k.kind == "matmul" and k.params["m"] * k.params["n"] >= 1 << 24 and k.params["k"] >= 1024
+    ]  # fmt: skip
+    bare_eta = [2 * k.params["m"] * k.params["k"] * k.params["n"] / k.median_s / peak for k in bare]
+    span = f"{_fmt(min(bare_eta, default=math.nan))}-{_fmt(max(bare_eta, default=math.nan))}"
+    said = {
+        "hbm_efficiency": f"{n_stream} stream kernels (1 MiB-1 GiB)",
+        "kernel_overhead_s": f"the intercept of the same {n_stream} stream kernels",
+        "attention_efficiency.splash": f"{n_k} splash kernels (blocks < 512) and {n_ops} "
+        "splash ops of the steps",
+        "attention_grid.splash.step_overhead_s": "the same splash fit",
+        "attention_grid.splash.q_block_overhead_s": "the same splash fit",
+        "matmul_efficiency": f"{n_mm} MXU-bound fused matmul ops of the steps (bare matmul "
+        f"kernels of >= 16M outputs and k >= 1024 reach {span} of the peak)",
+        "onchip_bandwidth_bytes_per_s": "element-wise, copy and pad ops of the steps (mean "
+        f"category error {100 * err:.1f} %)",
+        "onchip_copy_bandwidth_bytes_per_s": "the same on-chip fit",
+    }
+    fitted = {
+        "hbm_efficiency": eta_hbm, "kernel_overhead_s": overhead_s,
+        "attention_efficiency.splash": eta_att, "attention_grid.splash.step_overhead_s": step_s,
+        "attention_grid.splash.q_block_overhead_s": q_block_s, "matmul_efficiency": eta_mm,
+        "onchip_bandwidth_bytes_per_s": rate, "onchip_copy_bandwidth_bytes_per_s": copy_rate,
+    }  # fmt: skip
+    values = tuple(FittedValue(k, float(v), f"{said[k]} {where}") for k, v in fitted.items())
+    notes = (f"{len(ops)} priced ops in {len(steps)} steps", f"{len(kernels)} kernels")
+    return ComputeFit(params, values, device, notes)
+
+
+def load_profiled_steps(
+    folder: str | Path, *, rows: Sequence[str] | None = None
+) -> tuple[ProfiledStep, ...]:
+    """The profiled steps saved in ``folder``: each ``<row>.ops.json[.gz]`` or
+    ``<row>.xplane.pb[.gz]`` with its ``<row>.hlo.txt[.gz]`` (``aoizora measure --profile``
+    writes the latter two). ``rows`` picks some, by row id."""
+    where = Path(folder)
+    found: dict[str, Path] = {}
+    for suffix in (".xplane.pb", ".xplane.pb.gz", ".ops.json", ".ops.json.gz"):
+        for path in sorted(where.glob(f"*{suffix}")):
+            found[path.name[: -len(suffix)]] = path  # an op table (read last) wins: smaller
+    wanted = sorted(found) if rows is None else list(rows)
+    missing = [r for r in wanted if r not in found]
+    if missing or not wanted:
+        raise MeasureError(
+            f"{folder}: no profile of rows {missing or '(any)'}; profiles there: "
+            f"{', '.join(sorted(found)) or 'none'} (write them with aoizora measure --profile)"
+        )
+    out = []
+    for row in wanted:
+        hlo = next((where / f"{row}{s}" for s in (".hlo.txt", ".hlo.txt.gz")
+                    if (where / f"{row}{s}").exists()), None)  # fmt: skip
+        if hlo is None:
+            raise MeasureError(f"{folder}: profile {found[row].name} has no {row}.hlo.txt[.gz]")
+        module = parse_module(read_text_file(hlo))
+        out.append(ProfiledStep(row, load_profile(found[row], module=module.name), module))
+    return tuple(out)
+
+
+def write_calibrated_compute(
+    fit: ComputeFit, generation: str, path: str | Path, *, force: bool = False
+) -> Path:
+    """Write the shipped ``<generation>.toml`` with the fitted ``[compute]`` table."""
+    out = refuse_shipped(Path(path), generation, force=force)
+    with (topologies_dir(generation) / f"{generation}.toml").open("rb") as fh:
+        shipped = tomllib.load(fh)
+    shipped["compute"] = fit.compute_table(shipped.get("compute", {}))
+    lines = [
+        f"# Calibrated {generation} topology, written by `aoizora calibrate --compute` on",
+        f"# {fit.device}. The shipped defaults stay in topologies/{generation}.toml.",
+    ]
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in shipped.items():
+        if isinstance(value, dict) and not ("value" in value and "source" in value):
+            tables.append((key, value))
+        else:
+            lines.append(f"{quote_key(key)} = {toml_value(value)}")
+    for name, table in tables:
+        lines += ["", f"[{quote_key(name)}]"]
+        lines.extend(f"{quote_key(k)} = {toml_value(v)}" for k, v in table.items())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out

@@ -1,0 +1,28 @@
+"""Fixtures of the v5e compute model: profiled steps and kernels measured on a real chip
+(validation/v5e/, validation/README.md "v5e compute")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aoizora.studies.compute_fit import ProfiledStep, load_profiled_steps
+
+V5E = Path(__file__).resolve().parents[3] / "validation" / "v5e"
+PROFILES = V5E / "profiles"
+KERNELS = V5E / "kernels.json"
+# The rows topologies/v5e.toml's [compute] was fitted to (its sources name them).
+FIT_ROWS = (
+    "m-24893bf72f-winner",  # wan2.1-1.3b 832x480x21
+    "m-d0700e072f-winner",  # wan2.1-1.3b 1280x720x21
+    "m-db692be5fe-winner",  # wan2.1-1.3b 832x480x5
+    "m-80c6028188-winner",  # wan2.2-ti2v-5b 640x352x41
+    "m-bd44dfa8c7-winner",  # wan2.2-ti2v-5b 960x544x61
+)
+
+
+@pytest.fixture(scope="session")
+def v5e_steps() -> dict[str, ProfiledStep]:
+    """Every profiled v5e step, by row id."""
+    return {s.name: s for s in load_profiled_steps(PROFILES)}

@@ -1,0 +1,81 @@
+"""Steps explained op by op against TPU v5e profiles: the categories, the sums, the CLI, and
+the per-op prices checked against the replay that prices a plan."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aoizora.cli import main
+from aoizora.hlo.graph import build_graph
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.replay import replay
+from aoizora.studies.compute_fit import ProfiledStep
+from aoizora.studies.explain import Explanation, explain, op_prices
+from sim.topology import load_slice
+from tests.aoizora.compute.conftest import PROFILES
+
+V5E = load_slice("v5e:1x1")
+# The 1.3B 480p steps: 81 frames (the default clip) and 21 frames, both explained op by op.
+STEPS_480P = ("probe-wan2.1-1.3b-832x480x81", "m-24893bf72f-winner")
+
+
+def _explained(step: ProfiledStep) -> Explanation:
+    return explain(step.profile, step.module, op_prices(step.module, V5E.chip))
+
+
+@pytest.mark.parametrize("row", STEPS_480P)
+def test_the_13b_480p_step_is_true_category_by_category(
+    v5e_steps: dict[str, ProfiledStep], row: str
+) -> None:
+    """Every category worth 1 % of the step within 10 %, the ops within 2 % of the step,
+    the prediction within 5 % (the issue's bar for aoizora measure --profile)."""
+    e = _explained(v5e_steps[row])
+    assert e.device_ops_s == pytest.approx(e.step_s, rel=0.02)
+    assert e.predicted_s == pytest.approx(e.step_s, rel=0.05)
+    big = [c for c in e.categories() if c.measured_s >= 0.01 * e.step_s]
+    assert {c.category for c in big} >= {"matmul", "attention", "elementwise/reduce"}
+    for c in big:
+        assert abs(c.error_percent) <= 10.0, (c.category, c.error_percent)
+
+
+def test_op_prices_add_up_to_the_replayed_step(v5e_steps: dict[str, ProfiledStep]) -> None:
+    """One chip has no communication: the plan's replay of the step is its ops' prices."""
+    for row in ("m-24893bf72f-winner", "m-80c6028188-winner"):
+        module = v5e_steps[row].module
+        graph = build_graph(module)
+        priced = sum(p.predicted_s for p in op_prices(module, V5E.chip, graph=graph).values())
+        result = replay(graph, V5E, DeviceOrder.identity(mesh_shape=(1,), slice_=V5E))
+        assert priced == pytest.approx(result.step_time_s, rel=1e-9)
+
+
+def test_every_op_of_the_trace_is_in_the_hlo_and_control_flow_is_left_out(
+    v5e_steps: dict[str, ProfiledStep],
+) -> None:
+    e = _explained(v5e_steps["m-80c6028188-winner"])
+    assert e.unmatched == ()
+    assert not any(r.name.startswith("while") for r in e.rows)
+    assert sum(c.ops for c in e.categories()) == len(e.rows)
+
+
+def test_explain_cli_prints_the_json_fields(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
+    row = "m-24893bf72f-winner"
+    picture = tmp_path / "e.png"
+    code = main([
+        "explain", str(PROFILES / f"{row}.xplane.pb.gz"), str(PROFILES / f"{row}.hlo.txt.gz"),
+        "--slice", "v5e:1x1", "--json", "--top", "5", "--picture", str(picture),
+    ])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) >= {"module", "device", "step_s", "device_ops_s", "predicted_s",
+                         "categories", "ops"}  # fmt: skip
+    assert len(data["ops"]) == 5 and data["ops"][0]["category"] == "attention"
+    assert picture.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_explain_cli_refuses_a_missing_hlo_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    row = "m-24893bf72f-winner"
+    code = main(["explain", str(PROFILES / f"{row}.ops.json.gz"), "nope.hlo.txt",
+                 "--slice", "v5e:1x1"])  # fmt: skip
+    assert code == 2 and "cannot read 'nope.hlo.txt'" in capsys.readouterr().err
