@@ -4,7 +4,7 @@
                     [--warmup W] [--collectives [--sizes 1MiB,16MiB] [--kinds all-gather]]
                     [--no-steps] [--backend tpu|cpu] [--distributed] [--restart] [--json]
                     [--profile [--profile-steps N]]
-    aoizora measure --kernels [KINDS] [--out kernels.json] [--fit-out DIR]
+    aoizora measure --kernels [KINDS] [--out kernels.json]
 
 Times the plan's winner, its first N runners-up and its baselines (each compiled on the
 plan's mesh in its planned device order, with random weights; one denoising step,
@@ -26,9 +26,9 @@ id>.explain.json``; ``aoizora explain`` reads the trace and HLO again anywhere).
 
 ``--kernels`` times the compute model's microbenchmarks on one device instead of a plan
 (matmul, stream, transpose, reduce, attention, conv; docs/measure.md, "Kernels"): the
-samples go to ``--out`` (default ``kernels.json``) with their provenance, and the
-``[compute]`` table fitted to them is printed (``--fit-out DIR`` writes
-``DIR/<generation>.toml``, a topology file with it, for ``--topology-dir``).
+samples go to ``--out`` (default ``kernels.json``) with their provenance, written
+after each kernel. ``aoizora calibrate kernels.json --generation G --compute --profiles
+rows.profiles`` fits the ``[compute]`` table to them and to the profiled steps.
 """
 
 from __future__ import annotations
@@ -122,12 +122,6 @@ def register(subparsers: Any) -> None:
         metavar="KINDS",
         help="time the compute model's kernel microbenchmarks (all, or some of matmul, "
         "stream, transpose, reduce, attention, conv) instead of a plan",
-    )
-    p.add_argument(
-        "--fit-out",
-        default=None,
-        metavar="DIR",
-        help="with --kernels: write DIR/<generation>.toml with the fitted [compute] table",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print what was measured as JSON")

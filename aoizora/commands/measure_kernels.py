@@ -1,10 +1,9 @@
 """``aoizora measure --kernels``: the compute model's microbenchmarks on one device.
 
-Times :func:`aoizora.measure.kernels.kernel_cases` on the first device, writes the
-samples with their provenance to ``--out`` (a JSON file ``aoizora calibrate --kernels``
-reads again anywhere) and prints the ``[compute]`` table fitted to them
-(:mod:`aoizora.studies.compute_fit`); ``--fit-out DIR`` writes it into
-``DIR/<generation>.toml``.
+Times :func:`aoizora.measure.kernels.kernel_cases` on the first device and writes the
+samples with their provenance to ``--out`` after each kernel (a JSON file that
+``aoizora calibrate FILE --compute`` fits the ``[compute]`` table to, anywhere:
+:mod:`aoizora.studies.compute_fit`).
 """
 
 from __future__ import annotations
