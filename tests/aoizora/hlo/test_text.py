@@ -86,7 +86,10 @@ def test_unknown_opcode_passes_through_as_compute() -> None:
     g = graph_from_text(GOOD)
     steps = g.regions[0].steps
     assert isinstance(steps[0], ComputeSegment)  # frobnicate: 1 read + 1 write of 4 KiB
-    assert steps[0].bytes_accessed == 2 * 8 * 128 * 4
+    # %p lives in memory space S(1) (on chip): its read is not HBM traffic, the write is.
+    (work,) = steps[0].kernels
+    assert (work.hbm_bytes, work.onchip_bytes) == (8 * 128 * 4, 8 * 128 * 4)
+    assert steps[0].bytes_accessed == 8 * 128 * 4
     assert [c.kind for c in g.collectives] == ["all-reduce"]
 
 
