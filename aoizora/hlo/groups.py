@@ -16,6 +16,16 @@ one TPU-compiled module):
    Groups come out in row-major order of the fixed axes
    (``MeshAxesReplicaGroupList::flattened_replica_groups``).
 
+``device_ids=(...)`` gives the device at each mesh position (row-major), printed
+(``Mesh::ToString``, ``TileAssignment::ArrayToString``) either as a list
+``(0,2,1,3)`` or, when the mesh's device assignment is an iota, as its reshape and
+transpose ``([2,2]T(1,0))`` = ``iota(4).reshape(2,2).transpose(1,0)`` flattened
+(libtpu 0.0.42.1 printed ``mesh['axis_0'=2,'axis_1'=2], device_ids=([2,2]T(1,0))
+{'axis_0'}`` for a v5e:2x2 plan; issue 34). The tile-assignment spelling with its
+dims first, ``([4]<=[2,2]T(1,0))``, is read as well (jaxlib 0.10.2's own parser
+refuses it, but it is the form XLA prints for shardings).
+tests/aoizora/hlo/fixtures/replica_groups.txt holds lines as each version printed them.
+
 Ids are logical device ids (``use_global_device_ids=true`` or cross-partition
 mode with one replica): id ``i`` is ``mesh.devices.flat[i]``.
 
@@ -24,6 +34,9 @@ Example:
     ((0, 4), (1, 5), (2, 6), (3, 7))
     >>> parse_replica_groups("mesh['a'=2,'b'=4] {'b':(1)2}", num_devices=8).groups
     ((0, 2), (1, 3), (4, 6), (5, 7))
+    >>> parse_replica_groups("mesh['a'=2,'b'=2], device_ids=([2,2]T(1,0)) {'a'}",
+    ...                      num_devices=4).groups
+    ((0, 1), (2, 3))
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ __all__ = [
     "ReplicaGroups",
     "expand_iota",
     "expand_mesh",
+    "expand_mesh_ids",
     "format_iota",
     "format_mesh",
     "parse_pairs",
@@ -50,7 +64,12 @@ __all__ = [
 ]
 
 _IOTA_RE = re.compile(r"\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
-_MESH_RE = re.compile(r"mesh\[([^\]]*)\]\s*(?:,\s*device_ids=\(([^)]*)\))?\s*\{([^}]*)\}")
+# device_ids=(...) may nest one level of parentheses: ([2,2]T(1,0)).
+_MESH_RE = re.compile(
+    r"mesh\[([^\]]*)\]\s*(?:,\s*device_ids=\(((?:[^()]|\([^()]*\))*)\))?\s*\{([^}]*)\}"
+)
+# An iota device assignment: [reshape dims] with T(perm) (optionally [dims]<= first).
+_IDS_IOTA_RE = re.compile(r"(?:\[([\d,]+)\]<=)?\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _NAME = r"""(?:'([^']*)'|"([^"]*)"|([A-Za-z_][\w]*))"""
 _MESH_AXIS_RE = re.compile(rf"\s*{_NAME}\s*=\s*(\d+)\s*")
 _AXIS_REF_RE = re.compile(rf"\s*{_NAME}\s*(?::\s*\((\d+)\)\s*(\d+))?\s*")
@@ -225,13 +244,18 @@ def _axis_text(ref: MeshAxis) -> str:
 def format_mesh(
     axis_names: Sequence[str],
     axis_sizes: Sequence[int],
-    device_ids: Sequence[int] | None,
+    device_ids: Sequence[int] | str | None,
     axes: Sequence[MeshAxis],
 ) -> str:
-    """The printed mesh-axes form, as jaxlib 0.10.2 prints it (quoted names)."""
+    """The printed mesh-axes form, as jaxlib 0.10.2 prints it (quoted names).
+
+    ``device_ids`` is a list of ids or the text of an iota (``"[2,2]T(1,0)"``).
+    """
     mesh = ",".join(f"'{n}'={int(s)}" for n, s in zip(axis_names, axis_sizes, strict=True))
     text = f"mesh[{mesh}]"
-    if device_ids is not None:
+    if isinstance(device_ids, str):
+        text += f", device_ids=({device_ids})"
+    elif device_ids is not None:
         text += f", device_ids=({','.join(str(int(d)) for d in device_ids)})"
     return text + " {" + ",".join(_axis_text(a) for a in axes) + "}"
 
@@ -252,8 +276,9 @@ def _parse_mesh(text: str) -> tuple[tuple[int, ...], ...]:
     m = _MESH_RE.fullmatch(text)
     if m is None:
         raise ReplicaGroupError(
-            f"mesh replica groups {text!r} are not of the form "
-            f"mesh['a'=2,'b'=4] {{'b'}} (optionally ', device_ids=(...)' after the mesh)"
+            f"mesh replica groups {text!r} are not of the form mesh['a'=2,'b'=4] {{'b'}}, "
+            f"optionally with ', device_ids=(0,2,1,3)' or ', device_ids=([2,2]T(1,0))' "
+            f"after the mesh"
         )
     names: list[str] = []
     sizes: list[int] = []
@@ -263,7 +288,7 @@ def _parse_mesh(text: str) -> tuple[tuple[int, ...], ...]:
             raise ReplicaGroupError(f"mesh axis {part.strip()!r} is not 'name'=size")
         names.append(_name(am))
         sizes.append(int(am.group(4)))
-    ids = None if m.group(2) is None else _parse_int_list(m.group(2), "mesh device_ids")
+    ids = None if m.group(2) is None else expand_mesh_ids(m.group(2), math.prod(sizes))
     axes: list[MeshAxis] = []
     if m.group(3).strip():
         for part in m.group(3).split(","):
@@ -276,8 +301,51 @@ def _parse_mesh(text: str) -> tuple[tuple[int, ...], ...]:
             size = None if rm.group(5) is None else int(rm.group(5))
             axes.append(MeshAxis(_name(rm), pre, size))
     if ids is not None and sorted(ids) != list(range(len(ids))):
-        raise ReplicaGroupError(f"mesh device_ids {ids} are not a permutation of 0..{len(ids) - 1}")
+        raise ReplicaGroupError(
+            f"mesh device_ids ({m.group(2)}) = {list(ids)} are not a permutation of "
+            f"0..{len(ids) - 1} (e.g. device_ids=(0,2,1,3) or device_ids=([2,2]T(1,0)))"
+        )
     return expand_mesh(names, sizes, ids, axes)
+
+
+def expand_mesh_ids(text: str, num_devices: int) -> tuple[int, ...]:
+    """The device at each mesh position from a ``device_ids=(...)`` value (inside the
+    parentheses): a list ``0,2,1,3`` or an iota ``[2,2]T(1,0)`` / ``[4]<=[2,2]T(1,0)``.
+
+    ``num_devices`` (the mesh's size) checks an iota's reshape dims; a list's length is
+    checked against the mesh by :func:`expand_mesh`.
+
+    >>> expand_mesh_ids("[2,4]T(1,0)", 8)
+    (0, 4, 1, 5, 2, 6, 3, 7)
+    >>> expand_mesh_ids("0,2,1,3", 4)
+    (0, 2, 1, 3)
+    """
+    value = text.replace(" ", "")
+    if not value.startswith("["):
+        return tuple(_parse_int_list(value, "mesh device_ids"))
+    m = _IDS_IOTA_RE.fullmatch(value)
+    if m is None:
+        raise ReplicaGroupError(
+            f"mesh device_ids ({text}) are neither a list of ids nor an iota "
+            f"[d0,d1]T(p0,p1) (e.g. device_ids=(0,2,1,3) or device_ids=([2,2]T(1,0)))"
+        )
+    dims = _parse_int_list(m.group(2), "mesh device_ids iota dims")
+    perm = None if m.group(3) is None else _parse_int_list(m.group(3), "iota transpose")
+    total = math.prod(dims)
+    outer = [total] if m.group(1) is None else _parse_int_list(m.group(1), "device_ids dims")
+    if total != num_devices:
+        raise ReplicaGroupError(
+            f"mesh device_ids ({text}) hold {total} devices but the mesh has {num_devices}; "
+            f"the reshape dims must multiply to the mesh size (e.g. ([2,2]T(1,0)) for a "
+            f"2x2 mesh)"
+        )
+    if math.prod(outer) != total:
+        raise ReplicaGroupError(
+            f"mesh device_ids ({text}): the dims {outer} before '<=' hold {math.prod(outer)} "
+            f"devices, the reshape dims {dims} hold {total} (e.g. ([4]<=[2,2]T(1,0)))"
+        )
+    (flat,) = expand_iota(1, total, dims, perm)
+    return flat
 
 
 def _parse_explicit(text: str) -> tuple[tuple[int, ...], ...]:
