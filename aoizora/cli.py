@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +19,7 @@ from aoizora.errors import AoizoraError
 from aoizora.interrupts import Interrupted, finished, install_handlers
 from sim.errors import SimError
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "DEVICE_COMMANDS", "build_parser", "keep_off_accelerators", "main"]
 
 # Command modules, in the order `aoizora --help` lists them. Each module is
 # imported lazily, and a run imports only its own command's module, so that
@@ -35,6 +36,28 @@ COMMANDS: tuple[str, ...] = (
     "calibrate",
     "hlo",
 )
+
+
+# Commands that run programs on the attached accelerator. Every other command only compiles
+# ahead of time for libtpu's AOT topologies and simulates, so it keeps JAX on the CPU: on a
+# TPU VM it must neither take the chip from a server running there nor plan differently.
+DEVICE_COMMANDS: frozenset[str] = frozenset({"measure"})
+
+
+def keep_off_accelerators(command: str | None) -> None:
+    """Set ``JAX_PLATFORMS=cpu`` for a command that runs nothing on devices, before jax
+    starts (a user's own ``JAX_PLATFORMS`` is kept).
+
+    >>> import os; saved = os.environ.pop("JAX_PLATFORMS", None)
+    >>> keep_off_accelerators("plan"); os.environ["JAX_PLATFORMS"]
+    'cpu'
+    >>> _ = os.environ.pop("JAX_PLATFORMS"); keep_off_accelerators("measure")
+    >>> "JAX_PLATFORMS" in os.environ
+    False
+    >>> if saved is not None: os.environ["JAX_PLATFORMS"] = saved
+    """
+    if command is not None and command not in DEVICE_COMMANDS:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -71,6 +94,7 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool | None = None) -
     command = _named_command(argv)
     if as_program:  # first thing, before jax or libtpu start (libtpu installs its own)
         install_handlers(f"aoizora {command or ''}".strip())
+    keep_off_accelerators(command)
     try:
         parser = build_parser(command)
         args = parser.parse_args(argv)

@@ -55,7 +55,9 @@ if TYPE_CHECKING:  # only a type: importing aoizora.workloads would start jax, a
     from aoizora.workloads.base import Backend
 
 __all__ = [
+    "HOST_BLOCK",
     "check_slice",
+    "chips_per_host_bounds",
     "default_device_order",
     "describable_shapes_near",
     "fallback_note",
@@ -174,8 +176,8 @@ def _without_chatter() -> Iterator[None]:
         filt.wait()
 
 
-def _describe(name: str) -> tuple[Any, ...]:
-    """libtpu's devices of topology ``name`` (raises what libtpu raises)."""
+def _describe(name: str, shape: Sequence[int]) -> tuple[Any, ...]:
+    """libtpu's devices of topology ``name`` of chip ``shape`` (raises what libtpu raises)."""
     global _started
     # We only compile ahead of time and never run on a TPU, so several planner processes
     # (or test workers) may load libtpu at once; without this libtpu's process lockfile
@@ -187,14 +189,45 @@ def _describe(name: str) -> tuple[Any, ...]:
         if not _started:  # libtpu chatters once, when its plugin starts
             try:
                 with _without_chatter():
-                    return _topology_devices(topologies, name)
+                    return _topology_devices(topologies, name, shape)
             finally:
                 _started = True
-    return _topology_devices(topologies, name)
+    return _topology_devices(topologies, name, shape)
 
 
-def _topology_devices(topologies: Any, name: str) -> tuple[Any, ...]:
-    return tuple(topologies.get_topology_desc(topology_name=name, platform="tpu").devices)
+# The chips of one TPU host in libtpu's description of every generation here (v4, v5e,
+# v5p, v6e, tpu7x): a 2x2x1 block. On a machine without a TPU libtpu takes that block
+# clipped to the slice; on a TPU VM it takes the attached host's block instead (a one-chip
+# v5e host refused "v5e:1x1 is not divisible by ... chips_per_host_bounds 2x2x1", issue
+# 34). Passing the clipped block always describes the same devices everywhere
+# (tests/aoizora/test_tpu_host.py compares them with the CPU defaults, slice by slice).
+HOST_BLOCK: tuple[int, int, int] = (2, 2, 1)
+
+
+def chips_per_host_bounds(shape: Sequence[int]) -> tuple[int, int, int]:
+    """libtpu's ``chips_per_host_bounds`` for a slice of chip ``shape``: :data:`HOST_BLOCK`
+    clipped to the slice, so what is described never depends on the attached TPU.
+
+    >>> chips_per_host_bounds((1, 1)), chips_per_host_bounds((2, 4)), chips_per_host_bounds((1, 8))
+    ((1, 1, 1), (2, 2, 1), (1, 2, 1))
+    """
+    dims = [int(d) for d in shape] + [1] * (3 - len(shape))
+    x, y, z = (min(h, d) for h, d in zip(HOST_BLOCK, dims[:3], strict=True))
+    return x, y, z
+
+
+def _topology_devices(topologies: Any, name: str, shape: Sequence[int]) -> tuple[Any, ...]:
+    bounds = list(chips_per_host_bounds(shape))
+    try:
+        desc = topologies.get_topology_desc(
+            topology_name=name, platform="tpu", chips_per_host_bounds=bounds
+        )
+    except Exception as exc:
+        if "chips_per_host_bounds" not in str(exc) or "nexpected" not in str(exc):
+            raise
+        # a libtpu without the option: its defaults (right on any machine but a TPU VM)
+        desc = topologies.get_topology_desc(topology_name=name, platform="tpu")
+    return tuple(desc.devices)
 
 
 def _shapes_of(num_chips: int, pod_shape: Sequence[int]) -> list[tuple[int, ...]]:
@@ -288,7 +321,9 @@ def _rule_reason(slice_: Slice) -> str:
 
 
 @functools.cache
-def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str]:
+def _devices(
+    name: str, shape: tuple[int, ...], num_devices: int
+) -> tuple[tuple[Any, ...], Backend, str]:
     import jax
 
     if importlib.util.find_spec("libtpu") is None:
@@ -303,7 +338,7 @@ def _devices(name: str, num_devices: int) -> tuple[tuple[Any, ...], Backend, str
             )
         return tuple(cpus[:num_devices]), "cpu", message
     try:
-        devs = _describe(name)
+        devs = _describe(name, shape)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _Refused(reason) from exc
@@ -322,7 +357,7 @@ class _Refused(Exception):
 
 def _slice_devices(slice_: Slice) -> tuple[tuple[Any, ...], Backend, str]:
     try:
-        return _devices(libtpu_topology_name(slice_), slice_.num_devices)
+        return _devices(libtpu_topology_name(slice_), tuple(slice_.shape), slice_.num_devices)
     except _Refused as exc:
         raise _not_described(slice_, str(exc)) from exc.__cause__
 

@@ -12,9 +12,9 @@ from sim.topology import load_slice
 
 @pytest.mark.parametrize("slice_name", ["v5e:2x2", "v5e:2x4", "v5e:4x4"])
 def test_identity_matches_libtpu_coords(slice_name: str) -> None:
-    from jax.experimental import topologies
+    from aoizora.tpu import topology_devices
 
-    devices = topologies.get_topology_desc(topology_name=slice_name, platform="tpu").devices
+    devices = topology_devices(load_slice(slice_name))  # the same devices on a TPU VM
     s = load_slice(slice_name)
     order = DeviceOrder.identity(mesh_shape=(s.num_chips,), slice_=s)
     by_id = {d.id: tuple(d.coords[: len(s.shape)]) for d in devices}

@@ -270,9 +270,11 @@ def test_odd_and_3d_shapes_match_reference_and_ring_closes(
 
 
 def _mesh_utils_ids(slice_name: str, mesh_shape: tuple[int, ...]) -> tuple[int, ...]:
-    from jax.experimental import mesh_utils, topologies
+    from jax.experimental import mesh_utils
 
-    devices = topologies.get_topology_desc(topology_name=slice_name, platform="tpu").devices
+    from aoizora.tpu import topology_devices
+
+    devices = topology_devices(load_slice(slice_name))  # the same devices on a TPU VM
     mesh = mesh_utils.create_device_mesh(mesh_shape, devices=devices)
     return tuple(int(d.id) for d in mesh.flat)
 

@@ -342,10 +342,10 @@ def test_mesh_on_fake_devices_places_by_coordinates(pick: int) -> None:
 def test_mesh_on_libtpu_aot_devices(
     slice_name: str, mesh_shape: tuple[int, ...], pick: int
 ) -> None:
-    from jax.experimental import topologies
+    from aoizora.tpu import topology_devices
 
     plan = _plan(slice_name, mesh_shape, pick)
-    devices = topologies.get_topology_desc(topology_name=slice_name, platform="tpu").devices
+    devices = topology_devices(load_slice(slice_name))  # the same devices on a TPU VM
     mesh = plan.mesh(list(reversed(devices)))
     assert mesh.devices.shape == mesh_shape
     for pos, device in enumerate(mesh.devices.flat):

@@ -58,9 +58,10 @@ class Fixture:
 
 
 def _tpu_mesh(slice_name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> Mesh:
-    from jax.experimental import topologies
+    from aoizora.tpu import topology_devices
+    from sim.topology import load_slice
 
-    devices = topologies.get_topology_desc(topology_name=slice_name, platform="tpu").devices
+    devices = topology_devices(load_slice(slice_name))  # the same devices on a TPU VM
     return Mesh(np.array(devices).reshape(shape), axes)
 
 
