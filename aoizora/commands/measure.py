@@ -203,6 +203,24 @@ def _start_backend(args: argparse.Namespace) -> None:
         jax.distributed.initialize()  # Cloud TPU: coordinator and process ids detected
 
 
+def _warn_version_drift(plan_files: list[str]) -> None:
+    """One line per distinct difference between this jax/jaxlib/libtpu and a plan's (the
+    plan's prediction was made from the HLO its versions compiled); no plan: the pin."""
+    from aoizora.plan import load_plan
+    from aoizora.software import running_versions, version_drift, warn_version_drift
+
+    if not plan_files:
+        warn_version_drift("measure")
+        return
+    said: set[str] = set()
+    for plan_file in plan_files:
+        versions = load_plan(plan_file).provenance.versions()
+        line = version_drift(running_versions(), versions, against="the plan was made with")
+        if line is not None and line not in said:
+            said.add(line)
+            print(f"aoizora measure: warning: {plan_file}: {line}", file=sys.stderr)
+
+
 def _render(report: MeasureReport) -> str:
     lines = [f"{'row':<44} {'measured':>12} {'spread':>10} {'predicted':>12}  what"]
     for what, row, predicted in report.measured:
@@ -221,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
     _check_counts(args)
     sizes = parse_sizes(args.sizes)
     _start_backend(args)
+    _warn_version_drift(args.plan)
     if args.kernels is not None:
         from aoizora.commands.measure_kernels import run_kernel_suite
 

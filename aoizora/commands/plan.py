@@ -50,6 +50,7 @@ from aoizora.commands.args import (
 from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
 from aoizora.commands.export import EMIT_TARGETS, add_config_argument
 from aoizora.errors import ExportError
+from aoizora.software import warn_version_drift
 
 if TYPE_CHECKING:  # types only: the parser is built before jax starts
     from aoizora.plan import Plan
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             "--emit maxdiffusion out/"
         )
     use_topology_dir(args)
+    warn_version_drift("plan")  # the plan's HLO is compiled by this jax/libtpu
     (slice_,) = select_attention_kernel(args, [load_slice(args.slice_name)])
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.

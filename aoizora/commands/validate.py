@@ -30,6 +30,7 @@ from aoizora.commands.args import (
 )
 from aoizora.errors import AoizoraError
 from aoizora.interrupts import phase
+from aoizora.software import warn_version_drift
 from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
@@ -149,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     resume_from_cache(args.cache_dir)
     rows = read_measurements(args.file)
     check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
+    warn_version_drift("validate")  # the predictions compile with this jax/libtpu
     with phase(f"the predictions of {args.file}"):
         try:
             report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))

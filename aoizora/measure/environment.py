@@ -3,8 +3,9 @@
 The measurement format's ``hardware``, ``software``, ``software_date`` and ``source``
 columns (docs/validation.md) hold, for a row of ``aoizora measure``: the device kind
 and count, the number of hosts and the slice; the jax, jaxlib, libtpu and AoiZora
-versions; the date of the run (UTC); and the plan file with its SHA-256. A dry run on
-host CPU devices starts its ``hardware`` with ``cpu`` -- the rule by which
+versions (with the git commit when AoiZora runs from a checkout); the date of the run
+(UTC); and the plan file with its SHA-256. A dry run on host CPU devices starts its
+``hardware`` with ``cpu`` -- the rule by which
 ``aoizora validate`` and ``aoizora calibrate`` refuse such rows
 (:mod:`aoizora.studies.validation.origin`).
 
@@ -15,6 +16,10 @@ host CPU devices starts its ``hardware`` with ``cpu`` -- the rule by which
     'TPU v5 lite: 8 devices on 1 host, slice v5e:2x4'
     >>> env.software()
     'jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52, aoizora 0.1.0'
+    >>> import dataclasses
+    >>> dataclasses.replace(env, versions=Provenance("0.1.0", "0.10.2", "0.10.2", "0.0.42.1",
+    ...     "032b454e1f0a+dirty")).software()
+    'jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1, aoizora 0.1.0 (git 032b454e1f0a+dirty)'
 """
 
 from __future__ import annotations
@@ -68,10 +73,13 @@ class Environment:
         return f"{self.device_kind}: {self.num_devices} devices on {hosts}, slice {slice_name}"
 
     def software(self) -> str:
+        """The versions that ran (AoiZora's from its checkout, with the commit, when it ran
+        from one: :mod:`aoizora.software`)."""
         v = self.versions
+        commit = "" if v.aoizora_commit is None else f" (git {v.aoizora_commit})"
         return (
             f"jax {v.jax or 'not installed'}, jaxlib {v.jaxlib or 'not installed'}, libtpu "
-            f"{v.libtpu or 'not installed'}, aoizora {v.aoizora or 'not installed'}"
+            f"{v.libtpu or 'not installed'}, aoizora {v.aoizora or 'unknown'}{commit}"
         )
 
     def source(self) -> str:

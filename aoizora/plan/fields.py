@@ -17,6 +17,7 @@ import hashlib
 import importlib.metadata
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 
 from aoizora.errors import PlanError
 from aoizora.placement.device_order import Coord
+from aoizora.software import aoizora_commit, aoizora_version
 from aoizora.workloads.base import Workload
 from aoizora.workloads.rules import is_logical_axes, rule_pair_from_json
 from sim.topology import Chip, Slice, topologies_dir
@@ -48,6 +50,7 @@ __all__ = [
 ]
 
 _PREDICTION_SOURCE = "simulated"
+_COMMIT = re.compile(r"[0-9a-f]{7,40}(\+dirty)?")  # docs/plan.schema.json, aoizora_commit
 
 
 @dataclass(frozen=True)
@@ -96,28 +99,51 @@ class PredictedLatencies:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Versions the plan was made with (``None`` when a package is not installed)."""
+    """Versions the plan was made with (``None`` when a package is not installed), and the
+    git commit of the AoiZora checkout it was made from (``None`` for an installed copy;
+    ``+dirty`` when the checkout was modified; :mod:`aoizora.software`)."""
 
     aoizora: str | None
     jax: str | None
     jaxlib: str | None
     libtpu: str | None
+    aoizora_commit: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("aoizora", "jax", "jaxlib", "libtpu"):
             value = getattr(self, name)
             if value is not None:
                 check_text(value, f"provenance.{name}", "a version string such as '0.10.2' or null")
+        commit = self.aoizora_commit
+        if commit is not None and not (isinstance(commit, str) and _COMMIT.fullmatch(commit)):
+            raise PlanError(
+                f"provenance.aoizora_commit is {commit!r}; allowed: a git commit of 7-40 "
+                "lower-case hex digits, '+dirty' when the checkout was modified, e.g. "
+                "'032b454e1f0a+dirty' (or leave it out)"
+            )
 
     @classmethod
     def current(cls) -> Provenance:
-        """The installed versions, read with :mod:`importlib.metadata`."""
+        """The running versions: AoiZora's (its checkout's when run from one, with the
+        commit) and jax/jaxlib/libtpu's, read with :mod:`importlib.metadata`."""
         return cls(
-            aoizora=_version("aoizora"),
+            aoizora=aoizora_version(),
             jax=_version("jax"),
             jaxlib=_version("jaxlib"),
             libtpu=_version("libtpu"),
+            aoizora_commit=aoizora_commit(),
         )
+
+    def versions(self) -> dict[str, str | None]:
+        """The versions of the packages that compile the program (jax, jaxlib, libtpu)."""
+        return {"jax": self.jax, "jaxlib": self.jaxlib, "libtpu": self.libtpu}
+
+    def to_json(self) -> dict[str, str | None]:
+        """The plan's ``provenance`` object (``aoizora_commit`` only when known)."""
+        out = {"aoizora": self.aoizora, **self.versions()}
+        if self.aoizora_commit is not None:
+            out["aoizora_commit"] = self.aoizora_commit
+        return out
 
 
 def _version(package: str) -> str | None:

@@ -124,6 +124,7 @@ _TOP_KEYS = (
     "slice",
 )
 _TOP_KEYS_V2 = (*_TOP_KEYS, "inputs", "workload")
+_PROVENANCE_KEYS = ("aoizora", "jax", "jaxlib", "libtpu")  # and optionally aoizora_commit
 # Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
 # with their configurations (aoizora.plan.alternatives), a clip's latency, the VAE's plan,
 # the compute model.
@@ -453,12 +454,7 @@ class Plan:
                 "winner": self.predicted.winner_s,
                 "baselines": dict(self.predicted.baselines_s),
             },
-            "provenance": {
-                "aoizora": self.provenance.aoizora,
-                "jax": self.provenance.jax,
-                "jaxlib": self.provenance.jaxlib,
-                "libtpu": self.provenance.libtpu,
-            },
+            "provenance": self.provenance.to_json(),
             **({} if self.latency is None else self.latency.to_json()),
             **({} if self.vae is None else {"vae": self.vae.to_json_dict()}),
         }
@@ -511,9 +507,8 @@ class Plan:
         predicted = json_object(
             data["predicted_latency_s"], "predicted_latency_s", ("baselines", "source", "winner")
         )
-        provenance = json_object(
-            data["provenance"], "provenance", ("aoizora", "jax", "jaxlib", "libtpu")
-        )
+        provenance = json_object(data["provenance"], "provenance", None)
+        check_keys(provenance, _PROVENANCE_KEYS, "provenance", ("aoizora_commit",))
         baselines = json_object(predicted["baselines"], "predicted_latency_s.baselines", None)
         model = json_text(data["model"], "model")
         inputs = () if old else json_list(data["inputs"], "inputs")

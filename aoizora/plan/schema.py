@@ -151,7 +151,17 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
                     "baselines": {"type": "object", "additionalProperties": _SECONDS},
                 }
             ),
-            "provenance": _object({k: _VERSION for k in ("aoizora", "jax", "jaxlib", "libtpu")}),
+            "provenance": _object(
+                {k: _VERSION for k in ("aoizora", "jax", "jaxlib", "libtpu")},
+                optional={
+                    "aoizora_commit": {
+                        "type": "string",
+                        "pattern": "^[0-9a-f]{7,40}(\\+dirty)?$",
+                        "description": "optional: the git commit of the AoiZora checkout "
+                        "that made the plan ('+dirty': modified)",
+                    }
+                },
+            ),
         },
         optional={**_RESERVED, **_ALTERNATIVES},
     ),

@@ -1,0 +1,148 @@
+"""Which AoiZora is running, and whether jax/jaxlib/libtpu are the ones a plan was made with.
+
+* :func:`aoizora_version` -- the version in the checkout's ``pyproject.toml`` when AoiZora
+  runs from a git checkout (``PYTHONPATH=checkout`` on a TPU VM), else the installed
+  distribution's; ``None`` when neither says.
+* :func:`aoizora_commit` -- the checkout's git commit (12 hex digits, ``+dirty`` when a
+  tracked file is modified), ``None`` for an installed copy or without git.
+* :data:`PINNED` -- the versions ``pyproject.toml`` pins (a test keeps them equal): compiled
+  HLO text, and so every prediction, is checked against these.
+* :func:`version_drift` / :func:`warn_version_drift` -- one line naming the packages whose
+  running version differs from a plan's provenance (or from the pin) and what may differ.
+
+Nothing here imports jax: it runs before jax starts, and git runs at most once a process.
+
+    >>> print(version_drift({"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.42.1"},
+    ...       {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.52"},
+    ...       against="the plan was made with"))  # doctest: +NORMALIZE_WHITESPACE
+    libtpu 0.0.42.1 runs here but the plan was made with 0.0.52: the compiled HLO, and so
+    the prediction, may differ
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import subprocess
+import sys
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "PINNED",
+    "TRACKED",
+    "aoizora_commit",
+    "aoizora_version",
+    "running_versions",
+    "version_drift",
+    "warn_version_drift",
+]
+
+# pyproject.toml's exact pins of the packages that compile the HLO (tests/test_software.py).
+PINNED: Mapping[str, str] = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0.52"}
+# The packages whose versions change the compiled program, in the order they are named.
+TRACKED: tuple[str, ...] = ("jax", "jaxlib", "libtpu")
+_GIT_TIMEOUT_S = 10.0
+_SHORT = 12  # hex digits of a commit: unique in any repository of this size
+
+
+def _checkout() -> Path | None:
+    """The git checkout AoiZora is imported from (the parent of the package), if any."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / ".git").exists() and (root / "pyproject.toml").is_file() else None
+
+
+@functools.cache
+def aoizora_version() -> str | None:
+    """AoiZora's version: the checkout's ``pyproject.toml``, else the installed metadata."""
+    root = _checkout()
+    if root is not None:
+        try:
+            project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+            version = project.get("project", {}).get("version")
+            if isinstance(version, str) and version.strip():
+                return version.strip()
+        except (OSError, tomllib.TOMLDecodeError):
+            pass  # an unreadable pyproject: fall back to the installed metadata
+    try:
+        return importlib.metadata.version("aoizora")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=_GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no git here, or a repository too slow to ask: no commit is claimed
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.cache
+def aoizora_commit() -> str | None:
+    """The checkout's commit, ``+dirty`` when tracked files differ from it (module docstring).
+
+    A plan or row made from a modified tree says so: its numbers may not be the commit's.
+    """
+    root = _checkout()
+    if root is None:
+        return None
+    commit = _git(root, "rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return commit[:_SHORT] + ("+dirty" if status else "")
+
+
+def running_versions() -> dict[str, str | None]:
+    """The installed versions of :data:`TRACKED` (``None`` when not installed)."""
+    out: dict[str, str | None] = {}
+    for name in TRACKED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def version_drift(
+    running: Mapping[str, str | None], expected: Mapping[str, str | None], *, against: str
+) -> str | None:
+    """One line naming each of :data:`TRACKED` whose ``running`` version differs from
+    ``expected`` (``against`` says whose they are: "the plan was made with", "AoiZora
+    pins"), or ``None`` when all agree. A package ``expected`` lacks is not compared."""
+    differ = [
+        (name, running.get(name), expected[name])
+        for name in TRACKED
+        if expected.get(name) is not None and running.get(name) != expected[name]
+    ]
+    if not differ:
+        return None
+    have = ", ".join(f"{name} {version or 'missing'}" for name, version, _ in differ)
+    want = ", ".join(str(version) for _, _, version in differ)
+    verb = "runs" if len(differ) == 1 else "run"
+    return (
+        f"{have} {verb} here but {against} {want}: the compiled HLO, and so the prediction, "
+        f"may differ"
+    )
+
+
+def warn_version_drift(
+    command: str, plan_versions: Mapping[str, str | None] | None = None
+) -> str | None:
+    """Print (stderr) and return :func:`version_drift`'s line for this process: against the
+    plan's provenance when given, else against :data:`PINNED`."""
+    if plan_versions is not None:
+        line = version_drift(running_versions(), plan_versions, against="the plan was made with")
+    else:
+        line = version_drift(running_versions(), PINNED, against="AoiZora pins")
+    if line is not None:
+        print(f"aoizora {command}: warning: {line}", file=sys.stderr)
+    return line
