@@ -53,10 +53,7 @@ from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, SearchBudget
 from aoizora.rank.search_cache import cached_search
-from aoizora.stage1.q1 import (
-    Stage1Ranking,
-    rank_stage1,
-)
+from aoizora.stage1.q1 import Stage1Ranking, rank_stage1
 from aoizora.stage1.sweep import score_candidates
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
@@ -72,8 +69,10 @@ __all__ = [
     "PlacementScore",
     "PlanOutcome",
     "Progress",
+    "SearchLimits",
     "SearchSummary",
     "run_plan",
+    "stage2",
 ]
 
 LOGICAL_SEARCH = "logical search"
@@ -87,7 +86,7 @@ def _quiet(_: str) -> None:
 
 
 @dataclass(frozen=True)
-class _Search:
+class SearchLimits:
     """When the placement search stops (:func:`run_plan`'s ``search_*`` arguments)."""
 
     seconds: float | None
@@ -413,7 +412,7 @@ def _rank_all(
     say: Progress,
     pool: FanOut,
     per_candidate: bool,
-    search: _Search,
+    search: SearchLimits,
 ) -> tuple[list[CandidateScores], SearchSummary | None]:
     """The placement search over every compiled candidate (the default order always replayed)."""
     if not compiled:
@@ -495,7 +494,7 @@ def _baseline_scores(
     return out
 
 
-def _stage2(
+def stage2(
     workload: Workload,
     slice_: Slice,
     to_compile: Sequence[Candidate],
@@ -507,7 +506,7 @@ def _stage2(
     max_placements: int | None,
     exhaustive: bool,
     pool: FanOut,
-    search: _Search,
+    search: SearchLimits,
 ) -> tuple[
     list[tuple[Candidate, CompileResult]],
     list[tuple[str, str]],
@@ -578,10 +577,10 @@ def run_plan(
         baselines = baseline_candidates(workload, slice_)
         picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
         to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
-        compiled, failed, compiled_ids, scored, search = _stage2(
+        compiled, failed, compiled_ids, scored, search = stage2(
             workload, slice_, to_compile, picks=picks, caches=caches,
             say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
-            pool=pool, search=_Search(search_seconds, search_gap, search_budget),
+            pool=pool, search=SearchLimits(search_seconds, search_gap, search_budget),
         )  # fmt: skip
     if not scored:
         raise PlanError(

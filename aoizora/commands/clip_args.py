@@ -13,14 +13,15 @@ __all__ = ["add_clip_arguments", "check_clip_arguments", "clip_options"]
 
 
 def add_clip_arguments(p: argparse.ArgumentParser, *, switch: str | None) -> None:
-    """``--steps``, ``--text-encoder-s``, ``--vae-chunk`` and the switch that turns the clip
-    on (``--clip``, what-if) or off (``--no-clip``, plan); ``None``: always on (serve)."""
+    """``--steps``, ``--text-encoder-s``, ``--vae-chunk``, ``--vae-compile`` and the switch
+    that turns the clip on (``--clip``, what-if) or off (``--no-clip``, plan); ``None``:
+    always on (serve)."""
     if switch == "--clip":
         p.add_argument(
             "--clip",
             action="store_true",
-            help="also plan each slice's VAE decode and report clip_s = text_encoder_s + "
-            "denoise_s + vae_decode_s (more compiles; off by default)",
+            help="also rank each slice's VAE decoder (Stage 1) and report clip_s = "
+            "text_encoder_s + denoise_s + vae_decode_s (off by default)",
         )
     elif switch == "--no-clip":
         p.add_argument(
@@ -52,6 +53,13 @@ def add_clip_arguments(p: argparse.ArgumentParser, *, switch: str | None) -> Non
         help="latent frames the VAE decodes per scan step (maxdiffusion's vae_decode_chunk, "
         "default %(default)s)",
     )
+    p.add_argument(
+        "--vae-compile",
+        action="store_true",
+        help="compile the VAE decoder's chosen sharding and report its simulated decode "
+        "(minutes of libtpu code generation for its convolutions); by default the VAE is "
+        "ranked by Stage 1 alone and vae_decode_s is Stage 1's Q1 (docs/serving.md)",
+    )
 
 
 def check_clip_arguments(args: argparse.Namespace) -> None:
@@ -72,10 +80,11 @@ def check_clip_arguments(args: argparse.Namespace) -> None:
 
 
 def clip_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``steps``, ``text_encoder`` and ``vae_chunk`` for
+    """``steps``, ``text_encoder``, ``vae_chunk`` and ``vae_compile`` for
     :func:`aoizora.request.clip_plan.plan_clip`."""
     return {
         "steps": args.steps,
         "text_encoder": host_text_encoder(args.text_encoder_s),
         "vae_chunk": args.vae_chunk,
+        "vae_compile": args.vae_compile,
     }

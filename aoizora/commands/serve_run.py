@@ -82,8 +82,9 @@ def serve(
     for s in slices:
         got = plan_kinds(
             [k for k in kinds if k is not None], s, text_encoder=te, vae_chunk=args.vae_chunk,
-            batch=args.batch, progress=progress, cache_dir=args.cache_dir, top_k=args.top_k,
-            max_placements=args.max_placements, **plan_options,
+            vae_compile=args.vae_compile, batch=args.batch, progress=progress,
+            cache_dir=args.cache_dir, top_k=args.top_k, max_placements=args.max_placements,
+            **plan_options,
         )  # fmt: skip
         service, summary = slice_service(s, got)
         services.append(service)

@@ -49,7 +49,9 @@ __all__ = [
     "plan_inputs",
 ]
 
-_PREDICTION_SOURCE = "simulated"
+# "simulated": Q2 of a compiled program; "stage1": Stage 1's Q1 of a program not compiled
+# (a clip's VAE decoder, aoizora/request/vae_rank.py).
+_PREDICTION_SOURCES = ("simulated", "stage1")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}(\+dirty)?")  # docs/plan.schema.json, aoizora_commit
 
 
@@ -57,19 +59,20 @@ _COMMIT = re.compile(r"[0-9a-f]{7,40}(\+dirty)?")  # docs/plan.schema.json, aoiz
 class PredictedLatencies:
     """Predicted step latency of the winner and of each baseline, by name.
 
-    ``source`` says where the numbers come from; plans carry only simulated ones.
+    ``source`` says where the numbers come from: ``"simulated"`` (Q2), or ``"stage1"``
+    (Q1, for a VAE decoder ranked without a compile).
     ``baselines_s`` is kept sorted by name.
     """
 
     winner_s: float
     baselines_s: tuple[tuple[str, float], ...] = ()
-    source: str = _PREDICTION_SOURCE
+    source: str = _PREDICTION_SOURCES[0]
 
     def __post_init__(self) -> None:
-        if self.source != _PREDICTION_SOURCE:
+        if self.source not in _PREDICTION_SOURCES:
             raise PlanError(
                 f"predicted_latency_s.source is {self.source!r}; allowed: "
-                f"{_PREDICTION_SOURCE!r} (plans carry simulated predictions only)"
+                f"{list(_PREDICTION_SOURCES)}, e.g. 'simulated' (plans carry predictions only)"
             )
         object.__setattr__(
             self, "winner_s", check_latency(self.winner_s, "predicted_latency_s.winner")

@@ -146,7 +146,7 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
             ),
             "predicted_latency_s": _object(
                 {
-                    "source": {"const": "simulated"},
+                    "source": {"enum": ["simulated", "stage1"]},
                     "winner": _SECONDS,
                     "baselines": {"type": "object", "additionalProperties": _SECONDS},
                 }

@@ -1,16 +1,20 @@
 """One clip end to end: the text encoder, every denoising step, the VAE decode of the latents.
 
 :func:`plan_clip` takes the planner's answer for the denoising step of a Wan model and
-plans the model's VAE decoder (:func:`aoizora.workloads.vae.vae_workload`) on the same
-slice with the same planner -- candidates, Stage 1, libtpu compiles, Q2 replays with
-the compute model -- so both compiled programs are priced alike. The clip's latency is
+ranks the model's VAE decoder (:func:`aoizora.workloads.vae.vae_workload`) on the same
+slice with the planner's Stage 1 -- candidates, the lowered program, Shardy's
+propagation, Q1 with the compute model -- compiling none of its shardings unless asked
+(``vae_compile``: the chosen one alone, replayed like a step;
+:mod:`aoizora.request.vae_rank` says why). The clip's latency is
 
     clip_s = text_encoder_s + denoise_s + vae_decode_s
 
 with ``denoise_s`` = the steps of the clip times the simulated step (Wan 2.2 A14B: each
 expert's steps, the same compiled step for both: docs/workload.md, Experts) and
-``vae_decode_s`` the VAE plan's simulated decode. Per-step host work (the scheduler's
-update, Python dispatch) and moving the clip to the host are not modelled.
+``vae_decode_s`` the VAE plan's decode: Stage 1's Q1 of the chosen sharding, or its
+simulated decode when compiled (the plan's ``vae.predicted_latency_s.source`` says
+which). Per-step host work (the scheduler's update, Python dispatch) and moving the
+clip to the host are not modelled.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Any
 from aoizora.errors import WorkloadError
 from aoizora.plan import Plan
 from aoizora.plan.clip_latency import ClipLatency
-from aoizora.planner import PlanOutcome, run_plan
+from aoizora.planner import PlanOutcome
 from aoizora.request.text_encoder import TextEncoder, host_text_encoder
+from aoizora.request.vae_rank import VaePlan, rank_vae
 from aoizora.workloads.base import Workload
 from aoizora.workloads.vae import vae_workload
 from aoizora.workloads.wan_config import WAN_CONFIGS, ExpertSchedule, WanConfig
@@ -75,13 +80,14 @@ def plan_vae(
     slice_: Slice,
     *,
     chunk: int = 1,
-    top_k: int = 1,
-    plan: Callable[..., PlanOutcome] = run_plan,
+    compile: bool = False,
+    rank: Callable[..., VaePlan] = rank_vae,
     **options: Any,
-) -> PlanOutcome:
-    """Plan the VAE decoder of ``workload``'s clip on ``slice_`` (``options`` go to ``plan``:
-    ``cache_dir``, ``progress``, ``workers``, ...)."""
-    return plan(vae_for(workload, chunk=chunk), slice_, top_k=top_k, **options)
+) -> VaePlan:
+    """The VAE decoder of ``workload``'s clip on ``slice_``, ranked by ``rank``
+    (:func:`~aoizora.request.vae_rank.rank_vae`; ``options`` go to it: ``cache_dir``,
+    ``progress``, ``workers``, ...); ``compile`` compiles the chosen sharding."""
+    return rank(vae_for(workload, chunk=chunk), slice_, compile=compile, **options)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class ClipPlan:
     """The step's plan, the VAE's plan, the text encoder and what they add up to."""
 
     step: PlanOutcome
-    vae: PlanOutcome
+    vae: VaePlan
     text_encoder: TextEncoder
     steps: tuple[tuple[str, int], ...]
     latency: ClipLatency
@@ -104,31 +110,19 @@ class ClipPlan:
 
     def to_json(self) -> dict[str, Any]:
         """``clip_s``, ``text_encoder_s``, ``denoise_s``, ``vae_decode_s`` and how they
-        were made: ``steps`` (and ``experts``), ``text_encoder``, ``vae`` (its plan)."""
+        were made: ``steps`` (and ``experts``), ``text_encoder``, ``vae`` (its plan, with
+        the ``source`` of its figure)."""
         experts = [
             {"name": name, "steps": n, "step_s": self.step.winner_q2_s}
             for name, n in self.steps
             if name != "denoise"
         ]
-        v = self.vae
         return {
             **self.latency.to_json(),
             "steps": self.total_steps,
             **({"experts": experts} if experts else {}),
             "text_encoder": self.text_encoder.to_json(),
-            "vae": {
-                "workload": v.workload.name,
-                "winner": {
-                    "candidate": v.winner.candidate.id,
-                    "placement": v.winner_placement.placement_id,
-                    "q2_s": v.winner_q2_s,
-                },
-                "baselines": [
-                    {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s}
-                    for b in v.baselines
-                ],
-                "timings_s": dict(v.timings_s),
-            },
+            "vae": self.vae.to_json(),
         }
 
 
@@ -138,19 +132,20 @@ def plan_clip(
     steps: int | None = None,
     text_encoder: TextEncoder | None = None,
     vae_chunk: int = 1,
-    vae_top_k: int = 1,
-    plan: Callable[..., PlanOutcome] = run_plan,
+    vae_compile: bool = False,
+    rank: Callable[..., VaePlan] = rank_vae,
     **options: Any,
 ) -> ClipPlan:
-    """The whole clip on ``step``'s slice: plans the VAE decoder (``options`` go to the
-    planner) and adds the phases. ``text_encoder`` defaults to the host CPU's."""
+    """The whole clip on ``step``'s slice: ranks the VAE decoder (``options`` go to
+    ``rank``; ``vae_compile`` compiles its choice) and adds the phases. ``text_encoder``
+    defaults to the host CPU's."""
     phases = denoise_steps(step.workload, steps)
-    vae = plan_vae(step.workload, step.slice_, chunk=vae_chunk, top_k=vae_top_k, plan=plan,
+    vae = plan_vae(step.workload, step.slice_, chunk=vae_chunk, compile=vae_compile, rank=rank,
                    **options)  # fmt: skip
     te = text_encoder or host_text_encoder()
     latency = ClipLatency(
         text_encoder_s=te.seconds,
         denoise_s=sum(n for _, n in phases) * step.winner_q2_s,
-        vae_decode_s=vae.winner_q2_s,
+        vae_decode_s=vae.decode_s,
     )
     return ClipPlan(step=step, vae=vae, text_encoder=te, steps=phases, latency=latency)

@@ -1,7 +1,7 @@
 """What a replica of each slice takes per request kind, from the planner's answers.
 
-For every slice and every request kind (model, clip) the denoising step and the VAE
-decoder are planned (:func:`aoizora.request.clip_plan.plan_clip`, cached like any plan),
+For every slice and every request kind (model, clip) the denoising step is planned and
+the VAE decoder ranked (:func:`aoizora.request.clip_plan.plan_clip`, cached like any plan),
 and with batching also the step for two clips at once (``wan_workload(..., clips=2)``;
 a batch plan that fits nowhere in HBM just means that kind is not batched there).
 """
@@ -15,6 +15,7 @@ from aoizora.errors import AoizoraError
 from aoizora.planner import PlanOutcome, run_plan
 from aoizora.request.clip_plan import ClipPlan, plan_clip
 from aoizora.request.text_encoder import TextEncoder
+from aoizora.request.vae_rank import VaePlan, rank_vae
 from aoizora.serving.requests import RequestKind
 from aoizora.serving.service import KindService, SliceService
 from aoizora.workloads.clip import Clip
@@ -39,14 +40,17 @@ def plan_kinds(
     *,
     text_encoder: TextEncoder,
     vae_chunk: int = 1,
+    vae_compile: bool = False,
     batch: bool = False,
     top_k: int = 2,
     plan: Callable[..., PlanOutcome] = run_plan,
+    rank: Callable[..., VaePlan] = rank_vae,
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> dict[tuple[str, Clip], tuple[ClipPlan, float | None]]:
     """The whole-clip plan (and, with ``batch``, the batch-of-two step time) of every
-    distinct (model, clip) among ``kinds`` on ``slice_``."""
+    distinct (model, clip) among ``kinds`` on ``slice_``: ``plan`` plans the steps,
+    ``rank`` the VAE decoder (``vae_compile``: its choice compiled)."""
     say = progress or (lambda _: None)
     out: dict[tuple[str, Clip], tuple[ClipPlan, float | None]] = {}
     for key in sorted({(k.model, k.clip) for k in kinds}, key=lambda mc: (mc[0], mc[1].label)):
@@ -54,7 +58,8 @@ def plan_kinds(
         say(f"== serve: planning {model}@{clip.label} on {slice_.spec}")
         opts = dict(options, progress=progress)
         step = plan(wan_workload(model, clip), slice_, top_k=top_k, **opts)
-        cp = plan_clip(step, text_encoder=text_encoder, vae_chunk=vae_chunk, plan=plan, **opts)
+        cp = plan_clip(step, text_encoder=text_encoder, vae_chunk=vae_chunk,
+                       vae_compile=vae_compile, rank=rank, **opts)  # fmt: skip
         pair = (
             _batch_step_s(model, clip, slice_, plan, say, dict(opts, top_k=top_k))
             if batch

@@ -184,7 +184,7 @@ def run_whatif(
             links = plan_caches(cache_dir).links if cache_dir is not None else None
             row = whatif_row(spec, outcome, cache=links)
             if clip is not None:
-                cp = plan_clip(outcome, plan=plan, cache_dir=cache_dir, progress=progress,
+                cp = plan_clip(outcome, cache_dir=cache_dir, progress=progress,
                                max_placements=max_placements, **dict(plan_options or {}),
                                **clip)  # fmt: skip
                 row = replace(row, latency=cp.latency, vae_winner=cp.vae.winner.candidate.id)

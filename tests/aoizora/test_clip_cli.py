@@ -40,13 +40,20 @@ def test_plan_reports_the_clip_and_records_the_vae_plan(
     assert s["clip_s"] == pytest.approx(parts) and s["text_encoder_s"] == 3.9  # host default
     assert s["steps"] == 50 and s["text_encoder"]["where"] == "host"
     vae = s["vae"]
-    assert vae["workload"] == "vae-tiny@64x64x9" and vae["winner"]["q2_s"] == s["vae_decode_s"]
-    assert {b["name"] for b in vae["baselines"]} >= {"maxdiffusion spatial", "replicated"}
-    assert all(b["q2_s"] >= vae["winner"]["q2_s"] for b in vae["baselines"])
+    assert vae["workload"] == "vae-tiny@64x64x9" and vae["winner"]["decode_s"] == s["vae_decode_s"]
+    # By default the VAE is ranked by Stage 1 alone: its figure is Q1 and nothing of the
+    # decoder is compiled (every compile, cached or not, prints a "[compile" line).
+    assert vae["source"] == "stage1" and vae["winner"]["q1_s"] == s["vae_decode_s"]
+    assert vae["compiled"] == [] and vae["winner"]["placement"] == "default order"
+    compiles = [ln for ln in err.splitlines() if ln.startswith("[compile")]
+    assert compiles and not [ln for ln in compiles if "width" in ln or "vae" in ln], compiles
+    assert {b["name"] for b in vae["baselines"]} == {"maxdiffusion spatial", "replicated"}
+    assert vae["stage1_order"][0] == vae["winner"]["candidate"]
     plan = load_plan(out)
     assert plan.latency is not None and plan.latency.clip_s == s["clip_s"]
     assert plan.vae is not None and plan.vae.candidate_id == vae["winner"]["candidate"]
     assert plan.vae.slice_name == plan.slice_name == "v5e:2x2"
+    assert plan.vae.predicted.source == "stage1" and plan.predicted.source == "simulated"
     # Warm: the same step and VAE, ten steps instead of fifty; the table says it all.
     code, text, err = _run(capsys, "plan", *CLIP, "--slice", "v5e:2x2", *cache, "--steps", "10",
                            "--json", "--out", str(tmp_path / "p10.json"), "--quiet")  # fmt: skip
@@ -56,6 +63,7 @@ def test_plan_reports_the_clip_and_records_the_vae_plan(
     code, text, _ = _run(capsys, "plan", *CLIP, "--slice", "v5e:2x2", *cache, "--quiet",
                          "--out", str(tmp_path / "t.json"), *TE)  # fmt: skip
     assert code == 0 and "whole clip" in text and "VAE decode plan: " in text
+    assert "by Stage 1; baselines by Stage 1's Q1: maxdiffusion spatial" in text
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from aoizora.errors import PlanError
-from aoizora.plan import Plan, load_plan
+from aoizora.plan import Plan, PredictedLatencies, load_plan
 from aoizora.plan.clip_latency import CLIP_KEYS, ClipLatency
 from aoizora.plan.schema import PLAN_JSON_SCHEMA
 from aoizora.workloads.rules import Rules
@@ -87,3 +87,22 @@ def test_the_vae_plan_must_be_on_the_same_slice() -> None:
     other = _vae(_plan("v5e:2x2", (2, 2), 0))
     with pytest.raises(PlanError, match="the VAE decodes on the slice that denoised"):
         dataclasses.replace(step, vae=other)
+
+
+def test_a_vae_figure_from_stage1_says_so_and_round_trips(tmp_path: Path) -> None:
+    step = _plan()
+    q1 = PredictedLatencies(winner_s=0.49, baselines_s=(("replicated", 3.88),), source="stage1")
+    vae = dataclasses.replace(_vae(step), predicted=q1)
+    plan = dataclasses.replace(step, latency=LATENCY, vae=vae)
+    data = json.loads(plan.to_json())
+    assert data["vae"]["predicted_latency_s"]["source"] == "stage1"
+    assert data["predicted_latency_s"]["source"] == "simulated"
+    jsonschema.validate(data, PLAN_JSON_SCHEMA)
+    plan.save(tmp_path / "p.json")
+    back = load_plan(tmp_path / "p.json")
+    assert back == plan and back.vae is not None and back.vae.predicted.source == "stage1"
+    data["vae"]["predicted_latency_s"]["source"] = "guessed"
+    with pytest.raises(
+        PlanError, match="source is 'guessed'; allowed: \\['simulated', 'stage1'\\]"
+    ):
+        Plan.from_json_dict(data)

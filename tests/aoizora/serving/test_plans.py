@@ -36,17 +36,34 @@ class FakePlanner:
                                winner_q2_s=self.times[workload.name])  # fmt: skip
 
 
+class FakeRanker:
+    """Answers rank_vae with a set decode time; records what it was asked."""
+
+    def __init__(self, decode_s: float) -> None:
+        self.decode_s = decode_s
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, workload: Workload, slice_: Slice, **options: Any) -> Any:
+        self.asked.append((workload.name, options))
+        winner = SimpleNamespace(candidate=SimpleNamespace(id=f"{workload.name}-winner"))
+        return SimpleNamespace(workload=workload, slice_=slice_, winner=winner,
+                               decode_s=self.decode_s)  # fmt: skip
+
+
 def test_a_pair_is_planned_and_batched_where_it_is_faster_per_clip() -> None:
     s = load_slice("v5e:2x2")
-    fake = FakePlanner({"wan-tiny@64x64x9": 0.5, "vae-tiny@64x64x9": 2.0,
-                        "wan-tiny@64x64x9x2": 0.8})  # fmt: skip
+    fake = FakePlanner({"wan-tiny@64x64x9": 0.5, "wan-tiny@64x64x9x2": 0.8})
+    vae = FakeRanker(2.0)
     got = plan_kinds([KIND, KIND], s, text_encoder=host_text_encoder(1.0), batch=True,
-                     plan=fake, cache_dir="/c", top_k=3)  # fmt: skip
+                     plan=fake, rank=vae, cache_dir="/c", top_k=3)  # fmt: skip
     asked = [name for name, _ in fake.asked]
-    assert asked == ["wan-tiny@64x64x9", "vae-tiny@64x64x9", "wan-tiny@64x64x9x2"]
-    # The planner's options reach every plan; the step's top-K is the VAE's own (1).
-    assert all(o["cache_dir"] == "/c" for _, o in fake.asked)
-    assert [o["top_k"] for _, o in fake.asked] == [3, 1, 3]
+    assert asked == ["wan-tiny@64x64x9", "wan-tiny@64x64x9x2"]
+    # The planner's options reach every plan and the VAE's ranking; the step's top-K
+    # is not the VAE's, which is not compiled unless asked.
+    assert [name for name, _ in vae.asked] == ["vae-tiny@64x64x9"]
+    assert all(o["cache_dir"] == "/c" for _, o in [*fake.asked, *vae.asked])
+    assert [o["top_k"] for _, o in fake.asked] == [3, 3]
+    assert vae.asked[0][1]["compile"] is False and "top_k" not in vae.asked[0][1]
     service, summary = slice_service(s, got)
     one = service.of(KIND)
     assert one.clip_s(50) == pytest.approx(1.0 + 50 * 0.5 + 2.0)
@@ -61,12 +78,13 @@ def test_a_pair_is_planned_and_batched_where_it_is_faster_per_clip() -> None:
 
 def test_no_pair_where_it_does_not_fit_or_is_slower() -> None:
     s = load_slice("v5e:2x2")
-    times = {"wan-tiny@64x64x9": 0.5, "vae-tiny@64x64x9": 2.0, "wan-tiny@64x64x9x2": 1.2}
+    times = {"wan-tiny@64x64x9": 0.5, "wan-tiny@64x64x9x2": 1.2}
+    te, vae = host_text_encoder(1.0), FakeRanker(2.0)
     refused = FakePlanner(times, refuse=("wan-tiny@64x64x9x2",))
-    service, _ = slice_service(s, plan_kinds([KIND], s, text_encoder=host_text_encoder(1.0),
-                                             batch=True, plan=refused))  # fmt: skip
+    service, _ = slice_service(s, plan_kinds([KIND], s, text_encoder=te, batch=True,
+                                             plan=refused, rank=vae))  # fmt: skip
     assert service.of(KIND).batch_step_s is None and not service.batches(KIND)
     slower = FakePlanner(times)  # two clips' step takes more than two single steps
-    service, _ = slice_service(s, plan_kinds([KIND], s, text_encoder=host_text_encoder(1.0),
-                                             batch=True, plan=slower))  # fmt: skip
+    service, _ = slice_service(s, plan_kinds([KIND], s, text_encoder=te, batch=True,
+                                             plan=slower, rank=vae))  # fmt: skip
     assert service.of(KIND).batch_step_s == 1.2 and not service.batches(KIND)

@@ -1,0 +1,300 @@
+"""The VAE decoder's sharding for a clip, ranked by Stage 1 alone; compiled only on request.
+
+:func:`rank_vae` ranks the decoder's legal shardings (:mod:`aoizora.candidates.space`)
+with the planner's Stage 1 -- the lowered program, Shardy's propagation, Q1 with the
+compute model (:mod:`aoizora.stage1`) -- and keeps the best memory-feasible one.
+Nothing is compiled by default: libtpu spends 2-10 s generating code for each of the
+decoder's convolutions, so compiling its candidates made a cold clip plan 5-13x the
+step's plan (docs/serving.md, "Why the VAE is ranked by Stage 1"), and no VAE compile
+can change which step sharding wins -- the decoder is a program of its own, so its
+decode adds the same seconds to the clip of every step sharding. ``compile=True``
+compiles the chosen sharding alone (never a runner-up: re-ranking the decoder's
+shardings moves a share of the clip, not the step's winner) and replays its
+placements (Q2), as the step's candidates are.
+
+The plan says which figure it holds: ``source`` ``"stage1"`` (Q1: placement-oblivious,
+the default device order, a lower bound of the simulated decode) or ``"simulated"``
+(Q2 of the compiled program at its best placement). maxdiffusion's two VAE
+deployments (``maxdiffusion spatial``, ``replicated``;
+:func:`aoizora.candidates.baselines.baseline_candidates`) are scored by the same
+Stage 1 and reported beside the choice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aoizora.cache import PlanCaches, plan_caches
+from aoizora.candidates.baselines import Baseline, baseline_candidates
+from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
+from aoizora.compile import lower_to_read, lowering_target
+from aoizora.errors import PlanError
+from aoizora.fanout import fan_out
+from aoizora.interrupts import phase
+from aoizora.placement.device_order import DeviceOrder
+from aoizora.plan import Plan, PredictedLatencies, compute_model_json, plan_inputs
+from aoizora.plan.alternatives import PlanAlternative
+from aoizora.planner import CandidateScores, SearchLimits, stage2
+from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, SearchBudget
+from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, rank_stage1
+from aoizora.stage1.sweep import Stage1Sweep, score_candidates
+from aoizora.tpu import check_slice, default_device_order
+from aoizora.workloads.base import Workload
+from sim.topology import Slice
+
+__all__ = ["STAGE1_SOURCE", "VaeBaseline", "VaeChoice", "VaePlan", "rank_vae"]
+
+STAGE1_SOURCE = "stage1"  # the figure is Stage 1's Q1 (PredictedLatencies.source)
+SIMULATED_SOURCE = "simulated"  # Q2 of the compiled program
+DEFAULT_ORDER = "default order"  # the placement of an uncompiled choice: mesh_utils' order
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class VaeChoice:
+    """The chosen sharding and its Stage-1 estimate."""
+
+    candidate: Candidate
+    estimate: Stage1Estimate
+
+    @property
+    def q1_s(self) -> float:
+        return self.estimate.q1_s
+
+
+@dataclass(frozen=True)
+class VaeBaseline:
+    """One of maxdiffusion's VAE deployments, scored by Stage 1 (``q1_s`` None: its
+    arguments alone are over HBM, so Stage 1 did not lower it)."""
+
+    name: str
+    candidate: Candidate
+    order: DeviceOrder
+    q1_s: float | None
+    over_hbm: str | None
+    note: str
+
+
+@dataclass(frozen=True)
+class VaePlan:
+    """The VAE decoder's plan for a clip: the choice, its figure and where it comes from."""
+
+    workload: Workload
+    slice_: Slice
+    winner: VaeChoice
+    placement_id: str
+    order: DeviceOrder
+    decode_s: float
+    source: str
+    baselines: tuple[VaeBaseline, ...]
+    ranking: Stage1Ranking
+    num_legal: int
+    num_rejected: int
+    compiled_ids: tuple[str, ...]
+    timings_s: tuple[tuple[str, float], ...]
+    warnings: tuple[str, ...] = ()
+
+    def plan(self) -> Plan:
+        """The plan file of the decoder (the step's plan file holds it under ``vae``).
+        Its ``predicted_latency_s.source`` is :attr:`source`; the baselines are listed
+        where their figures are of the same kind (Stage 1's)."""
+        cand, wl = self.winner.candidate, self.workload
+        same = self.source == STAGE1_SOURCE
+        base = [b for b in self.baselines if same and b.q1_s is not None]
+        return Plan.create(
+            model=wl.model, workload=wl.name, clip=wl.clip, inputs=plan_inputs(wl),
+            mesh_axis_names=cand.mesh_axis_names, order=self.order, rules=cand.rules,
+            attention=cand.attention, candidate_id=cand.id, placement_id=self.placement_id,
+            predicted=PredictedLatencies(
+                winner_s=self.decode_s,
+                baselines_s=tuple(sorted((b.name, b.q1_s) for b in base if b.q1_s is not None)),
+                source=self.source,
+            ),
+            alternatives=tuple(
+                PlanAlternative.of("baseline", b.name, b.candidate, (DEFAULT_ORDER, b.order),
+                                   b.q1_s)
+                for b in sorted(base, key=lambda b: b.name) if b.q1_s is not None
+            ),
+            compute_model=compute_model_json(self.slice_.chip),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """``aoizora plan --json``'s ``vae`` object: the choice, its figure (``decode_s``)
+        and ``source``, Stage 1's Q1 of it and of every baseline, what was compiled."""
+        return {
+            "workload": self.workload.name,
+            "source": self.source,
+            "winner": {
+                "candidate": self.winner.candidate.id,
+                "placement": self.placement_id,
+                "decode_s": self.decode_s,
+                "q1_s": self.winner.q1_s,
+            },
+            "baselines": [
+                {"name": b.name, "candidate": b.candidate.id, "q1_s": b.q1_s,
+                 "over_hbm": b.over_hbm}
+                for b in self.baselines
+            ],  # fmt: skip
+            "stage1_order": [e.candidate_id for e in self.ranking.estimates],
+            "compiled": list(self.compiled_ids),
+            "timings_s": dict(self.timings_s),
+        }  # fmt: skip
+
+
+def _score(
+    workload: Workload,
+    cands: Sequence[Candidate],
+    slice_: Slice,
+    caches: PlanCaches | None,
+    say: Progress,
+) -> Stage1Sweep:
+    """Stage 1 of every candidate in this process: the decoder has a handful (two mesh
+    axes), fewer than a worker pool's start-up is worth."""
+    with phase(f"Stage 1 of the VAE decoder on {slice_.name}"):
+        return score_candidates(
+            workload, cands, slice_, lower=lower_to_read, progress=say,
+            cache=caches.stage1 if caches else None, modules=caches.shardy if caches else None,
+            target=lowering_target,
+        )  # fmt: skip
+
+
+def _baselines(
+    baselines: Sequence[Baseline], sweep: Stage1Sweep, slice_: Slice, hbm: float
+) -> tuple[VaeBaseline, ...]:
+    est = {e.candidate_id: e for e in sweep.estimates}
+    over = dict(sweep.over_hbm)
+    out = []
+    for b in baselines:
+        e = est.get(b.candidate.id)
+        reason = over.get(b.candidate.id)
+        if e is not None and e.memory_bytes_per_chip > hbm:
+            reason = f"Stage 1 estimates {e.memory_bytes_per_chip / 1e9:.2f} GB per device"
+        order = DeviceOrder.from_physical_ids(
+            b.device_order, mesh_shape=b.candidate.mesh_shape, slice_=slice_
+        )
+        q1 = None if e is None else e.q1_s
+        out.append(VaeBaseline(b.name, b.candidate, order, q1, reason, b.note))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Compile:
+    """How the chosen sharding is compiled and its placements searched (run_plan's options)."""
+
+    workers: int | None
+    ray: str | None
+    max_placements: int | None
+    limits: SearchLimits
+
+
+def _simulated(
+    workload: Workload,
+    slice_: Slice,
+    chosen: Candidate,
+    caches: PlanCaches | None,
+    say: Progress,
+    how: _Compile,
+) -> tuple[CandidateScores | None, str | None]:
+    """Compile ``chosen`` alone and search its placements: its scores, or why not."""
+    timings: list[tuple[str, float]] = []
+    with fan_out(workers=how.workers, ray=how.ray) as pool:
+        _, failed, _, scored, _ = stage2(
+            workload, slice_, [chosen], picks=[chosen.id], caches=caches, say=say,
+            timings=timings, max_placements=how.max_placements, exhaustive=False, pool=pool,
+            search=how.limits,
+        )  # fmt: skip
+    if scored:
+        return scored[0], None
+    return None, "; ".join(f"{c}: {r}" for c, r in failed) or "no program"
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """Stage 1 over the decoder's legal shardings and maxdiffusion's two deployments."""
+
+    space: CandidateSpace
+    baselines: tuple[Baseline, ...]
+    sweep: Stage1Sweep
+    ranking: Stage1Ranking
+
+
+def _rank(workload: Workload, slice_: Slice, caches: PlanCaches | None, say: Progress) -> _Ranked:
+    check_slice(slice_)
+    space = enumerate_candidates(workload, slice_.num_devices)
+    baselines = baseline_candidates(workload, slice_)
+    legal = {c.id for c in space.legal}
+    extra = [b.candidate for b in baselines if b.candidate.id not in legal]
+    say(f"{workload.name} on {slice_.name}: {len(space.legal)} legal shardings, Stage 1 only")
+    sweep = _score(workload, [*space.legal, *extra], slice_, caches, say)
+    ranking = rank_stage1(
+        [e for e in sweep.estimates if e.candidate_id in legal], k=1,
+        hbm_bytes=slice_.chip.per_device().hbm_bytes,
+        over_hbm=[o for o in sweep.over_hbm if o[0] in legal],
+    )  # fmt: skip
+    if not ranking.kept:
+        why = ranking.dropped_infeasible[:1] or sweep.failed[:1]
+        raise PlanError(
+            f"no sharding of {workload.name} fits on {slice_.name} by Stage 1 ({why}); "
+            "try a bigger slice or --no-clip, e.g. --slice v5e:2x4"
+        )
+    return _Ranked(space, baselines, sweep, ranking)
+
+
+def rank_vae(
+    workload: Workload,
+    slice_: Slice,
+    *,
+    compile: bool = False,
+    cache_dir: str | None = None,
+    progress: Progress | None = None,
+    workers: int | None = None,
+    ray: str | None = None,
+    max_placements: int | None = None,
+    search_seconds: float | None = None,
+    search_gap: float = DEFAULT_SEARCH_GAP,
+    search_budget: SearchBudget | None = DEFAULT_SEARCH_BUDGET,
+) -> VaePlan:
+    """The decoder's sharding on ``slice_`` by Stage 1 (module docstring); ``compile``
+    compiles that one sharding and reports its simulated decode. ``workers``, ``ray`` and
+    the search limits apply to that compile and its placement search only. Raises
+    :class:`PlanError` when no sharding of the decoder fits."""
+    say = progress or (lambda _: None)
+    t0 = time.perf_counter()
+    caches = plan_caches(cache_dir) if cache_dir is not None else None
+    r = _rank(workload, slice_, caches, say)
+    best = r.ranking.kept[0]
+    chosen = r.space.by_id(best.candidate_id)
+    timings = [("stage1", time.perf_counter() - t0)]
+    order = DeviceOrder.from_physical_ids(
+        default_device_order(chosen.mesh_shape, slice_)[0], mesh_shape=chosen.mesh_shape,
+        slice_=slice_,
+    )  # fmt: skip
+    figure, source, placement = best.q1_s, STAGE1_SOURCE, DEFAULT_ORDER
+    warnings: tuple[str, ...] = ()
+    compiled: tuple[str, ...] = ()
+    if compile:
+        t1 = time.perf_counter()
+        how = _Compile(workers, ray, max_placements,
+                       SearchLimits(search_seconds, search_gap, search_budget))  # fmt: skip
+        scores, why = _simulated(workload, slice_, chosen, caches, say, how)
+        timings.append(("compile_and_rank", time.perf_counter() - t1))
+        compiled = (chosen.id,)
+        if scores is None:  # the figure stays Stage 1's, and the plan says why
+            warnings = (f"the VAE's chosen sharding did not compile to a feasible program: {why}",)
+        else:
+            b = scores.best
+            figure, source, placement, order = b.q2_s, SIMULATED_SOURCE, b.placement_id, b.order
+    say(f"VAE decode: {chosen.id}, {figure * 1e3:.2f} ms ({source})")
+    timings.append(("total", time.perf_counter() - t0))
+    hbm = slice_.chip.per_device().hbm_bytes
+    return VaePlan(
+        workload=workload, slice_=slice_, winner=VaeChoice(chosen, best),
+        placement_id=placement, order=order, decode_s=figure, source=source,
+        baselines=_baselines(r.baselines, r.sweep, slice_, hbm), ranking=r.ranking,
+        num_legal=len(r.space.legal), num_rejected=len(r.space.rejected),
+        compiled_ids=compiled, timings_s=tuple(timings), warnings=warnings,
+    )  # fmt: skip

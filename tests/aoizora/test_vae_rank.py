@@ -1,0 +1,88 @@
+"""The VAE decoder of a clip is ranked by Stage 1: no compile unless asked, then one.
+
+Every XLA compile in this process goes through ``jax.stages.Lowered.compile``; the
+tests count those calls (and which candidate the planner's compile step was handed),
+so "nothing compiled" is observed, not inferred from the plan's own report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import pytest
+
+import aoizora.planner
+from aoizora.candidates.space import Candidate
+from aoizora.compile import CompileResult
+from aoizora.request.clip_plan import vae_for
+from aoizora.request.vae_rank import rank_vae
+from aoizora.workloads.base import Workload
+from aoizora.workloads.wan import parse_resolution, wan_workload
+from sim.topology import Slice, load_slice
+
+SLICE = "v5e:2x2"
+
+
+def _tiny_vae() -> Workload:
+    return vae_for(wan_workload("wan-tiny", parse_resolution("64x64", frames=9)))
+
+
+class _Counted:
+    """Every XLA compile in this process, and every candidate handed to the planner's
+    compile step (cached or not)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.xla = 0
+        self.handed: list[str] = []
+        real_compile = jax.stages.Lowered.compile
+        real_candidate = aoizora.planner.compile_candidate
+        real_cached = aoizora.planner.cached_compile
+
+        def xla(lowered: Any, *args: Any, **kwargs: Any) -> Any:
+            self.xla += 1
+            return real_compile(lowered, *args, **kwargs)
+
+        def candidate(wl: Workload, cand: Candidate, s: Slice, **kw: Any) -> CompileResult:
+            self.handed.append(cand.id)
+            return real_candidate(wl, cand, s, **kw)
+
+        def cached(wl: Workload, cand: Candidate, s: Slice, **kw: Any) -> CompileResult | None:
+            self.handed.append(cand.id)
+            return real_cached(wl, cand, s, **kw)
+
+        monkeypatch.setattr(jax.stages.Lowered, "compile", xla)
+        monkeypatch.setattr(aoizora.planner, "compile_candidate", candidate)
+        monkeypatch.setattr(aoizora.planner, "cached_compile", cached)
+
+
+@pytest.mark.slow
+def test_no_vae_candidate_is_compiled_unless_asked_and_then_only_the_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vae, s = _tiny_vae(), load_slice(SLICE)
+    counted = _Counted(monkeypatch)
+    ranked = rank_vae(vae, s, cache_dir=str(tmp_path))
+    assert counted.xla == 0 and counted.handed == [] and ranked.compiled_ids == ()
+    assert not list((tmp_path / "compiled").rglob("*.json.gz"))
+    # The choice is Stage 1's best memory-feasible legal sharding, its figure Q1.
+    q1 = {e.candidate_id: e.q1_s for e in ranked.ranking.estimates}
+    assert ranked.source == "stage1" and ranked.decode_s == ranked.winner.q1_s
+    assert ranked.winner.candidate.id == min(q1, key=lambda c: (q1[c], c))
+    assert ranked.placement_id == "default order"
+    # maxdiffusion's two deployments are scored by the same Stage 1, and reported.
+    assert [b.name for b in ranked.baselines] == ["maxdiffusion spatial", "replicated"]
+    assert all(b.q1_s is not None and b.q1_s > 0 for b in ranked.baselines)
+    plan = ranked.plan()
+    assert plan.predicted.source == "stage1" and plan.candidate_id == ranked.winner.candidate.id
+    assert dict(plan.predicted.baselines_s) == {b.name: b.q1_s for b in ranked.baselines}
+    # Asked to compile: one XLA compile, of the chosen sharding alone; its figure is
+    # the simulated decode at its best placement.
+    again = rank_vae(vae, s, cache_dir=str(tmp_path), compile=True, workers=1)
+    assert again.winner.candidate.id == ranked.winner.candidate.id
+    assert counted.xla == 1 and set(counted.handed) == {ranked.winner.candidate.id}
+    assert again.compiled_ids == (ranked.winner.candidate.id,) and again.warnings == ()
+    assert again.source == "simulated" and again.decode_s != again.winner.q1_s
+    simulated = again.plan()
+    assert simulated.predicted.source == "simulated" and simulated.predicted.baselines_s == ()
