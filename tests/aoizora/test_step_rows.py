@@ -4,12 +4,14 @@ fit of attention-kernel efficiencies (with synthetic predictors; no compile here
 from __future__ import annotations
 
 import itertools
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from aoizora.errors import ValidationError
+from aoizora.measure.profile import load_profile, read_text_file
 from aoizora.studies.calibration import CalibrationError
 from aoizora.studies.calibration_steps import (
     MIN_ROWS,
@@ -31,6 +33,7 @@ from sim.compute import ComputeParams
 from sim.topology import load_chip, load_slice
 
 SHIPPED = Path(__file__).resolve().parents[2] / "validation" / "measurements.csv"
+V5E_PROFILES = SHIPPED.parent / "v5e" / "profiles"
 ORDER7X = "0 1 2 3 6 7 4 5"
 
 
@@ -101,9 +104,9 @@ def test_a_configuration_is_gated_once() -> None:
     assert [r.gated for r in rows] == [True, False]
 
 
-def test_the_shipped_step_rows_are_public_dated_and_derived() -> None:
+def test_the_shipped_public_step_rows_are_public_dated_and_derived() -> None:
     rows = read_measurements(SHIPPED)
-    steps = [r for r in rows if r.step is not None]
+    steps = [r for r in rows if r.step is not None and not r.row_id.startswith("m-")]
     gated = [r for r in steps if r.gated]
     assert len(gated) >= 6
     assert {load_slice(r.slice_name).chip.generation for r in gated} >= {"v6e", "tpu7x"}
@@ -228,3 +231,31 @@ def test_the_fit_refuses_without_enough_rows() -> None:
         calibrate_steps(
             _step_rows({"x": (2.0, "nope", "")}), generation="tpu7x", predict=lambda r, p: 1.0
         )
+
+
+def _latent_shape(model: str, clip: str) -> tuple[int, ...]:
+    """The latents a Wan step of ``clip`` takes (batch 2 for CFG): the VAE compresses time
+    4x (``4k+1`` frames) and space 8x (16x and 48 channels for TI2V-5B's VAE)."""
+    frames, height, width = (int(x) for x in clip.split("x"))
+    channels, stride = (48, 16) if model == "wan2.2-ti2v-5b" else (16, 8)
+    return (2, channels, (frames - 1) // 4 + 1, height // stride, width // stride)
+
+
+def test_the_rows_aoizora_measured_are_their_traces() -> None:
+    """Each v5e row's time is its trace's step and its clip is what its HLO ran: read from
+    the saved trace and HLO, not from the CSV."""
+    own = [r for r in read_measurements(SHIPPED) if r.row_id.startswith("m-")]
+    assert len(own) >= 12 and {r.slice_name for r in own} == {"v5e:1x1"}
+    assert {r.step.model for r in own if r.step} == {"wan2.1-1.3b", "wan2.2-ti2v-5b"}
+    clips = {r.step.clip for r in own if r.step}
+    assert len({c.split("x")[0] for c in clips}) >= 3  # frame counts
+    assert len({c.split("x", 1)[1] for c in clips}) >= 3  # resolutions
+    for r in own:
+        assert r.step is not None and r.step.attention_kernel == "splash", r.row_id
+        profile = load_profile(V5E_PROFILES / f"{r.row_id}.ops.json.gz")
+        assert r.measured_s == pytest.approx(profile.step_s, rel=1e-5), r.row_id
+        hlo = read_text_file(V5E_PROFILES / f"{r.row_id}.hlo.txt.gz")
+        latents = re.search(r"latents[.\d]*: bf16\[([\d,]+)\]", hlo)
+        assert latents, r.row_id
+        shape = tuple(int(x) for x in latents.group(1).split(","))
+        assert shape == _latent_shape(r.step.model, r.step.clip), r.row_id
