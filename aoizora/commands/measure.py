@@ -2,8 +2,8 @@
 
     aoizora measure plan.json --out rows.csv [--top N] [--no-baselines] [--repeats R]
                     [--warmup W] [--collectives [--sizes 1MiB,16MiB] [--kinds all-gather]]
-                    [--no-steps] [--backend tpu|cpu] [--distributed] [--restart] [--json]
-                    [--profile [--profile-steps N]]
+                    [--no-steps] [--backend tpu|cpu [--cpu-clip plan|WxHxF]] [--distributed]
+                    [--restart] [--json] [--profile [--profile-steps N]]
     aoizora measure --kernels [KINDS] [--out kernels.json]
 
 Times the plan's winner, its first N runners-up and its baselines (each compiled on the
@@ -14,10 +14,14 @@ each mesh axis and axis pair the plan uses across a size sweep. Every row goes i
 the same command again after an interruption and the rows already there are kept.
 ``aoizora validate rows.csv`` and ``aoizora calibrate rows.csv --generation G`` take
 the file as it is. Without TPU devices the command refuses, unless ``--backend cpu``
-asks for a dry run on host CPU devices (rows marked cpu, refused by validate).
+asks for a dry run on host CPU devices (rows marked cpu, refused by validate), which runs
+the steps at a small clip (``--cpu-clip``, default 256x256x5; ``plan`` keeps the plan's).
+Each step's compiled program is checked against the memory it would run in first (the
+device's, or on ``--backend cpu`` the host's available memory): one that would not fit
+is skipped, said in one line, and the others are measured.
 Multi-host slices: run the same command on every host with ``--distributed``
-(docs/measure.md). Exit code 0: all measured; 1: some target failed (the others are in
-the file); 2: bad input; 130: interrupted (the rows so far are in the file).
+(docs/measure.md). Exit code 0: all measured; 1: some target failed or was skipped (the
+others are in the file); 2: bad input; 130: interrupted (the rows so far are in the file).
 
 ``--profile`` also profiles each step (``--profile-steps`` more executions under
 ``jax.profiler``) and saves, beside the rows (``rows.csv`` -> ``rows.profiles/``), the
@@ -47,14 +51,17 @@ from typing import TYPE_CHECKING, Any
 
 from aoizora.commands.args import progress_printer
 from aoizora.errors import MeasureError
+from aoizora.workloads.clip import Clip
 
 if TYPE_CHECKING:  # types only: bad arguments are refused before jax starts
     from aoizora.measure.run import MeasureReport
 
-__all__ = ["parse_sizes", "register", "run"]
+__all__ = ["parse_cpu_clip", "parse_sizes", "register", "run"]
 
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 1000, "MB": 10**6}
 _SIZE = re.compile(r"^\s*([0-9]+)\s*([A-Za-z]*)\s*$")
+_CLIP = re.compile(r"(\d+)x(\d+)x(\d+)")
+_CPU_CLIP_EXAMPLE = "256x256x5"  # aoizora.measure.dry_run.DEFAULT_CPU_CLIP
 _INTERRUPTED = 130  # 128 + SIGINT, the shell's convention
 
 
@@ -101,6 +108,13 @@ def register(subparsers: Any) -> None:
         help="tpu (default): the plan's TPU slice; cpu: a dry run on host CPU devices",
     )
     p.add_argument(
+        "--cpu-clip",
+        default=_CPU_CLIP_EXAMPLE,
+        metavar="plan|WxHxF",
+        help="with --backend cpu: the clip the dry run's steps run at, WIDTHxHEIGHTxFRAMES, or "
+        "'plan' for the plan's own (default %(default)s; never larger than the plan's)",
+    )
+    p.add_argument(
         "--distributed",
         action="store_true",
         help="multi-host slice: call jax.distributed.initialize() first (run on every host)",
@@ -144,6 +158,24 @@ def parse_sizes(text: str) -> tuple[int, ...]:
             )
         out.append(int(m.group(1)) * _UNITS[m.group(2)])
     return tuple(out)
+
+
+def parse_cpu_clip(text: str) -> Clip | None:
+    """``--cpu-clip``: ``"plan"`` (None: the plan's own clip) or ``WIDTHxHEIGHTxFRAMES``.
+
+    >>> parse_cpu_clip("256x256x5"), parse_cpu_clip("plan")
+    (Clip(width=256, height=256, frames=5), None)
+    """
+    value = text.strip().lower()
+    if value == "plan":
+        return None
+    m = _CLIP.fullmatch(value)
+    if m is None or min(int(g) for g in m.groups()) < 1:
+        raise MeasureError(
+            f"--cpu-clip {text!r}: give 'plan' (the plan's own clip) or WIDTHxHEIGHTxFRAMES "
+            f"in pixels and frames, e.g. --cpu-clip {_CPU_CLIP_EXAMPLE}"
+        )
+    return Clip(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
 def _check_counts(args: argparse.Namespace) -> None:
@@ -230,14 +262,17 @@ def _render(report: MeasureReport) -> str:
     lines.append(
         f"{len(report.measured)} rows measured into {report.out} (seconds; predicted = the "
         f"plan's simulated step), {len(report.kept)} already there, {len(report.failed)} failed"
+        + (f", {len(report.skipped)} skipped (memory)" if report.skipped else "")
     )
     lines.extend(f"FAILED {what}: {why}" for what, why in report.failed)
+    lines.extend(f"SKIPPED {what}: {why}" for what, why in report.skipped)
     return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
     _check_counts(args)
     sizes = parse_sizes(args.sizes)
+    cpu_clip = parse_cpu_clip(args.cpu_clip)  # refused before jax starts
     _start_backend(args)
     _warn_version_drift(args.plan)
     if args.kernels is not None:
@@ -255,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
         collectives=args.collectives, sizes_bytes=sizes, kinds=kinds, warmup=args.warmup,
         repeats=args.repeats, restart=args.restart,
         profile_steps=args.profile_steps if args.profile else 0,
+        cpu_clip=cpu_clip,
     )  # fmt: skip
     out = args.out or "measurements.csv"
     progress = progress_printer(quiet=args.quiet)
@@ -285,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
         sys.stdout.write("".join(_render(r) for r in reports))
-    return 1 if any(r.failed for r in reports) else 0
+    return 1 if any(r.failed or r.skipped for r in reports) else 0
 
 
 def _explain_profiles(report: MeasureReport, progress: Any) -> list[dict[str, Any]]:

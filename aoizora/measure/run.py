@@ -8,6 +8,9 @@ already holds (:mod:`aoizora.measure.store`) and times the rest, adding each row
 the file as soon as it is measured. A target that fails to compile or run is reported
 and the run goes on; Ctrl-C (``KeyboardInterrupt``) propagates after the device work in
 flight has finished (:mod:`aoizora.measure.timing`), with every row so far in the file.
+A step whose compiled program would not fit in memory is skipped before it runs
+(:mod:`aoizora.measure.memory`; the collectives' buffers are the sizes asked for). A dry
+run on the host CPU runs the steps at a scaled-down clip (:mod:`aoizora.measure.dry_run`).
 
 Multi-host slices (``jax.distributed``): every process runs the same targets in the same
 order -- process 0 reads the file and broadcasts which targets are done -- and a
@@ -35,7 +38,9 @@ from aoizora.measure.collectives import (
     time_collective,
 )
 from aoizora.measure.devices import backend_devices, plan_mesh
+from aoizora.measure.dry_run import DEFAULT_CPU_CLIP, dry_run_plan
 from aoizora.measure.environment import Environment, current_environment
+from aoizora.measure.memory import TargetTooLarge, check_memory, require_fit
 from aoizora.measure.rows import (
     collective_case,
     collective_notes,
@@ -61,6 +66,7 @@ from aoizora.studies.validation.format import (
     StepCase,
 )
 from aoizora.workloads.base import Workload
+from aoizora.workloads.clip import Clip
 
 __all__ = ["MeasureOptions", "MeasureReport", "profile_dir", "run_measure"]
 
@@ -81,6 +87,7 @@ class MeasureOptions:
     repeats: int = 10
     restart: bool = False
     profile_steps: int = 0  # > 0: profile each step target that many executions
+    cpu_clip: Clip | None = DEFAULT_CPU_CLIP  # the dry run's clip; None: the plan's
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class MeasureReport:
     kept: tuple[tuple[str, str], ...]  # (what, row id already in the file)
     failed: tuple[tuple[str, str], ...]  # (what, reason)
     profiles: tuple[tuple[str, ProfileRequest], ...] = ()  # (row id, its trace and HLO)
+    skipped: tuple[tuple[str, str], ...] = ()  # (what, why): would not fit in memory
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +123,7 @@ class MeasureReport:
             ],
             "kept": [{"what": what, "row_id": rid} for what, rid in self.kept],
             "failed": [{"what": what, "error": why} for what, why in self.failed],
+            "skipped": [{"what": what, "reason": why} for what, why in self.skipped],
             "profiles": [
                 {"row_id": rid, "trace": str(p.trace), "hlo": str(p.hlo)}
                 for rid, p in self.profiles
@@ -194,9 +203,16 @@ def _time_job(
 ) -> Timing:
     if job.step is not None:
         assert workload is not None  # built whenever steps are timed
+        hbm = plan.slice.chip.per_device().hbm_bytes  # where the runtime reports no limit
+
+        def fits(compiled: Any) -> None:
+            check = check_memory(compiled, devices, backend=backend, hbm_bytes=hbm)
+            say(f"memory: {check.summary()}")
+            require_fit(check, backend=backend)
+
         return time_step(
             job.step, workload, devices, backend=backend, warmup=options.warmup,
-            repeats=options.repeats, clock=clock, say=say, profile=profile,
+            repeats=options.repeats, clock=clock, say=say, profile=profile, check=fits,
         )  # fmt: skip
     assert job.collective is not None
     mesh = plan_mesh(plan, devices, backend=backend)
@@ -235,6 +251,9 @@ def run_measure(
     plan = load_plan(plan_file)
     devs = list(devices) if devices is not None else backend_devices(backend, plan)
     env = current_environment(devs, backend=backend, plan_file=plan_file, today=today)
+    plan, clip_note = dry_run_plan(plan, options.cpu_clip) if env.is_cpu else (plan, "")
+    if clip_note:
+        say(f"dry run: {clip_note}")
     plan_mesh(plan, devs, backend=backend)  # the devices are the plan's, before any work
     workload = plan_workload(plan) if options.steps else None
     jobs = _jobs(plan, options, cpu=env.is_cpu)
@@ -245,6 +264,7 @@ def run_measure(
     measured: list[tuple[str, Measurement, float | None]] = []
     kept: list[tuple[str, str]] = []
     failed: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
     profiles: list[tuple[str, ProfileRequest]] = []
     for i, (job, old) in enumerate(zip(jobs, held, strict=True), start=1):
         head = f"[{'step' if job.step else 'collective'} {i}/{len(jobs)}] {job.what}"
@@ -259,13 +279,18 @@ def run_measure(
                 job, plan, devs, backend=backend, options=options, workload=workload,
                 clock=clock, say=functools.partial(_prefixed, say, head), profile=request,
             )  # fmt: skip
+        except TargetTooLarge as exc:  # refused before it ran: the machine stays up
+            skipped.append((job.what, str(exc)))
+            say(f"{head}: SKIPPED: {exc}")
+            continue
         except Exception as exc:  # this target only: the others are still worth measuring
             failed.append((job.what, _one_line(exc)))
             say(f"{head}: FAILED: {failed[-1][1]}")
             continue
         timing = _slowest_process(timing)
         row = measured_row(
-            env=env, plan=plan, key=job.key, timing=timing, about=job.about(env, plan),
+            env=env, plan=plan, key=job.key, timing=timing,
+            about="; ".join(t for t in (job.about(env, plan), clip_note) if t),
             step=job.case if isinstance(job.case, StepCase) else None,
             collective=job.case if isinstance(job.case, CollectiveCase) else None,
         )  # fmt: skip
@@ -276,8 +301,9 @@ def run_measure(
         measured.append((job.what, row, predicted))
         say(f"{head}: {_format_timing(timing, predicted)} -> {row.row_id}")
     return MeasureReport(
-        Path(out), env, tuple(measured), tuple(kept), tuple(failed), tuple(profiles)
-    )
+        Path(out), env, tuple(measured), tuple(kept), tuple(failed), tuple(profiles),
+        tuple(skipped),
+    )  # fmt: skip
 
 
 def profile_dir(out: str | Path) -> Path:

@@ -177,9 +177,11 @@ def time_step(
     clock: Clock = time.perf_counter,
     say: Callable[[str], None] | None = None,
     profile: ProfileRequest | None = None,
+    check: Callable[[Any], None] | None = None,
 ) -> Timing:
     """Compile ``target``'s step on its planned mesh over ``devices`` and time it; with
-    ``profile``, then profile it (:class:`ProfileRequest`)."""
+    ``profile``, then profile it (:class:`ProfileRequest`). ``check`` sees the compiled
+    program before any input is made and may raise to refuse it (a memory check)."""
     plan = target.plan
     mesh = plan_mesh(plan, devices, backend=backend)
     candidate = Candidate(
@@ -188,6 +190,8 @@ def time_step(
     t0 = time.perf_counter()
     jitted = jit_step(workload, candidate, mesh, "cpu" if backend == "cpu" else "tpu")
     compiled = jitted.lower(*workload.abstract_args).compile()
+    if check is not None:
+        check(compiled)
     args = random_arguments(workload.abstract_args, compiled.input_shardings[0])
     if say is not None:
         say(f"compiled and placed inputs in {time.perf_counter() - t0:.1f} s")
