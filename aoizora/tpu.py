@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import importlib.util
 import math
 import os
@@ -65,6 +66,7 @@ __all__ = [
     "libtpu_describes",
     "libtpu_topology_name",
     "lowering_family",
+    "on_tpu_vm",
     "slice_backend",
     "topology_devices",
 ]
@@ -138,6 +140,18 @@ _FILTER = (
 # ones (docs/facts.md, libtpu AOT topologies; tests/aoizora/test_tpu.py re-probes).
 _EVEN_OR_ONE_DIMS = 2
 _MAX_LISTED = 6  # shapes named per chip count in the error
+
+
+def on_tpu_vm() -> bool:
+    """True on a machine with a TPU attached (a TPU VM): its chips show as ``/dev/accel*``
+    (v4) or VFIO groups (``/dev/vfio/<n>``, v5e and later), or the VM says its type.
+
+    There libtpu's AOT defaults follow the attached host (:func:`chips_per_host_bounds`
+    says why that does not matter here) and libtpu prints none of the chatter below.
+    """
+    if os.environ.get("TPU_ACCELERATOR_TYPE"):
+        return True
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
 def is_libtpu_chatter(line: str) -> bool:

@@ -11,7 +11,6 @@ describes every slice through aoizora.tpu.
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 
 from aoizora import tpu
 from aoizora.cli import DEVICE_COMMANDS, keep_off_accelerators
-from aoizora.tpu import chips_per_host_bounds, slice_backend, topology_devices
+from aoizora.tpu import chips_per_host_bounds, on_tpu_vm, slice_backend, topology_devices
 from sim.topology import load_slice
 
 # Slices the test suite describes with libtpu, and the one-chip slices of issue 34 (not v4:
@@ -34,8 +33,6 @@ SLICES = (
 needs_libtpu = pytest.mark.skipif(
     slice_backend(load_slice("v5e:2x2")) != "tpu", reason="libtpu unavailable"
 )
-# On a TPU VM libtpu's defaults are the attached host's, so they are no oracle there.
-on_tpu_vm = bool(os.environ.get("TPU_ACCELERATOR_TYPE") or glob.glob("/dev/accel*"))
 
 
 def _facts(devices: Any) -> list[tuple[int, tuple[int, ...], int, str]]:
@@ -61,7 +58,8 @@ def test_bounds_are_the_host_block_clipped_to_the_slice() -> None:
 
 
 @needs_libtpu
-@pytest.mark.skipif(on_tpu_vm, reason="libtpu's defaults follow the attached TPU here")
+# On a TPU VM libtpu's defaults are the attached host's, so they are no oracle there.
+@pytest.mark.skipif(on_tpu_vm(), reason="libtpu's defaults follow the attached TPU here")
 @pytest.mark.parametrize("name", SLICES)
 def test_described_devices_equal_libtpus_defaults(name: str) -> None:
     assert _facts(topology_devices(load_slice(name))) == _facts(_defaults(name))
