@@ -30,6 +30,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "aoizora.atomic",
         "aoizora.cache",
         "aoizora.fanout",
+        "aoizora.software",
     ),
     ("aoizora.workloads",),
     ("aoizora.tpu",),
