@@ -288,8 +288,9 @@ def rank_vae(
         else:
             b = scores.best
             figure, source, placement, order = b.q2_s, SIMULATED_SOURCE, b.placement_id, b.order
-    say(f"VAE decode: {chosen.id}, {figure * 1e3:.2f} ms ({source})")
     timings.append(("total", time.perf_counter() - t0))
+    say(f"VAE decode: {chosen.id}, {figure * 1e3:.2f} ms ({source}); {timings[-1][1]:.1f} s, "
+        f"{len(compiled)} compiled")  # fmt: skip
     hbm = slice_.chip.per_device().hbm_bytes
     return VaePlan(
         workload=workload, slice_=slice_, winner=VaeChoice(chosen, best),
