@@ -1,25 +1,59 @@
 """The op-by-op picture of a profiled step: per category, measured beside predicted, and
 every op as a point (predicted against measured, log-log, the diagonal is a perfect
-prediction). :func:`plot_explanation` draws an :class:`~aoizora.studies.explain.Explanation`.
+prediction). :func:`plot_explanation` draws an :class:`~aoizora.studies.explain.Explanation`
+(any object with its fields: this stage comes before the studies).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from aoizora.atomic import write_atomic_with
-from aoizora.studies.explain import CATEGORIES, Explanation
 
 __all__ = ["plot_explanation"]
 
 _PNG_METADATA: dict[str, str | None] = {"Software": None}
 
 
+class _Category(Protocol):
+    @property
+    def category(self) -> str: ...
+    @property
+    def measured_s(self) -> float: ...
+    @property
+    def predicted_s(self) -> float: ...
+    @property
+    def error_percent(self) -> float: ...
+
+
+class _Op(Protocol):
+    @property
+    def category(self) -> str: ...
+    @property
+    def measured_s(self) -> float: ...
+    @property
+    def predicted_s(self) -> float | None: ...
+
+
+class _Explained(Protocol):
+    @property
+    def step_s(self) -> float: ...
+    @property
+    def rows(self) -> Sequence[_Op]: ...
+    @property
+    def device_ops_s(self) -> float: ...
+    @property
+    def predicted_s(self) -> float: ...
+    def categories(self) -> Sequence[_Category]: ...
+
+
 def plot_explanation(
-    explanation: Explanation, path: str | Path, *, title: str = "", dpi: int = 130
+    explanation: _Explained, path: str | Path, *, title: str = "", dpi: int = 130
 ) -> Path:
     """Draw ``explanation`` to a PNG at ``path``; returns the path."""
     cats = explanation.categories()
@@ -40,9 +74,10 @@ def plot_explanation(
         f" ms, predicted {explanation.predicted_s * 1e3:.1f} ms",
         fontsize=9,
     )
-    colors = {c: f"C{i}" for i, c in enumerate(CATEGORIES)}
+    order = [c.category for c in cats]  # the explanation's order of categories
+    colors = {c: f"C{i}" for i, c in enumerate(order)}
     points = [r for r in explanation.rows if r.predicted_s and r.measured_s > 0]
-    for cat in CATEGORIES:
+    for cat in order:
         mine = [r for r in points if r.category == cat]
         if mine:
             right.scatter([r.measured_s * 1e3 for r in mine],
