@@ -401,7 +401,9 @@ class CostModel:
             elif user.opcode == "dynamic-update-slice" and user.operands[0] == param.name:
                 continue  # updated in place; the update operand is read instead
             elif user.opcode == "bitcast":
-                total += self._param_read(user, users, root)
+                # a bitcast the fusion returns (a nested fusion's view of the operand)
+                # is read whole by the outer consumer; otherwise its users say
+                total += size if user is root else self._param_read(user, users, root)
             elif user.opcode == "fusion":
                 # a nested fusion reads what its own parameters read of it
                 inner = self.fusion(user).param_logical_bytes

@@ -50,6 +50,34 @@ def test_a_stacked_weight_sliced_in_a_nested_fusion_reads_one_layer() -> None:
     assert summary.work.hbm_bytes == x_bytes + LAYER_BYTES + index_bytes + out_bytes
 
 
+_VIEW = f"""HloModule m
+%view (p: bf16[64,{D}]) -> bf16[64,{D},1] {{
+  %p = bf16[64,{D}]{{1,0}} parameter(0)
+  ROOT %b = bf16[64,{D},1]{{2,1,0}} bitcast(%p)
+}}
+%outer (x: bf16[64,{D}], w: bf16[{D},{D}]) -> bf16[64,{D}] {{
+  %x = bf16[64,{D}]{{1,0}} parameter(0)
+  %w = bf16[{D},{D}]{{1,0}} parameter(1)
+  %v = bf16[64,{D},1]{{2,1,0}} fusion(%x), kind=kLoop, calls=%view
+  %b = bf16[64,{D}]{{1,0}} bitcast(%v)
+  ROOT %d = bf16[64,{D}]{{1,0}} dot(%b, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+ENTRY %e (x: bf16[64,{D}], w: bf16[{D},{D}]) -> bf16[64,{D}] {{
+  %x = bf16[64,{D}]{{1,0}} parameter(0)
+  %w = bf16[{D},{D}]{{1,0}} parameter(1)
+  ROOT %f = bf16[64,{D}]{{1,0}} fusion(%x, %w), kind=kOutput, calls=%outer
+}}"""  # fmt: skip
+
+
+def test_an_operand_a_nested_fusion_only_views_is_read_whole() -> None:
+    """A nested fusion that returns a bitcast of its parameter (libtpu's windowed dots
+    do this with their activations) passes the whole operand to its consumer: the read
+    is not lost (stage1/test_windowed.py saw it as the loop's missing bytes)."""
+    m = parse_module(_VIEW)
+    summary = CostModel(m).fusion(m.entry.root)
+    assert summary.param_read_bytes == (64 * D * 2, D * D * 2)
+
+
 def test_the_5b_ffn_reads_one_layer_of_its_stacked_weights(
     v5e_steps: dict[str, ProfiledStep],
 ) -> None:

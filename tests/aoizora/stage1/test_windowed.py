@@ -41,12 +41,15 @@ def _dot(mesh: Any, rows: int, k: int, f: int, x_spec: P, w_spec: P) -> Any:
 def _compiled_loop(hlo_text: str) -> tuple[bool, float, float]:
     """(windowed?, HBM bytes of the loop's kernels, collective-permute bytes) per step."""
     graph = graph_from_text(hlo_text)
+    # Every byte the loop's kernels move, in HBM or (operands libtpu placed in VMEM, S(1))
+    # on chip: Stage 1 cannot know the placement, so it counts them all as HBM traffic.
     hbm = sum(
-        region.count * step.bytes_accessed
+        region.count * (k.hbm_bytes + k.onchip_bytes + k.onchip_copy_bytes)
         for region in graph.regions
         if "windowed" in region.computation
         for step in region.steps
         if isinstance(step, ComputeSegment)
+        for k in step.kernels
     )
     permutes = sum(
         c.buffer_bytes * c.count for c in graph.collectives if c.kind == "collective-permute"
