@@ -301,7 +301,10 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
     except OSError:
         digest = None
     return {
-        "model": "sim.compute: MXU-tile padding, achieved matmul, attention and HBM rates",
+        "model": (
+            "sim.compute: MXU-tile padding, achieved matmul, attention, HBM and on-chip "
+            "rates, kernel launch"
+        ),
         "generation": chip.generation,
         "parameter_file": f"topologies/{path.name}" if shipped else str(path),
         "parameter_file_sha256": digest,
@@ -310,8 +313,21 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         "matmul_efficiency": p.matmul_efficiency,
         "hbm_efficiency": p.hbm_efficiency,
         "attention_efficiency": dict(p.attention_efficiency),
+        # Measured on v5e (docs/simulator.md, "Compute model"); neutral elsewhere: 0 s,
+        # and null for an on-chip rate the generation has not measured (bytes as HBM).
+        "kernel_overhead_s": p.kernel_overhead_s,
+        "onchip_bandwidth_bytes_per_s": _finite_or_none(p.onchip_bandwidth_bytes_per_s),
+        "onchip_copy_bandwidth_bytes_per_s": _finite_or_none(p.onchip_copy_bandwidth_bytes_per_s),
+        "attention_grid": {
+            name: {"step_overhead_s": step_s, "q_block_overhead_s": q_block_s}
+            for name, step_s, q_block_s in p.attention_grid
+        },
         "sources": dict(p.sources),
     }
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def check_device_order(coords: Any, physical_ids: Any, slice_: Slice, slice_name: str) -> None:

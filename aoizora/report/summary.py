@@ -35,8 +35,15 @@ def compute_model_line(chip: Chip) -> str:
         f"compute model: attention kernel {m['attention_kernel']} at "
         f"{dict(m['attention_efficiency'])[m['attention_kernel']]:.3g} of the padded MXU peak, "
         f"MXU tile {m['mxu_tile']}, matmul {m['matmul_efficiency']:.2g}, HBM "
-        f"{m['hbm_efficiency']:.2g} of peak ({m['parameter_file']}; docs/simulator.md)"
+        f"{m['hbm_efficiency']:.2g} of peak{_launch(m)} ({m['parameter_file']}; "
+        "docs/simulator.md)"
     )
+
+
+def _launch(m: dict[str, Any]) -> str:
+    """', launch 0.71 us' where the generation measured a kernel launch (v5e)."""
+    launch_s = m.get("kernel_overhead_s") or 0.0
+    return f", launch {launch_s * 1e6:.2g} us" if launch_s > 0 else ""
 
 
 def format_ms(seconds: float | None) -> str:
