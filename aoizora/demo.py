@@ -7,9 +7,11 @@ Runs exactly what a user would type::
 
 Stage 1 lowers every legal sharding, Stage 2 compiles the top-K (and the
 baselines) with libtpu for a real v5e:2x4 target on this CPU machine, replays
-each compiled step on every distinct placement in the ICI simulator, and writes
-the winner to ``plan.json``. The first run takes a few minutes (TPU compiles); a
-repeated run reads the cache and takes seconds.
+each compiled step on every distinct placement in the ICI simulator, ranks the
+VAE decoder's shardings by Stage 1 for the whole clip (no compile), and writes
+the winner to ``plan.json``. The first run takes about a minute and a half on two
+idle cores (the step's three TPU compiles; README.md); a repeated run reads the
+cache and takes seconds.
 """
 
 from __future__ import annotations
