@@ -31,6 +31,13 @@ def plan_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     keep = os.environ.get("AOIZORA_TEST_CACHE_DIR")
     if keep:
         return Path(keep)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # pytest-xdist (make test): every worker shares one cache beside their own temp
+        # folders, so a program one worker compiled is read by the others; entries are
+        # written atomically (aoizora/cache.py).
+        shared = tmp_path_factory.getbasetemp().parent / "aoizora-plan-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("aoizora-plan-cache")
 
 
