@@ -38,6 +38,7 @@ from sim.topology import Slice
 
 __all__ = [
     "MemoryUsage",
+    "memory_usage",
     "CompileResult",
     "jit_step",
     "make_mesh",
@@ -297,7 +298,9 @@ def _from_json(data: dict[str, Any], *, read_s: float, lower_s: float) -> Compil
     )
 
 
-def _memory(compiled: Any) -> MemoryUsage | None:
+def memory_usage(compiled: Any) -> MemoryUsage | None:
+    """Per-device bytes of ``compiled`` from XLA's ``memory_analysis()`` (None when the
+    backend gives none)."""
     mem = compiled.memory_analysis()
     if mem is None:
         return None
@@ -508,7 +511,7 @@ def compile_candidate(
         compiled, hlo_text = compiled_hlo(lowered, slice_)
         compile_s = time.perf_counter() - t1
         flops, bytes_accessed = _cost(compiled)
-        memory = _memory(compiled)
+        memory = memory_usage(compiled)
     except Exception as exc:
         failed = _failed(
             exc, candidate=candidate, slice_=slice_, backend=backend, hbm=hbm, lower_s=lower_s,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aoizora.compile import MemoryUsage
+from aoizora.compile import MemoryUsage, memory_usage
 from aoizora.errors import HloParseError, MeasureError
 from aoizora.hlo.text import parse_module
 
@@ -91,18 +91,9 @@ class MemoryCheck:
 def program_memory(compiled: Any) -> MemoryUsage | None:
     """Per-device bytes of ``compiled`` (``memory_analysis()``), None where unavailable."""
     try:
-        mem = compiled.memory_analysis()
+        return memory_usage(compiled)
     except Exception:  # a backend without the analysis: the check cannot refuse anything
         return None
-    if mem is None:
-        return None
-    return MemoryUsage(
-        argument_bytes=int(mem.argument_size_in_bytes),
-        output_bytes=int(mem.output_size_in_bytes),
-        temp_bytes=int(mem.temp_size_in_bytes),
-        alias_bytes=int(mem.alias_size_in_bytes),
-        generated_code_bytes=int(mem.generated_code_size_in_bytes),
-    )
 
 
 def estimated_temp_bytes(hlo_text: str) -> int:

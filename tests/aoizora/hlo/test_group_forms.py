@@ -27,36 +27,12 @@ from aoizora.hlo.groups import (
     parse_replica_groups,
 )
 from aoizora.hlo.text import parse_module
+from tests.aoizora.hlo.test_groups import _jaxlib_expand  # the oracle: jaxlib's reading
 
 FIXTURES = Path(__file__).parent / "fixtures" / "replica_groups.txt"
 _SHAPE = re.compile(r"=\s*(\S+)\s+[a-z][a-z0-9\-]*\(")
 _OPERANDS = re.compile(r"[a-z][a-z0-9\-]*\(([^)]*)\)")
 _CALLS = re.compile(r"to_apply=%([\w.\-]+)")
-
-
-def _jaxlib_expand(groups_text: str, num_devices: int) -> tuple[tuple[int, ...], ...]:
-    """jaxlib's expansion of one ``replica_groups`` value (the oracle)."""
-    from jax._src.lib import xla_client as xc
-
-    text = f"""HloModule m, num_partitions={num_devices}
-
-add {{
-  x = f32[] parameter(0)
-  y = f32[] parameter(1)
-  ROOT a = f32[] add(x, y)
-}}
-
-ENTRY e {{
-  p = f32[8] parameter(0)
-  ROOT ar = f32[8] all-reduce(p), channel_id=1, replica_groups={groups_text}, use_global_device_ids=true, to_apply=add
-}}
-"""
-    printed = xc.hlo.hlo_module_from_text(text).to_string(xc.hlo.HloPrintOptions.fingerprint())
-    m = re.search(r"replica_groups=(\{(?:\{[\d,]*\},?)*\})", printed)
-    assert m is not None, printed
-    return tuple(
-        tuple(int(v) for v in g.split(",")) for g in re.findall(r"\{([\d,]+)\}", m.group(1))
-    )
 
 
 def _cases() -> list[tuple[str, int, str]]:
