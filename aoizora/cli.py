@@ -13,13 +13,21 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from aoizora.errors import AoizoraError
 from aoizora.interrupts import Interrupted, finished, install_handlers
 from sim.errors import SimError
 
-__all__ = ["COMMANDS", "DEVICE_COMMANDS", "build_parser", "keep_off_accelerators", "main"]
+__all__ = [
+    "COMMANDS",
+    "DEVICE_COMMANDS",
+    "build_parser",
+    "keep_off_accelerators",
+    "main",
+    "quiet_tpu_runtime_warning",
+]
 
 # Command modules, in the order `aoizora --help` lists them. Each module is
 # imported lazily, and a run imports only its own command's module, so that
@@ -58,6 +66,33 @@ def keep_off_accelerators(command: str | None) -> None:
     """
     if command is not None and command not in DEVICE_COMMANDS:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        quiet_tpu_runtime_warning()
+
+
+# jax warns at start-up on a TPU VM without transparent hugepages (jax/_src/cloud_tpu_init.py)
+# even when it then runs on the CPU: about the TPU runtime's start, which a command off the
+# accelerator never does. The filter is also put in PYTHONWARNINGS for the worker processes.
+_HUGEPAGES_FILTER = "ignore:Transparent hugepages are not enabled:UserWarning"
+
+
+def quiet_tpu_runtime_warning() -> None:
+    """Silence jax's transparent-hugepages warning here and in the processes started later.
+
+    >>> import os, warnings; saved = os.environ.get("PYTHONWARNINGS")
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     quiet_tpu_runtime_warning()
+    ...     warnings.warn("Transparent hugepages are not enabled. TPU runtime ...")
+    >>> seen, _HUGEPAGES_FILTER in os.environ["PYTHONWARNINGS"]
+    ([], True)
+    >>> if saved is None: del os.environ["PYTHONWARNINGS"]
+    ... else: os.environ["PYTHONWARNINGS"] = saved
+    """
+    warnings.filterwarnings(
+        "ignore", message="Transparent hugepages are not enabled", category=UserWarning
+    )
+    known = os.environ.get("PYTHONWARNINGS", "")
+    if _HUGEPAGES_FILTER not in known:
+        os.environ["PYTHONWARNINGS"] = ",".join(f for f in (known, _HUGEPAGES_FILTER) if f)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

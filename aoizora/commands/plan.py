@@ -111,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
             "--emit maxdiffusion out/"
         )
     use_topology_dir(args)
-    warn_version_drift("plan")  # the plan's HLO is compiled by this jax/libtpu
     (slice_,) = select_attention_kernel(args, [load_slice(args.slice_name)])
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.
@@ -120,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
     progress = progress_printer(quiet=args.quiet)
     workload = workload_from_args(args, progress)
+    # Said once the input is known good (bad input is refused in one line, before it).
+    warn_version_drift("plan")  # the plan's HLO is compiled by this jax/libtpu
     outcome = run_plan(
         workload,
         slice_,

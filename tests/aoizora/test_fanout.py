@@ -19,6 +19,7 @@ from aoizora.rank.search import Leaf
 from aoizora.report.summary import outcome_summary
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
+from tests.child_env import child_env
 
 CLIP = parse_resolution("256x256", frames=5)
 MODEL = "wan-tiny"
@@ -60,9 +61,7 @@ def test_a_pool_without_the_compiled_core_says_so_once(tmp_path: Path) -> None:
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['sim._flowcore'] = None\n")
     script = tmp_path / "pool.py"
     script.write_text(_POOL_WITHOUT_THE_COMPILED_CORE)
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k != "SIM_CORE_FALLBACK_NOTED"}
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(root)])
+    env = child_env(tmp_path, drop=["SIM_CORE_FALLBACK_NOTED"])
     proc = subprocess.run(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, check=True
     )

@@ -296,7 +296,7 @@ try:
         print("ready", flush=True)
         while True:
             if sys.argv[1] == "native":
-                a @ a  # BLAS, seconds a call, the GIL released, no signal checks
+                a @ a  # BLAS, seconds a call on one thread, the GIL released, no signal checks
             else:
                 time.sleep(0.01)
 except Interrupted as exc:
@@ -311,9 +311,12 @@ def test_sigterm_ends_the_command_from_python_code_or_a_stuck_native_call(where:
     # native call the handler cannot run, so the watchdog ends it (os._exit: no atexit).
     # Either way: exit 143 and the one line, naming the phase, the workers gone and no
     # semaphore left for Python's resource tracker to warn about.
+    # One BLAS thread: the product then takes seconds on any host (on 13 fast cores a
+    # threaded one returned within the grace period and the handler ran after it).
+    one_thread = {k: "1" for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     proc = subprocess.Popen(
         [sys.executable, "-c", _STUCK, where], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, env={**os.environ, **one_thread},
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     time.sleep(0.5)

@@ -119,6 +119,7 @@ ENTRY %main (a: f32[{n},{n}]) -> f32[{n},{n}] {{
 
 @needs_libtpu
 @pytest.mark.slow
+@pytest.mark.pinned_libtpu
 def test_compiled_tpu7x_hlo_comes_from_the_dump_and_parses() -> None:
     devices = topology_devices(S)
     mesh = Mesh(np.array(devices).reshape(2, 4), ("a", "b"))

@@ -319,6 +319,7 @@ def _ci_subset(tmp_path: Path) -> tuple[Path, list[Measurement]]:
 
 
 @pytest.mark.slow
+@pytest.mark.pinned_libtpu
 def test_gate_passes_on_the_shipped_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     subset, rows = _ci_subset(tmp_path)
     assert sum(r.kind == "step" for r in rows) == 3  # tokamax and tokamax-base2 flash, ring

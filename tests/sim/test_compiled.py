@@ -45,6 +45,7 @@ from sim.problem import Problem, build_problem
 from sim.pycore import CoreOutput
 from sim.records import Event
 from sim.topology import Slice, make_slice
+from tests.child_env import child_env
 from tests.sim.oracle import oracle_problem, reference_max_min
 from tests.sim.test_incremental import random_dags
 
@@ -220,12 +221,11 @@ def test_without_the_extension_a_fresh_process_prints_one_line(tmp_path: Path) -
     blocker = tmp_path / "sitecustomize.py"
     blocker.write_text("import sys\nsys.modules['sim._flowcore'] = None\n")
     root = Path(__file__).resolve().parents[2]
-    base = {k: v for k, v in os.environ.items() if k != sim.engine._NOTED_ENV}
-    env = {**base, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
+    drop = [sim.engine._NOTED_ENV]
     runs = [
         subprocess.run(
             [sys.executable, "-m", "sim", "flows", str(path)],
-            env=env if blocked else {**base, "PYTHONPATH": str(root)},
+            env=child_env(tmp_path, drop=drop) if blocked else child_env(drop=drop),
             cwd=root,
             capture_output=True,
             text=True,

@@ -7,7 +7,6 @@ ProfilerSession segfaults on some hosts, which must cost these tests, not the su
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from aoizora.errors import MeasureError
 from aoizora.measure.kernels import KERNEL_KINDS, KernelCase, kernel_cases
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,7 +33,7 @@ print(json.dumps({"saved": saved, "results": [r.to_json_dict() for r in results]
 
 
 def test_two_cpu_kernels_are_timed_and_saved_after_each() -> None:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = child_env(JAX_PLATFORMS="cpu")
     done = subprocess.run(
         [sys.executable, "-c", _RUN],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False,

@@ -9,7 +9,6 @@ segfaults on some hosts, which must cost this test, not the suite.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from aoizora.cli import main
 from aoizora.studies.validation.format import read_measurements
 from tests.aoizora.test_measure import tiny_plan
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,7 +30,7 @@ def test_profile_saves_trace_hlo_and_explanation_beside_the_rows(
     plan_path, out = tmp_path / "plan.json", tmp_path / "rows.csv"
     plan = tiny_plan()
     plan.save(plan_path)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = child_env(JAX_PLATFORMS="cpu")
     argv = [sys.executable, "-m", "aoizora", "measure", str(plan_path), "--backend", "cpu",
             "--out", str(out), "--top", "0", "--no-baselines", "--warmup", "1",
             "--repeats", "1", "--profile", "--quiet", "--json"]  # fmt: skip

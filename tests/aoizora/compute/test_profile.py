@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from aoizora.measure.profile import (
     read_text_file,
 )
 from tests.aoizora.compute.conftest import PROFILES
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 _CONTROL = ("while", "call", "conditional")
@@ -116,7 +116,7 @@ print(json.dumps({"ops": sorted(o.name for o in p.ops), "names": names,
 def test_a_cpu_capture_names_the_ops_of_the_compiled_module(tmp_path: Path) -> None:
     # A child process: on some hosts (CI's sandbox) creating jax's ProfilerSession
     # segfaults, which must cost this one test, not the whole suite.
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = child_env(JAX_PLATFORMS="cpu")
     done = subprocess.run(
         [sys.executable, "-c", _CPU_CAPTURE, str(tmp_path / "t.xplane.pb")],
         capture_output=True,

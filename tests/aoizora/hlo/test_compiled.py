@@ -166,6 +166,7 @@ def test_permute_ring_on_2x2() -> None:
     assert graph.collectives[ar].depends_on == (f"c{cp}",)
 
 
+@pytest.mark.pinned_libtpu
 def test_jit_4x4_iota_collectives() -> None:
     fixture = _fixture("jit_4x4")
     graph = _graph("jit_4x4")

@@ -45,6 +45,7 @@ def _compiled(low: Any, mesh: Any, *, trips: int = 1) -> dict[tuple[str, tuple[s
 # --------------------------------------------------------------------------- implicit, vs HLO
 
 
+@pytest.mark.pinned_libtpu
 def test_fsdp_mlp_gathers_weights(tpu_mesh: Callable[..., Any]) -> None:
     mesh = tpu_mesh(("data", "fsdp"), (2, 4))
 

@@ -103,6 +103,7 @@ def test_tiny_wan_ranking(estimates: list[tuple[Candidate, Stage1Estimate, float
 
 
 @pytest.mark.slow
+@pytest.mark.pinned_libtpu
 @pytest.mark.parametrize(
     "candidate_id",
     [

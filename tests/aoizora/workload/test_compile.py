@@ -264,7 +264,9 @@ def _moved_kernels(lowered_text: str, *, new_root: str) -> str:
         with ctx:
             module = ir.Module.parse(base64.b64decode(m.group(2)))
             asm = str(module.operation.get_asm(enable_debug_info=True))
-            paths = set(re.findall(r'"(/[^"]*site-packages)/', asm))
+            # The folder jax is installed in: a venv's site-packages, or on a TPU VM
+            # whatever folder holds the preinstalled jax.
+            paths = set(re.findall(r'"(/[^"]*?)/jax/[^"]*\.py"', asm))
             assert paths, "the kernel's debug locations name its source file"
             for p in paths:
                 asm = asm.replace(p, new_root)
