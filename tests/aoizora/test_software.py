@@ -156,3 +156,29 @@ def test_measure_warns_when_the_plan_was_made_with_other_versions(
         f"aoizora measure: warning: {plan_file}: libtpu 0.0.52 runs here but the plan was made "
         "with 0.0.42.1: the compiled HLO, and so the prediction, may differ"
     ]
+
+
+class _Item:
+    """The two attributes of a pytest item the collection hook uses."""
+
+    def __init__(self, **keywords: bool) -> None:
+        self.keywords = keywords
+        self.markers: list[pytest.MarkDecorator] = []
+
+    def add_marker(self, marker: pytest.MarkDecorator) -> None:
+        self.markers.append(marker)
+
+
+@pytest.mark.parametrize(("libtpu", "skipped"), [("0.0.42.1", [1, 0]), (PINNED["libtpu"], [0, 0])])
+def test_pinned_libtpu_tests_skip_only_under_another_libtpu(
+    monkeypatch: pytest.MonkeyPatch, libtpu: str, skipped: list[int]
+) -> None:
+    import tests.conftest as conftest
+
+    monkeypatch.setattr(conftest, "running_versions", lambda: {"libtpu": libtpu})
+    items = [_Item(pinned_libtpu=True), _Item(slow=True)]
+    conftest.pytest_collection_modifyitems(None, items)  # type: ignore[arg-type]
+    assert [len(i.markers) for i in items] == skipped
+    if skipped[0]:
+        (mark,) = items[0].markers
+        assert mark.mark.name == "skip" and f"libtpu {libtpu} runs here" in mark.kwargs["reason"]

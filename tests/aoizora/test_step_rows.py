@@ -3,6 +3,7 @@ fit of attention-kernel efficiencies (with synthetic predictors; no compile here
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 import tomllib
@@ -34,6 +35,7 @@ from sim.topology import load_chip, load_slice
 
 SHIPPED = Path(__file__).resolve().parents[2] / "validation" / "measurements.csv"
 V5E_PROFILES = SHIPPED.parent / "v5e" / "profiles"
+TPU_VM_PLANS = SHIPPED.parent / "v5e" / "tpu-vm"
 ORDER7X = "0 1 2 3 6 7 4 5"
 
 
@@ -241,10 +243,40 @@ def _latent_shape(model: str, clip: str) -> tuple[int, ...]:
     return (2, channels, (frames - 1) // 4 + 1, height // stride, width // stride)
 
 
+def _traced(row: Measurement) -> bool:
+    """A row whose time is a saved trace's step (``aoizora measure --profile``)."""
+    return "--profile" in row.source
+
+
+def test_the_row_measured_on_the_tpu_vm_is_its_plans() -> None:
+    """The wall-clock row timed on the TPU VM (issue 34) names the plan it measured by its
+    sha256; the plan made there is saved, and the row's clip, mesh and candidate are the
+    plan's, read from the plan file, not from the CSV."""
+    from aoizora.plan import load_plan
+
+    vm_rows = [
+        r for r in read_measurements(SHIPPED) if r.row_id.startswith("m-") and not _traced(r)
+    ]
+    assert [r.row_id for r in vm_rows] == ["m-13f7b2a193-winner"]
+    (row,) = vm_rows
+    plans = {hashlib.sha256(p.read_bytes()).hexdigest(): p for p in TPU_VM_PLANS.glob("*.json")}
+    (path,) = [p for digest, p in plans.items() if digest.startswith("13f7b2a193")]
+    assert "13f7b2a193" in row.source
+    plan = load_plan(path)
+    assert plan.provenance.versions()["libtpu"] == "0.0.42.1"  # planned on the VM's libtpu
+    assert row.step is not None and plan.slice_name == row.slice_name
+    assert f"{plan.clip.frames}x{plan.clip.height}x{plan.clip.width}" == row.step.clip
+    assert tuple(plan.mesh_shape) == row.step.mesh_shape
+    assert plan.candidate_id.endswith(f"/{row.step.rules_id}/{row.step.attention}")
+    assert "winner of the plan: candidate " + plan.candidate_id in row.notes
+    # The VM's prediction (its libtpu's HLO) and the measured step agree within 1 %.
+    assert row.measured_s == pytest.approx(plan.predicted.winner_s, rel=0.01)
+
+
 def test_the_rows_aoizora_measured_are_their_traces() -> None:
     """Each v5e row's time is its trace's step and its clip is what its HLO ran: read from
     the saved trace and HLO, not from the CSV."""
-    own = [r for r in read_measurements(SHIPPED) if r.row_id.startswith("m-")]
+    own = [r for r in read_measurements(SHIPPED) if r.row_id.startswith("m-") and _traced(r)]
     assert len(own) >= 12 and {r.slice_name for r in own} == {"v5e:1x1"}
     assert {r.step.model for r in own if r.step} == {"wan2.1-1.3b", "wan2.2-ti2v-5b"}
     clips = {r.step.clip for r in own if r.step}
