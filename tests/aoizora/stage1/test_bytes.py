@@ -1,12 +1,14 @@
 """Stage 1's collective bytes per step against the TPU-compiled program, for every legal
-candidate of wan-tiny on v5e:2x4 (libtpu AOT compiles; the session's plan cache keeps
-them for the planner tests that follow).
+candidate of wan-tiny on v5e:2x4.
 
-The compiled side is read by the repository's HLO reader (aoizora.hlo), each
-collective counted by its loop trip count and named by the kind the replay runs it
-as; Stage 1's side is the prediction DAG. Where XLA's partitioner and Shardy's choose
-different collectives for the same reshard (docs/stage1.md lists the known cases),
-a kind can be off while the step's bytes still agree.
+The compiled programs are the pinned libtpu's, kept as a fixture
+(tests/aoizora/stage1/compiled_fixtures.py: compiling all of them took four minutes of
+the suite); a test compiles some afresh and checks they are still the fixture's. The
+compiled side is read by the repository's HLO reader (aoizora.hlo), each collective
+counted by its loop trip count and named by the kind the replay runs it as; Stage 1's
+side is the prediction DAG, built here. Where XLA's partitioner and Shardy's choose
+different collectives for the same reshard (docs/stage1.md lists the known cases), a
+kind can be off while the step's bytes still agree.
 """
 
 from __future__ import annotations
@@ -16,22 +18,23 @@ from typing import Any
 
 import pytest
 
-from aoizora.cache import plan_caches
-from aoizora.candidates.space import Candidate, enumerate_candidates
-from aoizora.compile import CompileResult, compile_candidate, lower
-from aoizora.fanout import fan_out
+from aoizora.candidates.space import enumerate_candidates
+from aoizora.compile import lower
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import ComputeSegment
 from aoizora.replay import sim_kind
+from aoizora.software import PINNED
 from aoizora.stage1 import estimate
 from aoizora.workloads.attention import attention_family
-from aoizora.workloads.wan import parse_resolution, wan_workload
-from sim.topology import load_slice
+from tests.aoizora.stage1.compiled_fixtures import (
+    FIXTURE,
+    SLICE,
+    WORKLOAD,
+    compile_one,
+    load_fixture,
+)
 
 pytestmark = pytest.mark.slow
-
-SLICE = load_slice("v5e:2x4")
-WORKLOAD = wan_workload("wan-tiny", parse_resolution("256x256", frames=5))
 
 
 def _compiled(hlo_text: str) -> tuple[dict[str, float], float]:
@@ -49,20 +52,13 @@ def _compiled(hlo_text: str) -> tuple[dict[str, float], float]:
     return kinds, flops
 
 
-def _compile(args: tuple[Candidate, Path]) -> CompileResult:
-    cand, cache_dir = args
-    return compile_candidate(WORKLOAD, cand, SLICE, cache=plan_caches(cache_dir).compiled)
-
-
 @pytest.fixture(scope="module")
-def rows(plan_cache_dir: Path) -> list[dict[str, Any]]:
+def rows() -> list[dict[str, Any]]:
     legal = enumerate_candidates(WORKLOAD, SLICE.num_devices).legal
-    # The compiles fan out over the machine's cores, as the planner's do.
-    with fan_out() as pool:
-        results = pool.map(_compile, [(c, plan_cache_dir) for c in legal])
+    _, programs = load_fixture()
+    assert sorted(programs) == sorted(c.id for c in legal), f"regenerate {FIXTURE.name}"
     out = []
-    for cand, result in zip(legal, results, strict=True):
-        assert result.ok, (cand.id, result.error)
+    for cand in legal:
         est = estimate(
             lower(WORKLOAD, cand, SLICE),
             mesh_axis_sizes=cand.mesh_sizes,
@@ -74,7 +70,7 @@ def rows(plan_cache_dir: Path) -> list[dict[str, Any]]:
         for n in est.nodes:
             if n.kind != "compute":
                 stage1[n.collective] = stage1.get(n.collective, 0.0) + n.bytes_per_device * n.count
-        compiled, compiled_flops = _compiled(result.hlo_text)
+        compiled, compiled_flops = _compiled(programs[cand.id])
         matmul = sum(n.flops_per_chip * n.count for n in est.nodes if n.reason.startswith("fused"))
         out.append(
             {"id": cand.id, "stage1": stage1, "compiled": compiled,
@@ -125,3 +121,21 @@ def test_flops_match_the_compiled_program(rows: list[dict[str, Any]]) -> None:
     ratios = {r["id"]: r["stage1_flops"] / r["compiled_flops"] for r in rows}
     assert all(0.85 <= x <= 1.03 for x in ratios.values()), ratios
     assert sorted(ratios.values())[len(ratios) // 2] == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.pinned_libtpu
+def test_the_fixture_is_what_the_pinned_libtpu_compiles(tmp_path: Path) -> None:
+    """Two candidates (a ring and a Ulysses split) compiled now: the same collectives and
+    FLOPs as their fixture programs, which the pinned versions printed."""
+    versions, programs = load_fixture()
+    regenerate = "regenerate with python -m tests.aoizora.stage1.compiled_fixtures"
+    assert versions == dict(PINNED), regenerate
+    legal = enumerate_candidates(WORKLOAD, SLICE.num_devices).legal
+    picks = [
+        next(c for c in legal if attention_family(c.id.split("/")[-1]) == family)
+        for family in ("ring", "ulysses")
+    ]
+    for cand in picks:
+        result = compile_one((cand, tmp_path))
+        assert result.ok and not result.cache_hit, (cand.id, result.error)
+        assert _compiled(result.hlo_text) == _compiled(programs[cand.id]), regenerate
