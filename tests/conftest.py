@@ -17,6 +17,14 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
+# The CPU programs the tests run are tiny; LLVM's optimisation of their machine code was
+# most of their compile time (a VAE test: 25 s at the default level, 9 s at 0). The level
+# is the CPU backend's alone: libtpu compiles the same HLO with it (test_bytes.py checks
+# fresh TPU compiles byte for byte against a fixture the default level printed).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
 
 # jax warns on a TPU VM without transparent hugepages when it starts, even on the CPU
 # backend the tests keep it on; tests that read a child's stderr must not see it.

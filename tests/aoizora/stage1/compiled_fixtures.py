@@ -35,9 +35,13 @@ __all__ = ["FIXTURE", "SLICE", "WORKLOAD", "compile_one", "load_fixture", "write
 SLICE = load_slice("v5e:2x4")
 WORKLOAD = wan_workload("wan-tiny", parse_resolution("256x256", frames=5))
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "wan-tiny-256x256x5-v5e-2x4.hlo.json.xz"
-# Source locations name the checkout that compiled (metadata's source_file): not read by
-# the HLO reader, different on every machine, so left out of the fixture.
+# Source locations name the checkout that compiled (metadata's source_file, the stack
+# frame tables after the module line): not read by the HLO reader, different on every
+# machine, so left out of the fixture; what remains is the same text on every machine.
 _METADATA = re.compile(r", metadata=\{[^{}]*\}")
+_FRAME_TABLES = re.compile(
+    r"^(?:FileNames|FunctionNames|FileLocations|StackFrames)\n(?:.+\n)*\n", re.MULTILINE
+)
 
 
 def compile_one(args: tuple[Candidate, Path]) -> CompileResult:
@@ -53,8 +57,9 @@ def load_fixture() -> tuple[dict[str, str | None], dict[str, str]]:
 
 
 def strip_metadata(hlo_text: str) -> str:
-    """``hlo_text`` without per-instruction ``metadata={...}`` (source locations)."""
-    return _METADATA.sub("", hlo_text)
+    """``hlo_text`` without source locations: per-instruction ``metadata={...}`` and the
+    stack frame tables."""
+    return _FRAME_TABLES.sub("", _METADATA.sub("", hlo_text))
 
 
 def write_fixture(cache_dir: Path) -> int:
