@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,24 @@ from tests.aoizora.maxdiffusion_reader import check_plan_document
 
 # Test processes may load libtpu at once; no TPU is ever opened (AOT compiles only).
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+# Compile results of the programs the suite would otherwise compile at full size (the
+# shipped step gate's two Wan 14B 720p tpu7x programs, a minute of libtpu on two cores),
+# as `aoizora validate --cache-dir` stored them. A compile key covers the pinned versions,
+# the target, the device order and the lowered program, and no code: an entry is read
+# only for the very program it was compiled from, and a changed model lowers to another
+# key and is compiled afresh (test_validation.py checks the seed still serves the gate).
+COMPILE_SEED = Path(__file__).resolve().parent / "fixtures" / "compile-cache"
+
+
+def seed_compiles(cache_dir: Path) -> None:
+    """Copy :data:`COMPILE_SEED`'s entries into ``cache_dir``'s ``compiled/`` folder."""
+    for entry in sorted(COMPILE_SEED.glob("*.json.gz")):
+        target = cache_dir / "compiled" / entry.name[:2] / entry.name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(entry, target)
 
 
 @pytest.fixture(scope="session")
@@ -30,15 +49,17 @@ def plan_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     keep = os.environ.get("AOIZORA_TEST_CACHE_DIR")
     if keep:
-        return Path(keep)
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = Path(keep)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
         # pytest-xdist (make test): every worker shares one cache beside their own temp
         # folders, so a program one worker compiled is read by the others; entries are
         # written atomically (aoizora/cache.py).
-        shared = tmp_path_factory.getbasetemp().parent / "aoizora-plan-cache"
-        shared.mkdir(exist_ok=True)
-        return shared
-    return tmp_path_factory.mktemp("aoizora-plan-cache")
+        cache = tmp_path_factory.getbasetemp().parent / "aoizora-plan-cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("aoizora-plan-cache")
+    seed_compiles(cache)
+    return cache
 
 
 def _plan_files(directory: Path) -> list[str]:

@@ -328,18 +328,21 @@ def _ci_subset(tmp_path: Path) -> tuple[Path, list[Measurement]]:
 
 @pytest.mark.slow
 @pytest.mark.pinned_libtpu
-def test_gate_passes_on_the_shipped_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_gate_passes_on_the_shipped_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], plan_cache_dir: Path
+) -> None:
     subset, rows = _ci_subset(tmp_path)
     assert sum(r.kind == "step" for r in rows) == 3  # tokamax and tokamax-base2 flash, ring
-    assert main(["validate", str(subset), *GATE_ARGS, *STEP_GATE_ARGS]) == 0
+    cached = ["--cache-dir", str(plan_cache_dir)]  # its compiles: tests/aoizora/conftest.py
+    assert main(["validate", str(subset), *GATE_ARGS, *STEP_GATE_ARGS, *cached]) == 0
     out = capsys.readouterr().out
     assert "gate passed" in out
-    assert main(["validate", str(subset), *GATE_ARGS, *STEP_GATE_ARGS, "--json"]) == 0
+    assert main(["validate", str(subset), *GATE_ARGS, *STEP_GATE_ARGS, "--json", *cached]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] is True
     assert report["num_rows"] == sum(r.gated for r in rows)
     # The JSON numbers are the library's numbers.
-    lib = validate(rows, predictors=default_predictors())
+    lib = validate(rows, predictors=default_predictors(cache_dir=str(plan_cache_dir)))
     assert [g["mape_percent"] for g in report["groups"]] == [g.mape_percent for g in lib.groups]
     assert not gate(lib, Thresholds(min_spearman=0.9, min_top1=1.0, max_mape_percent=35.0))
     # Ironwood is in the gate: both tpu-recipes topologies, ranked right, and (with the
@@ -407,3 +410,35 @@ def test_cli_reports_malformed_files_with_exit_2(
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("aoizora validate: error:") and "bad.csv:2:" in err
+
+
+@pytest.mark.slow
+@pytest.mark.pinned_libtpu
+def test_the_compile_seed_serves_the_step_gate_without_a_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seeded compile results are the programs the CI step group lowers to today: a
+    fresh cache holding only the seed predicts every step row with no XLA compile (when
+    the model's code changes, this fails: refresh tests/aoizora/fixtures/compile-cache
+    from `aoizora validate SUBSET --cache-dir DIR`'s compiled/ folder)."""
+    import jax
+
+    from aoizora.studies.validation.step import _compiled_graph, predict_step
+    from tests.aoizora.conftest import COMPILE_SEED, seed_compiles
+
+    seed_compiles(tmp_path)
+    compiles: list[object] = []
+
+    def refuse(lowered: object, *args: object, **kwargs: object) -> object:
+        compiles.append(lowered)
+        raise AssertionError("a step row compiled: the compile seed is stale")
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
+    _compiled_graph.cache_clear()  # graphs memoised by the gate test in this process
+    _, rows = _ci_subset(tmp_path)
+    try:
+        times = [predict_step(r, cache_dir=str(tmp_path)) for r in rows if r.kind == "step"]
+    finally:
+        _compiled_graph.cache_clear()
+    assert len(times) == 3 and all(t > 0 for t in times) and not compiles
+    assert len(list(COMPILE_SEED.glob("*.json.gz"))) == 2  # two shardings: flash and ring
