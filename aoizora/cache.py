@@ -198,11 +198,14 @@ def stage1_key(*, workload_name: str, candidate_id: str, slice_: Slice) -> str:
 # bytecode (jax ``_src/tpu_custom_call.py``), and the bytecode's debug locations name the
 # kernel's source file: the site-packages of the environment that traced it.
 _KERNEL_BODY = re.compile(r"(\\22body\\22: \\22)([A-Za-z0-9+/=]+)(\\22)")
+# The same body in compiled HLO text: the custom call's backend_config printed as JSON.
+_COMPILED_KERNEL_BODY = re.compile(r'("body":")([A-Za-z0-9+/=]+)(")')
 
 
 def install_neutral(lowered_text: str) -> str:
     """``lowered_text`` with each Pallas kernel body replaced by the digest of the kernel
-    printed without debug locations.
+    printed without debug locations (in lowered StableHLO, and in compiled HLO text, whose
+    custom calls carry the same bytecode).
 
     Two environments (a venv moved, another checkout) lower one program to text that
     differs only in the source paths inside the kernels' bytecode, so a compile key
@@ -227,7 +230,7 @@ def install_neutral(lowered_text: str) -> str:
             return m.group(0)
         return m.group(1) + "sha256:" + hashlib.sha256(asm.encode()).hexdigest() + m.group(3)
 
-    return _KERNEL_BODY.sub(neutral, lowered_text)
+    return _COMPILED_KERNEL_BODY.sub(neutral, _KERNEL_BODY.sub(neutral, lowered_text))
 
 
 def compile_key(

@@ -22,7 +22,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from aoizora.cache import plan_caches
+from aoizora.cache import install_neutral, plan_caches
 from aoizora.candidates.space import Candidate, enumerate_candidates
 from aoizora.compile import CompileResult, compile_candidate
 from aoizora.fanout import fan_out
@@ -36,8 +36,9 @@ SLICE = load_slice("v5e:2x4")
 WORKLOAD = wan_workload("wan-tiny", parse_resolution("256x256", frames=5))
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "wan-tiny-256x256x5-v5e-2x4.hlo.json.xz"
 # Source locations name the checkout that compiled (metadata's source_file, the stack
-# frame tables after the module line): not read by the HLO reader, different on every
-# machine, so left out of the fixture; what remains is the same text on every machine.
+# frame tables after the module line, the debug locations in a Pallas kernel's bytecode):
+# not read by the HLO reader, different on every machine, so left out of the fixture;
+# what remains is the same text wherever the pinned versions compile it.
 _METADATA = re.compile(r", metadata=\{[^{}]*\}")
 _FRAME_TABLES = re.compile(
     r"^(?:FileNames|FunctionNames|FileLocations|StackFrames)\n(?:.+\n)*\n", re.MULTILINE
@@ -57,9 +58,10 @@ def load_fixture() -> tuple[dict[str, str | None], dict[str, str]]:
 
 
 def strip_metadata(hlo_text: str) -> str:
-    """``hlo_text`` without source locations: per-instruction ``metadata={...}`` and the
-    stack frame tables."""
-    return _FRAME_TABLES.sub("", _METADATA.sub("", hlo_text))
+    """``hlo_text`` without source locations: per-instruction ``metadata={...}``, the
+    stack frame tables, and the paths inside Pallas kernels' bytecode (each kernel body
+    is its digest without debug locations: :func:`aoizora.cache.install_neutral`)."""
+    return install_neutral(_FRAME_TABLES.sub("", _METADATA.sub("", hlo_text)))
 
 
 def write_fixture(cache_dir: Path) -> int:
