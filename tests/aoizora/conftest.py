@@ -9,34 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.aoizora.compile_seed import seed_compiles
 from tests.aoizora.maxdiffusion_reader import check_plan_document
 
 # Test processes may load libtpu at once; no TPU is ever opened (AOT compiles only).
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-
-
-# Compile results of the programs the suite would otherwise compile at full size (the
-# shipped step gate's two Wan 14B 720p tpu7x programs, a minute of libtpu on two cores),
-# as `aoizora validate --cache-dir` stored them. A compile key covers the pinned versions,
-# the target, the device order and the lowered program, and no code: an entry is read
-# only for the very program it was compiled from, and a changed model lowers to another
-# key and is compiled afresh (test_validation.py checks the seed still serves the gate).
-COMPILE_SEED = Path(__file__).resolve().parent / "fixtures" / "compile-cache"
-
-
-def seed_compiles(cache_dir: Path) -> None:
-    """Copy :data:`COMPILE_SEED`'s entries into ``cache_dir``'s ``compiled/`` folder."""
-    for entry in sorted(COMPILE_SEED.glob("*.json.gz")):
-        target = cache_dir / "compiled" / entry.name[:2] / entry.name
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(entry, target)
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +40,7 @@ def plan_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cache.mkdir(exist_ok=True)
     else:
         cache = tmp_path_factory.mktemp("aoizora-plan-cache")
-    seed_compiles(cache)
+    seed_compiles(cache)  # libtpu's results for what the tests compile: compile_seed.py
     return cache
 
 

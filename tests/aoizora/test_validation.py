@@ -419,12 +419,11 @@ def test_the_compile_seed_serves_the_step_gate_without_a_compile(
 ) -> None:
     """The seeded compile results are the programs the CI step group lowers to today: a
     fresh cache holding only the seed predicts every step row with no XLA compile (when
-    the model's code changes, this fails: refresh tests/aoizora/fixtures/compile-cache
-    from `aoizora validate SUBSET --cache-dir DIR`'s compiled/ folder)."""
+    the model's code changes, this fails: refresh the seed, tests/aoizora/compile_seed.py)."""
     import jax
 
     from aoizora.studies.validation.step import _compiled_graph, predict_step
-    from tests.aoizora.conftest import COMPILE_SEED, seed_compiles
+    from tests.aoizora.compile_seed import seed_compiles
 
     seed_compiles(tmp_path)
     compiles: list[object] = []
@@ -441,4 +440,3 @@ def test_the_compile_seed_serves_the_step_gate_without_a_compile(
     finally:
         _compiled_graph.cache_clear()
     assert len(times) == 3 and all(t > 0 for t in times) and not compiles
-    assert len(list(COMPILE_SEED.glob("*.json.gz"))) == 2  # two shardings: flash and ring
