@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from aoizora.cli import quiet_tpu_runtime_warning
 from aoizora.software import PINNED, running_versions
 
 # JAX must never try to grab an accelerator here; TPU programs are compiled
@@ -28,11 +29,7 @@ if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 
 # jax warns on a TPU VM without transparent hugepages when it starts, even on the CPU
 # backend the tests keep it on; tests that read a child's stderr must not see it.
-_HUGEPAGES = "ignore:Transparent hugepages are not enabled:UserWarning"
-if _HUGEPAGES not in os.environ.get("PYTHONWARNINGS", ""):
-    os.environ["PYTHONWARNINGS"] = ",".join(
-        w for w in (os.environ.get("PYTHONWARNINGS", ""), _HUGEPAGES) if w
-    )
+quiet_tpu_runtime_warning()
 
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=100)
 settings.register_profile("dev", deadline=None, max_examples=100)

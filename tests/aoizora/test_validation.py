@@ -221,12 +221,12 @@ TPU_VM_PLANS = sorted((SHIPPED.parent / "v5e" / "tpu-vm").glob("*.json"))
 def test_shipped_set_parses_and_cites_a_public_source_per_row() -> None:
     rows = read_measurements(SHIPPED)
     assert len(rows) >= 10
+    plans = {hashlib.sha256(p.read_bytes()).hexdigest()[:10] for p in TPU_VM_PLANS}
     for r in rows:
         # A public row cites its page; a row AoiZora measured names its trace, or the plan
         # it timed (by sha256), kept in the repository (validation/README.md, section 6).
         own = r.row_id.startswith("m-")
         assert r.source.startswith("aoizora measure" if own else "https://"), r.row_id
-        plans = {hashlib.sha256(p.read_bytes()).hexdigest()[:10] for p in TPU_VM_PLANS}
         kept = (V5E_PROFILES / f"{r.row_id}.ops.json.gz").is_file() or (
             r.row_id.split("-")[1] in plans and f"plan sha256 {r.row_id.split('-')[1]}" in r.source
         )
