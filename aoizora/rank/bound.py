@@ -107,8 +107,13 @@ class LinkCapacities:
         return got
 
 
-def plan_lower_bound(plan: CollectivePlan, net: LinkCapacities) -> float:
+def plan_lower_bound(plan: CollectivePlan, net: LinkCapacities, *, copies: int = 1) -> float:
     """A lower bound on the time from ``plan``'s release to its ``done_id``, in any company.
+
+    With ``copies=k`` it bounds ``k`` identical copies of ``plan`` released no earlier
+    than this one (the time until the last is done): every copy sends the same flows over
+    the same routes, so a link carries ``k`` times its bytes after the same first drain
+    (:class:`TimelineBound`'s twins).
 
     >>> from sim.collectives import collective_flows
     >>> from sim.topology import load_slice
@@ -143,7 +148,7 @@ def plan_lower_bound(plan: CollectivePlan, net: LinkCapacities) -> float:
                 first_drain[lk] = drain
     best = finish[plan.done_id]
     for lk, size in load.items():
-        best = max(best, first_drain[lk] + size / capacity[lk])
+        best = max(best, first_drain[lk] + copies * size / capacity[lk])
     return best
 
 
@@ -153,8 +158,10 @@ def collective_lower_bound(
     net: LinkCapacities,
     *,
     algorithm: str | Mapping[str, str] | None = None,
+    copies: int = 1,
 ) -> float:
-    """:func:`plan_lower_bound` of ``collective`` with logical id ``i`` on chip ``coords[i]``.
+    """:func:`plan_lower_bound` of ``collective`` with logical id ``i`` on chip ``coords[i]``
+    (of ``copies`` identical copies of it, as there).
 
     Rings (every all-gather, reduce-scatter and all-reduce the simulator's
     ``auto`` runs) go through :func:`~aoizora.rank.rings.ring_schedule`, which
@@ -173,13 +180,19 @@ def collective_lower_bound(
             algorithm=algorithm,
         )
         if ring is not None:
-            return max(ring.done_s, ring.link_bound_s(net.capacity))
+            return max(ring.done_s, ring.link_bound_s(net.capacity, copies=copies))
     plan = collective_plan(collective, coords, slice_=net.slice, algorithm=algorithm, id_prefix="b")
-    return plan_lower_bound(plan, net)
+    return plan_lower_bound(plan, net, copies=copies)
 
 
 def ideal_lower_bound(
-    kind: str, group_size: int, buffer_bytes: float, *, hops: int, net: LinkCapacities
+    kind: str,
+    group_size: int,
+    buffer_bytes: float,
+    *,
+    hops: int,
+    net: LinkCapacities,
+    copies: int = 1,
 ) -> float:
     """A bound for one group of ``group_size`` distinct chips any two ``hops`` or more apart.
 
@@ -187,15 +200,25 @@ def ideal_lower_bound(
     contention-free longest path with every flow crossing ``hops`` links of
     the best capacity. For a permute, ``group_size`` is 2 (one pair).
 
+    ``copies=k`` bounds ``k`` identical collectives released no earlier than this
+    one: a permute's pair, and the all-to-all's busiest first link (see ``_chain``),
+    carry ``k`` times their bytes over the same link. A ring's steps can interleave
+    another copy's transfers with their hop latencies, so rings keep one copy's bound.
+
     >>> from sim.topology import load_slice
     >>> net = LinkCapacities(load_slice("v5e:2x2"))
     >>> round(ideal_lower_bound("collective-permute", 2, 4.5e6, hops=1, net=net) * 1e6, 3)
     101.0
+    >>> round(ideal_lower_bound("collective-permute", 2, 4.5e6, hops=1, net=net, copies=2)
+    ...       * 1e6, 3)
+    201.0
     """
     if group_size < 2:
         return 0.0
     latency = hops * net.hop_latency_s
     best = math.inf
+    if kind in ("collective-permute", "all-to-all"):  # the bytes one link must carry
+        buffer_bytes *= copies
     for algorithm in ALGORITHMS[kind]:
         if algorithm != "auto":  # auto picks one of the named ones per group
             best = min(best, _chain(kind, algorithm, group_size, buffer_bytes, latency, net))
@@ -245,12 +268,47 @@ class _Step:
     trip_count: int = 1
 
 
+def _twin_groups(
+    steps: Sequence[_Step], graph: CollectiveGraph
+) -> list[tuple[int, tuple[int, ...], int]]:
+    """``(first, members, step of the last done)`` of every group of *twins* in a region:
+    identical collectives (kind, groups, pairs, bytes) in flight at once, e.g. the K and V
+    permutes of one ring-attention step. Twins send the same flows over the same routes,
+    so their bytes add up on every link they cross: together they take at least a bound
+    of ``len(members)`` copies (``copies=`` of the bounds above) from the first release.
+    A collective joins the group of a twin still in flight when it starts."""
+    key_of: dict[int, tuple[object, ...]] = {}
+    group_of: dict[int, int] = {}
+    members: dict[int, list[int]] = {}
+    last: dict[int, int] = {}
+    in_flight: list[int] = []
+    for i, step in enumerate(steps):
+        c = step.collective
+        if step.kind == "start":
+            col = graph.collectives[c]
+            key_of[c] = (sim_kind(col), col.groups, col.pairs, col.buffer_bytes)
+            twin = next((o for o in in_flight if key_of[o] == key_of[c]), None)
+            group_of[c] = group_of[twin] if twin is not None else c
+            members.setdefault(group_of[c], []).append(c)
+            in_flight.append(c)
+        elif step.kind == "done" and c in in_flight:
+            in_flight.remove(c)
+            last[group_of[c]] = i
+    return [
+        (g, tuple(m), last[g])
+        for g, m in members.items()
+        if len(m) > 1 and all(c not in in_flight for c in m)
+    ]
+
+
 class TimelineBound:
     """The replay's timelines with collective durations plugged in: a bound or a time.
 
     Composes each region (deepest first) from per-collective durations: exact
     durations give the replay's step time when no two collectives in flight
     share a link (:mod:`aoizora.rank.exact`), lower bounds give a lower bound.
+    Twins (:func:`_twin_groups`) may also be given a joint bound: at the last of
+    their dones the region has run at least that long past their first release.
     """
 
     def __init__(self, graph: CollectiveGraph, slice_: Slice) -> None:
@@ -270,22 +328,36 @@ class TimelineBound:
                     steps.append(_Step("sub", regions=step.regions, trip_count=step.trip_count))
             self.regions[region.id] = tuple(steps)
         self.order = sorted(self.regions, reverse=True)  # children are numbered after parents
+        self.twins: dict[int, tuple[int, ...]] = {}  # first collective -> its twin group
+        self._closes: dict[tuple[int, int], list[int]] = {}  # (region, step) -> groups
+        for rid, steps in self.regions.items():
+            for first, members, last in _twin_groups(steps, graph):
+                self.twins[first] = members
+                self._closes.setdefault((rid, last), []).append(first)
 
-    def step_time(self, durations: Mapping[int, float]) -> float:
-        """The entry region's time with collective ``c`` taking ``durations[c]``."""
+    def step_time(
+        self, durations: Mapping[int, float], joint: Mapping[int, float] | None = None
+    ) -> float:
+        """The entry region's time with collective ``c`` taking ``durations[c]`` and, with
+        ``joint``, the twins of group ``g`` (:attr:`twins`) all done ``joint[g]`` after the
+        first of them is released, or later."""
         times: dict[int, float] = {}
         for rid in self.order:
-            times[rid] = self.region(rid, durations, times)[0]
+            times[rid] = self.region(rid, durations, times, joint)[0]
         return times[0]
 
     def region(
-        self, rid: int, durations: Mapping[int, float], times: Mapping[int, float]
+        self,
+        rid: int,
+        durations: Mapping[int, float],
+        times: Mapping[int, float],
+        joint: Mapping[int, float] | None = None,
     ) -> tuple[float, dict[int, float], dict[int, float]]:
         """Region ``rid``'s time and every collective's release and end in it."""
         t = 0.0
         release: dict[int, float] = {}
         end: dict[int, float] = {}
-        for step in self.regions[rid]:
+        for i, step in enumerate(self.regions[rid]):
             if step.kind == "delay":
                 t += step.value
             elif step.kind == "start":
@@ -293,6 +365,9 @@ class TimelineBound:
                 end[step.collective] = t + durations[step.collective]
             elif step.kind == "done":
                 t = max(t, end[step.collective])
+                if joint is not None:
+                    for g in self._closes.get((rid, i), ()):
+                        t = max(t, min(release[c] for c in self.twins[g]) + joint[g])
             else:
                 t += max((times[r] for r in step.regions), default=0.0) * step.trip_count
         return t, release, end

@@ -167,9 +167,10 @@ class NodeBounds:
         self.net = LinkCapacities(space.slice)
         self.timeline = TimelineBound(graph, space.slice)
         self.shapes = collective_shapes(graph, space.shape)
+        self._shape_of = {sh.collective.id: sh for sh in self.shapes}
         self._plans: dict[tuple[object, ...], float] = {}
         self._ideal: dict[tuple[object, ...], float] = {}
-        self._by_footprint: dict[tuple[int, bytes], float] = {}
+        self._by_footprint: dict[tuple[int, bytes, int], float] = {}
         self._unit_ends = {sh.collective.id: _unit_ends(sh) for sh in self.shapes}
         self._wrap = np.asarray(self.slice.wraparound, dtype=bool)
         self._sides = np.asarray(self.slice.shape, dtype=np.int64)
@@ -253,14 +254,25 @@ class NodeBounds:
                 durations[sh.collective.id] = self._units_bound(sh, grid, rows)
             else:
                 durations[sh.collective.id] = self._unplaced_bound(sh, pending, step)
-        return self.timeline.step_time(durations)
+        joint = {}
+        for first, members in self.timeline.twins.items():
+            sh = self._shape_of[first]
+            if sh.span <= placed and self._unit_ends[first] is not None:
+                twin = self._units_bound(sh, grid, rows, copies=len(members))
+            else:
+                twin = self._unplaced_bound(sh, pending, step, copies=len(members))
+            joint[first] = max(durations[first], twin)
+        return self.timeline.step_time(durations, joint)
 
-    def _unplaced_bound(self, sh: CollectiveShape, pending: int | None, step: int) -> float:
-        """A collective over an axis not placed yet: one hop, or the pending axis's
-        smallest step when it spans that axis alone; 0 where it may stay on one chip."""
+    def _unplaced_bound(
+        self, sh: CollectiveShape, pending: int | None, step: int, *, copies: int = 1
+    ) -> float:
+        """A collective over an axis not placed yet (``copies`` twins of it): one hop, or
+        the pending axis's smallest step when it spans that axis alone; 0 where it may
+        stay on one chip."""
         if self.slice.chip.devices_per_chip > 1:
             return 0.0  # may yet be on-chip, 0-hop
-        return self._ideal_bound(sh, step if sh.span == {pending} else 1)
+        return self._ideal_bound(sh, step if sh.span == {pending} else 1, copies=copies)
 
     def _set_bound(
         self, sh: CollectiveShape, key: tuple[object, ...], node: Node, every: frozenset[SubAxis]
@@ -279,10 +291,19 @@ class NodeBounds:
             sh.collective.id: self._plan(sh.collective, rows, sh) if sh.group_size > 1 else 0.0
             for sh in self.shapes
         }
-        return self.timeline.step_time(durations)
+        joint = {
+            first: self._plan(self._shape_of[first].collective, rows, self._shape_of[first],
+                              copies=len(members))
+            if self._shape_of[first].group_size > 1 else 0.0
+            for first, members in self.timeline.twins.items()
+        }  # fmt: skip
+        return self.timeline.step_time(durations, joint)
 
-    def _units_bound(self, sh: CollectiveShape, grid: np.ndarray, rows: Sequence[Coord]) -> float:
-        """The largest bound of one unit of ``sh`` alone, over its units.
+    def _units_bound(
+        self, sh: CollectiveShape, grid: np.ndarray, rows: Sequence[Coord], *, copies: int = 1
+    ) -> float:
+        """The largest bound of one unit of ``sh`` alone (``copies`` twins of it), over its
+        units.
 
         Units at a translate of one another get one bound: their footprints are
         shifted to a common origin (as :func:`translated_coords` does, for all
@@ -303,13 +324,17 @@ class NodeBounds:
             if key in seen:
                 continue
             seen.add(key)
-            got = self._by_footprint.get((cid, key))
+            got = self._by_footprint.get((cid, key, copies))
             if got is None:
-                got = self._by_footprint[(cid, key)] = self._plan(sh.units[u], rows, sh)
+                got = self._by_footprint[(cid, key, copies)] = self._plan(
+                    sh.units[u], rows, sh, copies=copies
+                )
             best = max(best, got)
         return best
 
-    def _plan(self, unit: Collective, rows: Sequence[Coord], sh: CollectiveShape) -> float:
+    def _plan(
+        self, unit: Collective, rows: Sequence[Coord], sh: CollectiveShape, *, copies: int = 1
+    ) -> float:
         ends = (
             [d for p in unit.pairs for d in p]
             if unit.pairs
@@ -317,23 +342,24 @@ class NodeBounds:
         )
         placed = translated_coords([rows[d] for d in ends], self.slice)
         sizes = tuple(len(g) for g in unit.groups)
-        key = (sh.kind, unit.buffer_bytes, sizes, len(unit.pairs), placed)
+        key = (sh.kind, unit.buffer_bytes, sizes, len(unit.pairs), placed, copies)
         got = self._plans.get(key)
         if got is None:
             local = dict(zip(ends, placed, strict=True))
             coords = [local.get(i, rows[i]) for i in range(len(rows))]
             got = self._plans[key] = collective_lower_bound(
-                unit, coords, self.net, algorithm=self.algorithm
+                unit, coords, self.net, algorithm=self.algorithm, copies=copies
             )
         return got
 
-    def _ideal_bound(self, sh: CollectiveShape, hops: int) -> float:
-        key = (sh.kind, sh.group_size, sh.collective.buffer_bytes, hops)
+    def _ideal_bound(self, sh: CollectiveShape, hops: int, *, copies: int = 1) -> float:
+        key = (sh.kind, sh.group_size, sh.collective.buffer_bytes, hops, copies)
         got = self._ideal.get(key)
         if got is None:
             got = self._ideal[key] = ideal_lower_bound(
-                sh.kind, sh.group_size, float(sh.collective.buffer_bytes), hops=hops, net=self.net
-            )
+                sh.kind, sh.group_size, float(sh.collective.buffer_bytes), hops=hops,
+                net=self.net, copies=copies,
+            )  # fmt: skip
         return got
 
     def _smallest_step(self, node: Node) -> int:

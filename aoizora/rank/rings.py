@@ -82,8 +82,9 @@ class RingSchedule:
         """When each flow starts draining (its ready time for a 0-hop flow)."""
         return self.ready_s + self.hops * self.latency_s
 
-    def link_bound_s(self, capacity: Sequence[float]) -> float:
-        """The largest ``first drain + bytes / capacity`` over the links any flow crosses.
+    def link_bound_s(self, capacity: Sequence[float], *, copies: int = 1) -> float:
+        """The largest ``first drain + bytes / capacity`` over the links any flow crosses
+        (``copies`` times the bytes: identical copies of the ring released no earlier).
 
         Every flow of a column drains after its step-0 flow (times only grow
         along a column), and every link carries ``steps`` chunks per column
@@ -97,7 +98,7 @@ class RingSchedule:
         counts = np.bincount(self.links) * self.steps
         best = 0.0
         for lk in np.flatnonzero(counts).tolist():
-            load = repeated_sum(self.chunk_bytes, int(counts[lk]))
+            load = repeated_sum(self.chunk_bytes, int(counts[lk])) * copies
             best = max(best, float(earliest[lk]) + load / capacity[lk])
         return best
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
 
-__all__ = ["axis_groups", "mesh_program"]
+__all__ = ["axis_groups", "mesh_program", "twin_permutes"]
 
 
 def axis_groups(mesh_shape: Sequence[int], axis: int) -> list[list[int]]:
@@ -41,7 +41,12 @@ def _groups_text(groups: list[list[int]]) -> str:
 
 
 def mesh_program(
-    mesh_shape: Sequence[int], *, scale: int = 1, same_axis: bool = True, halves: bool = False
+    mesh_shape: Sequence[int],
+    *,
+    scale: int = 1,
+    same_axis: bool = True,
+    halves: bool = False,
+    twins: bool = False,
 ) -> CollectiveGraph:
     """A program whose collectives span ``mesh_shape``'s first and last non-trivial axes.
 
@@ -50,6 +55,8 @@ def mesh_program(
     collectives contend. ``halves=True`` adds two all-to-alls over *parts* of the
     first axis (its first and second halves; its even and odd positions), as a
     Ulysses all-to-all over 4 of a 64-way context axis is: neither is a whole fiber.
+    ``twins=True`` starts an identical twin beside the permute (the K and V permutes of
+    ring attention) and beside the first all-gather: each pair shares every link it uses.
     """
     axes = [a for a, s in enumerate(mesh_shape) if s > 1]
     first, last = axes[0], axes[-1]
@@ -110,4 +117,42 @@ replica_groups={_groups_text(strided)}, dimensions={{0}}
         ]
         text = "\n".join(lines).replace("all-reduce(%cpd)", "all-reduce(%p)")
         text = text.replace("tuple(%d3, %ag1d, %a2a, %ag3d)", "tuple(%d3, %ag1d, %a2a, %ag1d)")
+    if twins:
+        lines = []
+        for line in text.split("\n"):
+            lines.append(line)
+            for name, channel in (("%cp", 9), ("%ag1", 10)):
+                if line.startswith(f"  {name} = "):  # a twin: same collective, own channel
+                    twin = line.replace(f"  {name} = ", f"  {name}t = ", 1)
+                    lines.append(twin.replace(", channel_id=", f", channel_id={channel}0", 1))
+                if line.startswith(f"  {name}d = "):
+                    lines.append(
+                        line.replace(f"{name}d", f"{name}td").replace(f"({name})", f"({name}t)")
+                    )
+        text = "\n".join(lines)
+    return graph_from_text(text)
+
+
+def twin_permutes(mesh_shape: Sequence[int], *, scale: int = 1) -> CollectiveGraph:
+    """Two identical collective-permutes (a ring along the first non-trivial axis) in
+    flight together and nothing else: the K and V permutes of one ring-attention step.
+    Where the ring's pairs share no link with each other, each link carries both twins'
+    bytes and nothing more, so the replay takes exactly one hop's latency plus twice the
+    bytes over the link."""
+    first = next(a for a, size in enumerate(mesh_shape) if size > 1)
+    pairs = [(g[i], g[(i + 1) % len(g)]) for g in axis_groups(mesh_shape, first)
+             for i in range(len(g))]  # fmt: skip
+    pairs_text = "{" + ",".join(f"{{{a},{b}}}" for a, b in pairs) + "}"
+    e = 65536 * scale
+    start = f"collective-permute-start(%p), source_target_pairs={pairs_text}"
+    text = f"""HloModule m, is_scheduled=true, num_partitions={math.prod(mesh_shape)}
+ENTRY %main (p: f32[{e}]) -> (f32[{e}], f32[{e}]) {{
+  %p = f32[{e}]{{0}} parameter(0)
+  %k = (f32[{e}]{{0}}, f32[{e}]{{0}}) {start}, channel_id=1
+  %v = (f32[{e}]{{0}}, f32[{e}]{{0}}) {start}, channel_id=2
+  %kd = f32[{e}]{{0}} collective-permute-done(%k)
+  %vd = f32[{e}]{{0}} collective-permute-done(%v)
+  ROOT %t = (f32[{e}]{{0}}, f32[{e}]{{0}}) tuple(%kd, %vd)
+}}
+"""
     return graph_from_text(text)
