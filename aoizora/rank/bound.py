@@ -330,8 +330,8 @@ class TimelineBound:
         self.order = sorted(self.regions, reverse=True)  # children are numbered after parents
         self.twins: dict[int, tuple[int, ...]] = {}  # first collective -> its twin group
         self._closes: dict[tuple[int, int], list[int]] = {}  # (region, step) -> groups
-        for rid, steps in self.regions.items():
-            for first, members, last in _twin_groups(steps, graph):
+        for rid, region_steps in self.regions.items():
+            for first, members, last in _twin_groups(region_steps, graph):
                 self.twins[first] = members
                 self._closes.setdefault((rid, last), []).append(first)
 
