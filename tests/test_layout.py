@@ -52,9 +52,6 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.plan",),
     ("aoizora.planner",),
     ("aoizora.request",),
-    # Reading a device profile (a trace's op events, as jaxlib prints them) is an input
-    # like HLO text: the studies that explain and fit steps read it; measure writes it.
-    ("aoizora.measure.profile",),
     ("aoizora.report",),
     ("aoizora.studies",),
     # Timing a plan on devices: reads plans and workloads, writes measurement rows.
