@@ -21,7 +21,7 @@ $(TEST_STAMP): $(STAMP)
 # saying which core runs, and `make core` retries the build.
 CORE_STATUS = $(BIN)/python -c 'from sim.engine import core_status; print(core_status())'
 
-$(STAMP): pyproject.toml setup.py sim/_flowcore.c sim/_flowshare.c sim/_flowwhole.c sim/_flowclass.c sim/_flowclock.c sim/_flowcore.h
+$(STAMP): pyproject.toml setup.py $(wildcard sim/_flow*.c sim/_flow*.h)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required, found " + sys.version.split()[0] + "; set PYTHON=python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

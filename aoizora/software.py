@@ -1,10 +1,12 @@
 """Which AoiZora is running, and whether jax/jaxlib/libtpu are the ones a plan was made with.
 
-* :func:`aoizora_version` -- the version in the checkout's ``pyproject.toml`` when AoiZora
-  runs from a git checkout (``PYTHONPATH=checkout`` on a TPU VM), else the installed
-  distribution's; ``None`` when neither says.
+* :func:`aoizora_version` -- the version in the ``pyproject.toml`` beside the package when
+  AoiZora runs from a source tree (``PYTHONPATH=tree`` on a TPU VM: a git checkout, or an
+  unpacked ``git archive`` with no ``.git``), else the installed distribution's; ``None``
+  when neither says.
 * :func:`aoizora_commit` -- the checkout's git commit (12 hex digits, ``+dirty`` when a
-  tracked file is modified), ``None`` for an installed copy or without git.
+  tracked file is modified), ``None`` for an installed copy, an unpacked archive, or
+  without git: rows then say "no commit" (:mod:`aoizora.measure.environment`).
 * :data:`PINNED` -- the versions ``pyproject.toml`` pins (a test keeps them equal): compiled
   HLO text, and so every prediction, is checked against these.
 * :func:`version_drift` / :func:`warn_version_drift` -- one line naming the packages whose
@@ -47,24 +49,40 @@ _GIT_TIMEOUT_S = 10.0
 _SHORT = 12  # hex digits of a commit: unique in any repository of this size
 
 
+def _root() -> Path:
+    """The folder above the package: a source tree's root when AoiZora runs from one."""
+    return Path(__file__).resolve().parent.parent
+
+
 def _checkout() -> Path | None:
     """The git checkout AoiZora is imported from (the parent of the package), if any."""
-    root = Path(__file__).resolve().parent.parent
+    root = _root()
     return root if (root / ".git").exists() and (root / "pyproject.toml").is_file() else None
+
+
+def _tree_version(root: Path) -> str | None:
+    """The version in ``root/pyproject.toml`` when that file is AoiZora's, else ``None``."""
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # none, or unreadable: not a source tree of ours
+    table = project.get("project", {})
+    version = table.get("version")
+    if table.get("name") != "aoizora" or not isinstance(version, str) or not version.strip():
+        return None  # the package vendored inside another project: not its version
+    return version.strip()
 
 
 @functools.cache
 def aoizora_version() -> str | None:
-    """AoiZora's version: the checkout's ``pyproject.toml``, else the installed metadata."""
-    root = _checkout()
-    if root is not None:
-        try:
-            project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-            version = project.get("project", {}).get("version")
-            if isinstance(version, str) and version.strip():
-                return version.strip()
-        except (OSError, tomllib.TOMLDecodeError):
-            pass  # an unreadable pyproject: fall back to the installed metadata
+    """AoiZora's version: the source tree's ``pyproject.toml``, else the installed metadata.
+
+    The tree comes first, .git or not: the code that runs is the tree's, while the
+    metadata may be another copy's (an environment with AoiZora installed from elsewhere,
+    running an unpacked archive on ``PYTHONPATH``)."""
+    version = _tree_version(_root())
+    if version is not None:
+        return version
     try:
         return importlib.metadata.version("aoizora")
     except importlib.metadata.PackageNotFoundError:

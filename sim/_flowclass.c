@@ -1,10 +1,10 @@
-/* Max-min fair sharing over bottleneck classes, for dense traffic:
+/* Max-min fair sharing over bottleneck classes, for dense traffic (_flowclass.h):
  * sim/classshare.py (ClassFilling) in C, method by method, with the same
  * operations in the same order on IEEE doubles, so that both event cores stay
  * bit-identical (tests/sim/test_dense.py). The algorithm and why it is exact
  * are in the docstring of sim/classshare.py.
  */
-#include "_flowcore.h"
+#include "_flowclass.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -128,11 +128,11 @@ static void join(classes_t *c, int f, int k) {
     c->mem_pos[f] = (int)c->members[k].n;
     ivec_push(&c->members[k], f, &c->nomem);
     for (int p = c->route_ptr[f]; p < c->route_ptr[f + 1]; p++) count_add(c, k, c->route_chan[p], 1);
-    clock_join(c, f, k);
+    clock_join(&c->clk, f, k);
 }
 
 static void release_id(classes_t *c, int k) {
-    clock_release(c, k);
+    clock_release(&c->clk, k);
     c->old_rate[k] = NAN;
     c->old_at[k] = -1;
     c->free_ids[c->nfree++] = k;
@@ -150,19 +150,19 @@ static void drop(classes_t *c, int f) {
     for (int p = c->route_ptr[f]; p < c->route_ptr[f + 1]; p++)
         count_add(c, k, c->route_chan[p], -1);
     c->cls[f] = -1;
-    clock_drop(c, f, k);
+    clock_drop(&c->clk, f, k);
     if (!mem->n) release_id(c, k);
 }
 
 /* A class id off the stack, its clock at 0 bytes now, stopped. */
 static int fresh(classes_t *c) {
     int k = c->free_ids[--c->nfree];
-    clock_fresh(c, k);
+    clock_fresh(&c->clk, k);
     return k;
 }
 
 void classes_arrive(classes_t *c, int f) {
-    c->goal[f] = c->remaining[f];
+    c->clk.goal[f] = c->remaining[f];
     join(c, f, fresh(c));
 }
 
@@ -176,8 +176,8 @@ static int crosses(const classes_t *c, int f, int lk) {
 
 static int split(classes_t *c, int k, int lk) {
     int new = fresh(c);
-    clock_advance(c, k);
-    double served = c->served[k];
+    clock_advance(&c->clk, k);
+    double served = c->clk.served[k];
     c->scratch.n = 0;
     for (ptrdiff_t i = 0; i < c->members[k].n; i++)
         ivec_push(&c->scratch, c->members[k].v[i], &c->nomem);
@@ -186,7 +186,7 @@ static int split(classes_t *c, int k, int lk) {
         int f = c->scratch.v[i];
         if (crosses(c, f, lk)) {
             drop(c, f);
-            c->goal[f] = c->goal[f] - served; /* bytes left, on the new clock (at 0) */
+            c->clk.goal[f] = c->clk.goal[f] - served; /* bytes left, on the new clock (at 0) */
             join(c, f, new);
         }
     }
@@ -202,37 +202,38 @@ static void merge(classes_t *c, int src, int dst) {
         count_add(c, dst, lk, fp->cnt[i]);
     }
     fp->n = 0;
-    clock_advance(c, src);
-    clock_advance(c, dst);
-    double gap = c->served[dst] - c->served[src];
+    clock_advance(&c->clk, src);
+    clock_advance(&c->clk, dst);
+    double gap = c->clk.served[dst] - c->clk.served[src];
     ivec *mem = &c->members[dst], *from = &c->members[src];
     for (ptrdiff_t i = 0; i < from->n; i++) {
         int f = from->v[i];
         c->cls[f] = dst;
         c->mem_pos[f] = (int)mem->n;
         ivec_push(mem, f, &c->nomem);
-        c->goal[f] = c->goal[f] + gap;
-        clock_join(c, f, dst);
+        c->clk.goal[f] = c->clk.goal[f] + gap;
+        clock_join(&c->clk, f, dst);
     }
     from->n = 0;
-    c->mh[src].n = 0;
-    clock_touch(c, src);
-    clock_touch(c, dst);
+    c->clk.mh[src].n = 0;
+    clock_touch(&c->clk, src);
+    clock_touch(&c->clk, dst);
     release_id(c, src);
 }
 
 /* -- set-up -------------------------------------------------------------------- */
 
-classes_t *classes_build(const share_t *s, double now) {
+classes_t *classes_build(const net_t *net, double now, int per_flow, double *remaining,
+                         double *updated, const int64_t *dseq) {
     classes_t *c = calloc(1, sizeof(classes_t));
     if (c == NULL) return NULL;
-    int n = s->n, m = s->m;
+    int n = net->n, m = net->m;
     size_t N = (size_t)(n > 0 ? n : 1), M = (size_t)(m > 0 ? m : 1);
     c->n = n;
     c->m = m;
-    c->capacity = s->capacity;
-    c->route_ptr = s->route_ptr;
-    c->route_chan = s->route_chan;
+    c->capacity = net->capacity;
+    c->route_ptr = net->route_ptr;
+    c->route_chan = net->route_chan;
     c->cls = malloc(N * sizeof(int));
     c->mem_pos = calloc(N, sizeof(int));
     c->members = calloc(N, sizeof(ivec));
@@ -255,10 +256,10 @@ classes_t *classes_build(const share_t *s, double now) {
     c->bmin = malloc((size_t)c->nblk * sizeof(double));
     c->bdirty = calloc((size_t)c->nblk, 1);
     int *of_link = malloc(M * sizeof(int));
-    if (clocks_alloc(c) < 0 || !c->cls || !c->members || !c->fp || !c->lc || !c->free_ids || !c->old_rate ||
-        !c->old_at || !c->frozen || !c->new_rate || !c->new_at || !c->done || !c->canon ||
-        !c->canon_at || !c->res || !c->nun || !c->key || !c->lev || !of_link || !c->mem_pos ||
-        !c->bmin || !c->bdirty) {
+    if (clocks_alloc(&c->clk, n, dseq, &c->nomem) < 0 || !c->cls || !c->members || !c->fp ||
+        !c->lc || !c->free_ids || !c->old_rate || !c->old_at || !c->frozen || !c->new_rate ||
+        !c->new_at || !c->done || !c->canon || !c->canon_at || !c->res || !c->nun || !c->key ||
+        !c->lev || !of_link || !c->mem_pos || !c->bmin || !c->bdirty) {
         free(of_link);
         classes_free(c);
         return NULL;
@@ -274,20 +275,19 @@ classes_t *classes_build(const share_t *s, double now) {
         c->key[l] = INFINITY;
         of_link[l] = -1;
     }
-    c->now = now;
-    c->per_flow = s->track_rates;
-    c->remaining = s->remaining;
-    c->updated = s->updated;
-    c->dseq = s->dseq;
-    for (int f = s->d_head; f >= 0; f = s->d_next[f]) {
-        int b = s->fs[f].bottleneck;
+    c->clk.now = now;
+    c->per_flow = per_flow;
+    c->remaining = remaining;
+    c->updated = updated;
+    for (int f = net->d_head; f >= 0; f = net->d_next[f]) {
+        int b = net->fs[f].bottleneck;
         int k = b >= 0 ? of_link[b] : -1;
         if (k < 0) {
             k = fresh(c);
             if (b >= 0) of_link[b] = k;
         }
         /* The per-flow clock's bytes left now (as the event loop computes them). */
-        c->goal[f] = s->remaining[f] - s->fs[f].rate * (now - s->updated[f]);
+        c->clk.goal[f] = remaining[f] - net->fs[f].rate * (now - updated[f]);
         join(c, f, k);
     }
     free(of_link);
@@ -300,7 +300,7 @@ classes_t *classes_build(const share_t *s, double now) {
 
 void classes_free(classes_t *c) {
     if (c == NULL) return;
-    clocks_free(c);
+    clocks_free(&c->clk);
     for (int k = 0; k < c->n; k++) {
         if (c->members) ivec_free(&c->members[k]);
         if (c->fp) free(c->fp[k].key), free(c->fp[k].cnt);
@@ -415,35 +415,37 @@ static void fill_classes(classes_t *c, const int *users_n) {
     }
 }
 
-/* Re-solve every class; write each flow's rate and bottleneck and each link's
- * level into s, the changed flows into s->changed (arrivals first). */
-int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
-    classes_t *c = s->cls;
-    fill_classes(c, s->users_n);
+/* Re-solve every class; write each link's level into net and, per_flow, each
+ * flow's rate and bottleneck, the changed flows into net->changed (arrivals
+ * first). */
+int classes_solve(classes_t *c, net_t *net, const int *arrivals, ptrdiff_t num_arrivals) {
+    fill_classes(c, net->users_n);
     if (c->nomem) return -1;
     int64_t epoch = c->epoch;
-    for (int lk = 0; lk < c->m; lk++) s->level[lk] = c->done[lk] == epoch ? c->lev[lk] : INFINITY;
-    for (ptrdiff_t i = 0; c->per_flow && i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
+    for (int lk = 0; lk < c->m; lk++)
+        net->level[lk] = c->done[lk] == epoch ? c->lev[lk] : INFINITY;
+    for (ptrdiff_t i = 0; c->per_flow && i < num_arrivals; i++)
+        changed_push(&net->changed, arrivals[i], 0.0, &net->nomem);
     for (ptrdiff_t o = 0; o < c->order.n; o++) {
         int k = c->order.v[o];
         double x = c->new_rate[k];
         int lk = c->new_at[k];
-        if (x != c->crate[k]) {
-            clock_advance(c, k); /* served so far at the old rate */
-            c->crate[k] = x;
-            clock_touch(c, k);
+        if (x != c->clk.crate[k]) {
+            clock_advance(&c->clk, k); /* served so far at the old rate */
+            c->clk.crate[k] = x;
+            clock_touch(&c->clk, k);
         }
         if (c->per_flow && (x != c->old_rate[k] || lk != c->old_at[k])) {
             const ivec *mem = &c->members[k];
             for (ptrdiff_t i = 0; i < mem->n; i++) {
-                flow_share *q = &s->fs[mem->v[i]];
+                flow_share *q = &net->fs[mem->v[i]];
                 double old = q->rate;
                 q->bottleneck = lk;
                 if (old == 0.0) {
                     q->rate = x; /* an arrival, listed already */
                 } else if (old != x) {
                     q->rate = x;
-                    changed_push(s, mem->v[i], old);
+                    changed_push(&net->changed, mem->v[i], old, &net->nomem);
                 }
             }
             c->old_rate[k] = x;
@@ -467,10 +469,35 @@ int classes_solve(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
         merge(c, k, dst);
         c->canon[lk] = dst;
     }
-    for (ptrdiff_t i = 0; i < c->touched.n; i++) {
-        int k = c->touched.v[i];
-        if (c->members[k].n) clock_schedule(c, k);
+    for (ptrdiff_t i = 0; i < c->clk.touched.n; i++) {
+        int k = c->clk.touched.v[i];
+        if (c->members[k].n) clock_schedule(&c->clk, k);
     }
-    c->touched.n = 0;
-    return c->nomem || s->nomem ? -1 : 0;
+    c->clk.touched.n = 0;
+    return c->nomem || net->nomem ? -1 : 0;
+}
+
+/* -- the classes end (ClassFilling: rates, materialize) -------------------------- */
+
+void classes_sync(const classes_t *c, flow_share *fs) {
+    for (int k = 0; k < c->n; k++) {
+        const ivec *mem = &c->members[k];
+        for (ptrdiff_t i = 0; i < mem->n; i++) {
+            fs[mem->v[i]].rate = c->clk.crate[k];
+            fs[mem->v[i]].bottleneck = c->new_at[k];
+        }
+    }
+}
+
+void classes_materialize(classes_t *c, double *remaining, double *updated) {
+    for (int k = 0; k < c->n; k++) {
+        const ivec *mem = &c->members[k];
+        if (!mem->n) continue;
+        clock_advance(&c->clk, k);
+        for (ptrdiff_t i = 0; i < mem->n; i++) {
+            int f = mem->v[i];
+            remaining[f] = c->clk.goal[f] - c->clk.served[k];
+            updated[f] = c->clk.now;
+        }
+    }
 }

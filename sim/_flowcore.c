@@ -7,12 +7,23 @@
  * sim.sharing.LinkSharing) ported statement by statement onto a heap agenda
  * without SimPy: the same instants, handled in the same order, with the same
  * double arithmetic, so both give identical results (tests/sim/test_compiled.py).
- * The sharing itself is in _flowshare.c.
+ *
+ * The top of the core's layers, each calling only the ones below it:
+ *   _flowcore.c   this event loop and the Python module
+ *   _flowshare.c  the sharing kept between events: the lazy update, and which
+ *                 solver an update takes
+ *   _flowclass.c  the solve by bottleneck classes  |  _flowwhole.c  the whole solve
+ *   _flowclock.c  the classes' clocks              |  _flownet.h   the network
+ *   _flowvec.c    containers: ivec, the changed set, the finish heap
+ * Each header says what its unit offers (tests/test_layout.py checks the layers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "_flowcore.h"
+#include "_flowclock.h"
+#include "_flownet.h"
+#include "_flowshare.h"
+#include "_flowvec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,7 +60,7 @@ typedef struct {
     double *remaining, *updated, *predicted;
     int64_t *dseq;
     fheap_t fh; /* draining flows by (predicted finish, drain order), but by classes */
-    share_t net;
+    share_t share;
     int nomem;
     /* the records */
     PyObject *ids, *events, *rate_log, *now_obj, *kinds[3];
@@ -198,8 +209,8 @@ static void departures(run_t *r) {
     /* Pop the flows whose predicted finish is now, in drain order. */
     double limit = r->now * (1.0 + FINISH_REL_TOL);
     r->done.n = 0;
-    if (r->net.cls != NULL) /* the classes keep the clocks */
-        classes_pop_due(r->net.cls, limit, &r->done, &r->nomem);
+    if (r->share.cls != NULL) /* the classes keep the clocks */
+        clocks_pop_due(&r->share.cls->clk, limit, &r->done, &r->nomem);
     while (r->fh.n && r->predicted[r->fh.v[0]] <= limit)
         ivec_push(&r->done, fheap_pop(&r->fh), &r->nomem);
     for (ptrdiff_t a = 1; a < r->done.n; a++) { /* insertion sort: a handful */
@@ -215,14 +226,15 @@ static void departures(run_t *r) {
 
 static void snapshot(run_t *r) {
     if (r->failed) return;
-    PyObject *rates = PyTuple_New(r->net.d_count);
+    PyObject *rates = PyTuple_New(r->share.net.d_count);
     if (rates == NULL) {
         r->failed = 1;
         return;
     }
     Py_ssize_t k = 0;
-    for (int f = r->net.d_head; f >= 0; f = r->net.d_next[f], k++) {
-        PyObject *pair = Py_BuildValue("(Od)", PyList_GET_ITEM(r->ids, f), r->net.fs[f].rate);
+    for (int f = r->share.net.d_head; f >= 0; f = r->share.net.d_next[f], k++) {
+        PyObject *pair =
+            Py_BuildValue("(Od)", PyList_GET_ITEM(r->ids, f), r->share.net.fs[f].rate);
         if (pair == NULL) {
             Py_DECREF(rates);
             r->failed = 1;
@@ -248,23 +260,24 @@ static void reshare(run_t *r) {
         r->remaining[i] = r->size[i];
         r->updated[i] = now;
     }
-    int was = r->net.cls != NULL;
-    if (share_update(&r->net, now, arriving.v, arriving.n, r->leaving.v, r->leaving.n) < 0) {
+    int was = r->share.cls != NULL;
+    if (share_update(&r->share, now, arriving.v, arriving.n, r->leaving.v, r->leaving.n) < 0) {
         r->nomem = 1;
         return;
     }
-    const flow_share *fs = r->net.fs;
-    ptrdiff_t nchanged = r->net.cls != NULL ? 0 : r->net.changed.n;
-    if (r->net.cls != NULL && !was) /* the classes' clocks take over */
+    const flow_share *fs = r->share.net.fs;
+    ptrdiff_t nchanged = r->share.cls != NULL ? 0 : r->share.net.changed.flows.n;
+    if (r->share.cls != NULL && !was) /* the classes' clocks take over */
         for (; r->fh.n; r->fh.n--) r->fh.pos[r->fh.v[r->fh.n - 1]] = -1;
-    if (r->net.cls == NULL && was) { /* back: every flow's bytes left are as of now */
-        r->net.changed.n = 0;
-        for (int f = r->net.d_head; f >= 0; f = r->net.d_next[f]) changed_push(&r->net, f, 0.0);
-        nchanged = r->net.changed.n;
+    if (r->share.cls == NULL && was) { /* back: every flow's bytes left are as of now */
+        r->share.net.changed.flows.n = 0;
+        for (int f = r->share.net.d_head; f >= 0; f = r->share.net.d_next[f])
+            changed_push(&r->share.net.changed, f, 0.0, &r->share.net.nomem);
+        nchanged = r->share.net.changed.flows.n;
     }
     for (ptrdiff_t k = 0; k < nchanged; k++) {
-        int f = r->net.changed.v[k];
-        double old = r->net.changed_old[k];
+        int f = r->share.net.changed.flows.v[k];
+        double old = r->share.net.changed.old[k];
         if (old > 0.0) {
             r->remaining[f] -= old * (now - r->updated[f]);
             r->updated[f] = now;
@@ -304,7 +317,7 @@ static double next_s(const run_t *r) {
     if (r->arrivals.n) return r->now; /* released and draining at once: now */
     double t = r->agenda_n ? r->agenda[0].t : INFINITY;
     if (r->fh.n && r->predicted[r->fh.v[0]] < t) t = r->predicted[r->fh.v[0]];
-    double due = r->net.cls != NULL ? classes_next_due(r->net.cls) : INFINITY;
+    double due = r->share.cls != NULL ? clocks_next_due(&r->share.cls->clk) : INFINITY;
     if (due < t) t = due;
     return t;
 }
@@ -332,7 +345,7 @@ static void clock_run(run_t *r) {
         if (t > r->now) set_now(r, t);
         instant(r);
     }
-    share_close(&r->net, r->now);
+    share_close(&r->share, r->now);
 }
 
 /* -- the Python module ----------------------------------------------------------- */
@@ -459,7 +472,7 @@ static void free_run(run_t *r) {
     free(r->dseq);
     free(r->fh.v);
     free(r->fh.pos);
-    share_free(&r->net);
+    share_free(&r->share);
     Py_XDECREF(r->now_obj);
     Py_XDECREF(r->events);
     Py_XDECREF(r->rate_log);
@@ -496,7 +509,7 @@ static int read_inputs(PyObject *const *a, int n, int m, inputs_t *in) {
 static PyObject *results(run_t *r, int m) {
     int n = r->n;
     PyObject *rel = double_list(r->release_s, n), *dr = double_list(r->drain_s, n);
-    PyObject *fin = double_list(r->finish_s, n), *busy = double_list(r->net.busy_s, m);
+    PyObject *fin = double_list(r->finish_s, n), *busy = double_list(r->share.busy_s, m);
     PyObject *out = NULL;
     if (rel && dr && fin && busy)
         out = PyTuple_Pack(6, rel, dr, fin, r->events, busy,
@@ -571,15 +584,15 @@ static PyObject *core_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         !r.now_obj)
         goto done;
     if (alloc_run(&r, n) < 0 ||
-        share_init(&r.net, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs,
+        share_init(&r.share, m, in.capacity, n, in.route_ptr, in.route_chan, batch_pairs,
                    class_load) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    r.net.track_rates = record; /* else the classes' clocks alone (sim/classshare.py) */
-    r.net.remaining = r.remaining; /* the classes' clocks start from and end in these */
-    r.net.updated = r.updated;
-    r.net.dseq = r.dseq;
+    r.share.track_rates = record; /* else the classes' clocks alone (sim/classshare.py) */
+    r.share.remaining = r.remaining; /* the classes' clocks start from and end in these */
+    r.share.updated = r.updated;
+    r.share.dseq = r.dseq;
     clock_run(&r);
     if (r.nomem)
         PyErr_NoMemory();

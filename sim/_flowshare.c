@@ -1,13 +1,19 @@
-/* Max-min fair link sharing, kept between events: sim/sharing.py in C.
+/* Max-min fair link sharing, kept between events (_flowshare.h): sim/sharing.py in C.
  *
  * Every function below is a statement-by-statement port of the method of
- * sim.sharing.LinkSharing (or sim.maxmin.max_min_rates) with the same name,
- * with the same operations in the same order on IEEE doubles, so that the
- * compiled engine and the pure-Python reference agree bit for bit
- * (tests/sim/test_compiled.py). The algorithm and its proof are in the
- * docstring of sim/sharing.py.
+ * sim.sharing.LinkSharing with the same name, with the same operations in the
+ * same order on IEEE doubles, so that the compiled engine and the pure-Python
+ * reference agree bit for bit (tests/sim/test_compiled.py). The algorithm and
+ * its proof are in the docstring of sim/sharing.py. The two other solvers it
+ * drives are _flowwhole.c (a big batch) and _flowclass.c (dense traffic).
  */
-#include "_flowcore.h"
+#include "_flowshare.h"
+
+#include "_flowclass.h"
+#include "_flowclock.h"
+#include "_flownet.h"
+#include "_flowvec.h"
+#include "_flowwhole.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,27 +22,6 @@
 #define REL_TOL 1e-12
 #define SATURATE 0
 #define CHECK 1
-
-int ivec_push(ivec *a, int x, int *nomem) {
-    if (a->n == a->cap) {
-        ptrdiff_t cap = a->cap ? 2 * a->cap : 16;
-        int *v = realloc(a->v, (size_t)cap * sizeof(int));
-        if (v == NULL) {
-            *nomem = 1;
-            return -1;
-        }
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = x;
-    return 0;
-}
-
-void ivec_free(ivec *a) {
-    free(a->v);
-    a->v = NULL;
-    a->n = a->cap = 0;
-}
 
 /* -- the filling heap: a binary min-heap of (key, kind, lk) ------------------ */
 
@@ -51,7 +36,7 @@ static void heap_push(share_t *s, double key, int kind, int lk) {
         ptrdiff_t cap = s->heap_cap ? 2 * s->heap_cap : 64;
         fill_item *h = realloc(s->heap, (size_t)cap * sizeof(fill_item));
         if (h == NULL) {
-            s->nomem = 1;
+            s->net.nomem = 1;
             return;
         }
         s->heap = h;
@@ -91,21 +76,21 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     memset(s, 0, sizeof(*s));
     s->class_load = class_load;
     s->track_rates = 1;
-    s->m = m;
-    s->n = n;
-    s->route_ptr = route_ptr;
-    s->route_chan = route_chan;
+    s->net.m = m;
+    s->net.n = n;
+    s->net.route_ptr = route_ptr;
+    s->net.route_chan = route_chan;
     s->batch_pairs = batch_pairs;
-    s->d_head = s->d_tail = -1;
+    s->net.d_head = s->net.d_tail = -1;
     size_t M = (size_t)(m > 0 ? m : 1), N = (size_t)(n > 0 ? n : 1);
-    s->capacity = malloc(M * sizeof(double));
+    s->net.capacity = malloc(M * sizeof(double));
     s->users = calloc(M, sizeof(int *));
-    s->users_n = calloc(M, sizeof(int));
+    s->net.users_n = calloc(M, sizeof(int));
     s->upair = calloc(M, sizeof(int *));
     s->lc = calloc(M, sizeof(link_cache));
     s->h_pos = calloc((size_t)(n > 0 && route_ptr[n] > 0 ? route_ptr[n] : 1), sizeof(int));
     s->users_cap = calloc(M, sizeof(int));
-    s->level = malloc(M * sizeof(double));
+    s->net.level = malloc(M * sizeof(double));
     s->busy_s = calloc(M, sizeof(double));
     s->since = calloc(M, sizeof(double));
     s->dirty = calloc(M, sizeof(int64_t));
@@ -113,26 +98,26 @@ int share_init(share_t *s, int m, const double *capacity, int n, const int *rout
     s->queued = calloc(M, sizeof(int64_t));
     s->exact = calloc(M, sizeof(int64_t));
     s->key = malloc(M * sizeof(double));
-    s->fs = calloc(N, sizeof(flow_share));
-    s->d_prev = malloc(N * sizeof(int));
-    s->d_next = malloc(N * sizeof(int));
+    s->net.fs = calloc(N, sizeof(flow_share));
+    s->net.d_prev = malloc(N * sizeof(int));
+    s->net.d_next = malloc(N * sizeof(int));
     if (!s->upair || !s->lc || !s->h_pos) return -1;
-    if (!s->capacity || !s->users || !s->users_n || !s->users_cap || !s->level || !s->busy_s ||
-        !s->since || !s->dirty || !s->done || !s->queued || !s->exact || !s->key || !s->fs ||
-        !s->d_prev || !s->d_next)
+    if (!s->net.capacity || !s->users || !s->net.users_n || !s->users_cap || !s->net.level ||
+        !s->busy_s || !s->since || !s->dirty || !s->done || !s->queued || !s->exact || !s->key ||
+        !s->net.fs || !s->net.d_prev || !s->net.d_next)
         return -1;
     for (int l = 0; l < m; l++) {
-        s->capacity[l] = capacity[l];
-        s->level[l] = INFINITY;
+        s->net.capacity[l] = capacity[l];
+        s->net.level[l] = INFINITY;
         s->key[l] = INFINITY;
     }
-    for (int f = 0; f < n; f++) s->fs[f].bottleneck = -1;
+    for (int f = 0; f < n; f++) s->net.fs[f].bottleneck = -1;
     return 0;
 }
 
 void share_free(share_t *s) {
     classes_free(s->cls);
-    for (int l = 0; l < s->m; l++) {
+    for (int l = 0; l < s->net.m; l++) {
         if (s->users) free(s->users[l]);
         if (s->upair) free(s->upair[l]);
         if (s->lc) free(s->lc[l].rate);
@@ -141,11 +126,11 @@ void share_free(share_t *s) {
     free(s->upair);
     free(s->lc);
     free(s->h_pos);
-    free(s->capacity);
+    free(s->net.capacity);
     free(s->users);
-    free(s->users_n);
+    free(s->net.users_n);
     free(s->users_cap);
-    free(s->level);
+    free(s->net.level);
     free(s->busy_s);
     free(s->since);
     free(s->dirty);
@@ -153,107 +138,91 @@ void share_free(share_t *s) {
     free(s->queued);
     free(s->exact);
     free(s->key);
-    free(s->fs);
-    free(s->d_prev);
-    free(s->d_next);
+    free(s->net.fs);
+    free(s->net.d_prev);
+    free(s->net.d_next);
     free(s->heap);
     free(s->held);
-    free(s->changed_old);
     ivec_free(&s->stale);
     ivec_free(&s->dirty_links);
     ivec_free(&s->frozen);
-    ivec_free(&s->changed);
+    changed_free(&s->net.changed);
     memset(s, 0, sizeof(*s));
 }
 
 void share_close(share_t *s, double now) {
-    for (int l = 0; l < s->m; l++) {
-        if (s->users_n[l]) {
+    for (int l = 0; l < s->net.m; l++) {
+        if (s->net.users_n[l]) {
             s->busy_s[l] += now - s->since[l];
             s->since[l] = now;
         }
     }
 }
 
-/* -- bookkeeping: users, the draining list, the changed list ---------------- */
+/* -- bookkeeping: users, the draining list ---------------- */
 
 static void users_append(share_t *s, int lk, int f, int p) {
-    if (s->users_n[lk] == s->users_cap[lk]) {
+    if (s->net.users_n[lk] == s->users_cap[lk]) {
         int cap = s->users_cap[lk] ? 2 * s->users_cap[lk] : 4;
         int *v = realloc(s->users[lk], (size_t)cap * sizeof(int));
         if (v != NULL) s->users[lk] = v;
         int *w = v == NULL ? NULL : realloc(s->upair[lk], (size_t)cap * sizeof(int));
         if (w == NULL) {
-            s->nomem = 1;
+            s->net.nomem = 1;
             return;
         }
         s->upair[lk] = w;
         s->users_cap[lk] = cap;
     }
-    s->upair[lk][s->users_n[lk]] = p;
-    s->users[lk][s->users_n[lk]++] = f;
+    s->upair[lk][s->net.users_n[lk]] = p;
+    s->users[lk][s->net.users_n[lk]++] = f;
 }
 
 static void users_remove(share_t *s, int lk, int f) {
     /* list.remove: the first occurrence, order kept. */
     int *u = s->users[lk];
-    int k = s->users_n[lk];
+    int k = s->net.users_n[lk];
     for (int i = 0; i < k; i++) {
         if (u[i] == f) {
             memmove(u + i, u + i + 1, (size_t)(k - i - 1) * sizeof(int));
             int *q = s->upair[lk];
             memmove(q + i, q + i + 1, (size_t)(k - i - 1) * sizeof(int));
-            s->users_n[lk] = k - 1;
+            s->net.users_n[lk] = k - 1;
             return;
         }
     }
 }
 
 static void draining_add(share_t *s, int f) {
-    s->d_prev[f] = s->d_tail;
-    s->d_next[f] = -1;
-    if (s->d_tail >= 0)
-        s->d_next[s->d_tail] = f;
+    s->net.d_prev[f] = s->net.d_tail;
+    s->net.d_next[f] = -1;
+    if (s->net.d_tail >= 0)
+        s->net.d_next[s->net.d_tail] = f;
     else
-        s->d_head = f;
-    s->d_tail = f;
-    s->d_count++;
+        s->net.d_head = f;
+    s->net.d_tail = f;
+    s->net.d_count++;
 }
 
 static void draining_remove(share_t *s, int f) {
-    int p = s->d_prev[f], q = s->d_next[f];
+    int p = s->net.d_prev[f], q = s->net.d_next[f];
     if (p >= 0)
-        s->d_next[p] = q;
+        s->net.d_next[p] = q;
     else
-        s->d_head = q;
+        s->net.d_head = q;
     if (q >= 0)
-        s->d_prev[q] = p;
+        s->net.d_prev[q] = p;
     else
-        s->d_tail = p;
-    s->d_count--;
-}
-
-void changed_push(share_t *s, int f, double old) {
-    if (s->changed.n == s->changed_old_cap) {
-        ptrdiff_t cap = s->changed_old_cap ? 2 * s->changed_old_cap : 64;
-        double *v = realloc(s->changed_old, (size_t)cap * sizeof(double));
-        if (v == NULL) {
-            s->nomem = 1;
-            return;
-        }
-        s->changed_old = v;
-        s->changed_old_cap = cap;
-    }
-    s->changed_old[s->changed.n] = old;
-    ivec_push(&s->changed, f, &s->nomem);
+        s->net.d_tail = p;
+    s->net.d_count--;
 }
 
 /* -- marking links dirty ----------------------------------------------------- */
 
 static void first_dirty(share_t *s, int lk) {
     s->dirty[lk] = s->epoch;
-    ivec_push(&s->dirty_links, lk, &s->nomem);
-    double old = s->level[lk];
+    ivec_push(&s->dirty_links, lk, &s->net.nomem);
+    double old = s->net.level[lk];
     s->key[lk] = old;
     if (old < INFINITY) {
         heap_push(s, old, SATURATE, lk);
@@ -273,7 +242,7 @@ static void lowered(share_t *s, int lk) {
     if (s->dirty[lk] != epoch) first_dirty(s, lk);
     if (s->queued[lk] != epoch) {
         s->queued[lk] = epoch;
-        ivec_push(&s->stale, lk, &s->nomem);
+        ivec_push(&s->stale, lk, &s->net.nomem);
     }
 }
 
@@ -289,13 +258,13 @@ static void lowered(share_t *s, int lk) {
 static link_cache *cache_build(share_t *s, int lk) {
     int64_t epoch = s->epoch;
     link_cache *c = &s->lc[lk];
-    int k = s->users_n[lk];
+    int k = s->net.users_n[lk];
     if (c->room < k) {
         double *v = realloc(c->rate, (size_t)k * sizeof(double));
         if (v != NULL) c->rate = v;
         int *w = v == NULL ? NULL : realloc(c->ints, (size_t)k * 4 * sizeof(int));
         if (w == NULL) {
-            s->nomem = 1;
+            s->net.nomem = 1;
             return c;
         }
         c->ints = w;
@@ -305,11 +274,11 @@ static link_cache *cache_build(share_t *s, int lk) {
     c->hpair = c->ints + k;
     c->uflow = c->ints + 2 * k;
     c->upair = c->ints + 3 * k;
-    double cap = s->capacity[lk];
+    double cap = s->net.capacity[lk];
     int nunf = 0, nheld = 0;
     const int *u = s->users[lk], *pair = s->upair[lk];
     for (int i = 0; i < k; i++) {
-        const flow_share *q = &s->fs[u[i]];
+        const flow_share *q = &s->net.fs[u[i]];
         if (q->fixed == epoch) {
             cap -= q->new_rate;
         } else if (q->loose == epoch || q->bottleneck == lk) {
@@ -359,7 +328,7 @@ static void cache_unfree(share_t *s, link_cache *c, int p) {
 
 static double level_of(share_t *s, int lk) {
     const link_cache *c = cache_of(s, lk);
-    if (s->nomem) return INFINITY;
+    if (s->net.nomem) return INFINITY;
     double cap = c->cap;
     int unfrozen = c->nunf;
     ptrdiff_t nheld = 0;
@@ -367,7 +336,7 @@ static double level_of(share_t *s, int lk) {
     if (s->held_cap < k) {
         double *h = realloc(s->held, (size_t)k * sizeof(double));
         if (h == NULL) {
-            s->nomem = 1;
+            s->net.nomem = 1;
             return INFINITY;
         }
         s->held = h;
@@ -424,16 +393,16 @@ static void resolve(share_t *s) {
  * and keys learn what changed in their equations. */
 static void freeze(share_t *s, int lk, int f, double x, double above, double below) {
     int64_t epoch = s->epoch;
-    flow_share *q = &s->fs[f];
+    flow_share *q = &s->net.fs[f];
     int was = q->bottleneck;
     double old = q->rate;
     int unfrozen = q->loose == epoch;
     q->fixed = epoch;
     q->new_rate = x;
     q->bottleneck = lk;
-    ivec_push(&s->frozen, f, &s->nomem);
-    for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-        int m = s->route_chan[p];
+    ivec_push(&s->frozen, f, &s->net.nomem);
+    for (int p = s->net.route_ptr[f]; p < s->net.route_ptr[f + 1]; p++) {
+        int m = s->net.route_chan[p];
         if (m == lk) continue;
         link_cache *c = &s->lc[m];
         if (c->epoch == epoch) {
@@ -459,11 +428,11 @@ static void freeze(share_t *s, int lk, int f, double x, double above, double bel
  * old rate and bottleneck). */
 static void saturate(share_t *s, int lk, double x) {
     s->done[lk] = s->epoch;
-    s->level[lk] = x;
+    s->net.level[lk] = x;
     double above = x * (1.0 + REL_TOL);
     double below = x * (1.0 - REL_TOL);
     const link_cache *c = cache_of(s, lk);
-    if (s->nomem) return;
+    if (s->net.nomem) return;
     for (int i = 0; i < c->nunf; i++) freeze(s, lk, c->uflow[i], x, above, below);
     for (int i = 0; i < c->nheld; i++)
         if (!(c->rate[i] < below)) freeze(s, lk, c->hflow[i], x, above, below);
@@ -474,13 +443,13 @@ static void saturate(share_t *s, int lk, double x) {
 static void release(share_t *s, int lk) {
     int64_t epoch = s->epoch;
     const link_cache *c = cache_of(s, lk);
-    if (s->nomem) return;
+    if (s->net.nomem) return;
     for (int i = 0; i < c->nunf; i++) {
         int f = c->uflow[i];
-        if (s->fs[f].loose == epoch || s->fs[f].bottleneck != lk) continue;
-        s->fs[f].loose = epoch;
-        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-            int m = s->route_chan[p];
+        if (s->net.fs[f].loose == epoch || s->net.fs[f].bottleneck != lk) continue;
+        s->net.fs[f].loose = epoch;
+        for (int p = s->net.route_ptr[f]; p < s->net.route_ptr[f + 1]; p++) {
+            int m = s->net.route_chan[p];
             if (m == lk) continue;
             link_cache *d = &s->lc[m];
             if (d->epoch == epoch) { /* held there (bottlenecked at lk): now unfrozen */
@@ -496,14 +465,14 @@ static void release(share_t *s, int lk) {
 
 static void fill(share_t *s) {
     int64_t epoch = s->epoch;
-    while (!s->nomem) {
+    while (!s->net.nomem) {
         if (s->stale.n) resolve(s);
         if (!s->heap_n) break;
         fill_item it = heap_pop(s);
         int lk = it.lk;
         if (s->done[lk] == epoch) continue;
         if (it.kind == CHECK) {
-            double old = s->level[lk];
+            double old = s->net.level[lk];
             if (old > s->at) s->at = old;
             release(s, lk);
         } else if (it.key == s->key[lk]) {
@@ -525,19 +494,20 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
     int64_t epoch = s->epoch;
     for (ptrdiff_t i = 0; i < s->dirty_links.n; i++) {
         int lk = s->dirty_links.v[i];
-        if (s->done[lk] != epoch) s->level[lk] = INFINITY;
+        if (s->done[lk] != epoch) s->net.level[lk] = INFINITY;
     }
     s->dirty_links.n = 0;
-    for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
+    for (ptrdiff_t i = 0; i < num_arrivals; i++)
+        changed_push(&s->net.changed, arrivals[i], 0.0, &s->net.nomem);
     for (ptrdiff_t i = 0; i < s->frozen.n; i++) {
         int f = s->frozen.v[i];
-        double r = s->fs[f].new_rate;
-        double old = s->fs[f].rate;
+        double r = s->net.fs[f].new_rate;
+        double old = s->net.fs[f].rate;
         if (old == 0.0) {
-            s->fs[f].rate = r;
-        } else if (s->fs[f].loose == epoch || fabs(r - old) > REL_TOL * r) {
-            s->fs[f].rate = r;
-            changed_push(s, f, old);
+            s->net.fs[f].rate = r;
+        } else if (s->net.fs[f].loose == epoch || fabs(r - old) > REL_TOL * r) {
+            s->net.fs[f].rate = r;
+            changed_push(&s->net.changed, f, old, &s->net.nomem);
         }
     }
     s->frozen.n = 0;
@@ -549,14 +519,14 @@ static void commit(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
  * by classes (sim/sharing.py, _class_mode); ends the classes when it does not.
  * Floor division as Python's: need is never below -m. */
 static int class_mode(share_t *s, long pairs, double now) {
-    long need = s->class_load * (long)s->m;
+    long need = s->class_load * (long)s->net.m;
     long half = need >= 0 ? need / 2 : -((-need + 1) / 2);
     if (s->cls != NULL) {
-        classes_begin(s->cls, now);
+        clocks_begin(&s->cls->clk, now);
         if (pairs < half) {
             /* The lazy update goes on from the exact state left, the per-flow
              * clocks from the bytes left now. */
-            if (!s->cls->per_flow) classes_sync(s->cls, s->fs);
+            if (!s->cls->per_flow) classes_sync(s->cls, s->net.fs);
             classes_materialize(s->cls, s->remaining, s->updated);
             classes_free(s->cls);
             s->cls = NULL;
@@ -570,15 +540,15 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
                  const int *departures, ptrdiff_t num_departures) {
     int64_t epoch = ++s->epoch;
     s->at = 0.0;
-    s->changed.n = 0;
+    s->net.changed.flows.n = 0;
     long pairs_out = 0, pairs_in = 0;
     for (ptrdiff_t i = 0; i < num_departures; i++) {
         int f = departures[i];
-        pairs_out += s->route_ptr[f + 1] - s->route_ptr[f];
+        pairs_out += s->net.route_ptr[f + 1] - s->net.route_ptr[f];
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
-        pairs_in += s->route_ptr[f + 1] - s->route_ptr[f];
+        pairs_in += s->net.route_ptr[f + 1] - s->net.route_ptr[f];
     }
     int whole = pairs_out + pairs_in > s->batch_pairs;
     s->pairs += pairs_in - pairs_out;
@@ -588,40 +558,45 @@ int share_update(share_t *s, double now, const int *arrivals, ptrdiff_t num_arri
         int f = departures[i];
         if (s->cls != NULL) classes_leave(s->cls, f);
         draining_remove(s, f);
-        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-            int lk = s->route_chan[p];
+        for (int p = s->net.route_ptr[f]; p < s->net.route_ptr[f + 1]; p++) {
+            int lk = s->net.route_chan[p];
             users_remove(s, lk, f);
-            if (!s->users_n[lk]) s->busy_s[lk] += now - s->since[lk];
+            if (!s->net.users_n[lk]) s->busy_s[lk] += now - s->since[lk];
             if (!quiet) raised(s, lk);
         }
-        s->fs[f].rate = 0.0;
-        s->fs[f].bottleneck = -1;
+        s->net.fs[f].rate = 0.0;
+        s->net.fs[f].bottleneck = -1;
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
         draining_add(s, f);
-        s->fs[f].loose = epoch;
-        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) {
-            int lk = s->route_chan[p];
-            if (!s->users_n[lk]) s->since[lk] = now;
+        s->net.fs[f].loose = epoch;
+        for (int p = s->net.route_ptr[f]; p < s->net.route_ptr[f + 1]; p++) {
+            int lk = s->net.route_chan[p];
+            if (!s->net.users_n[lk]) s->since[lk] = now;
             users_append(s, lk, f, p);
         }
         if (s->cls != NULL) classes_arrive(s->cls, f);
     }
     if (classes) {
-        if (s->cls == NULL && (s->cls = classes_build(s, now)) == NULL) s->nomem = 1;
-        if (s->nomem || classes_solve(s, arrivals, num_arrivals) < 0) s->nomem = 1;
-        return s->nomem ? -1 : 0;
+        if (s->cls == NULL &&
+            (s->cls = classes_build(&s->net, now, s->track_rates, s->remaining, s->updated,
+                                    s->dseq)) == NULL)
+            s->net.nomem = 1;
+        if (s->net.nomem || classes_solve(s->cls, &s->net, arrivals, num_arrivals) < 0)
+            s->net.nomem = 1;
+        return s->net.nomem ? -1 : 0;
     }
     if (whole) {
-        if (solve_all(s, arrivals, num_arrivals) < 0) s->nomem = 1;
-        return s->nomem ? -1 : 0;
+        if (whole_solve(&s->net, arrivals, num_arrivals) < 0) s->net.nomem = 1;
+        return s->net.nomem ? -1 : 0;
     }
     for (ptrdiff_t i = 0; i < num_arrivals; i++) {
         int f = arrivals[i];
-        for (int p = s->route_ptr[f]; p < s->route_ptr[f + 1]; p++) lowered(s, s->route_chan[p]);
+        for (int p = s->net.route_ptr[f]; p < s->net.route_ptr[f + 1]; p++)
+            lowered(s, s->net.route_chan[p]);
     }
     fill(s);
     commit(s, arrivals, num_arrivals);
-    return s->nomem ? -1 : 0;
+    return s->net.nomem ? -1 : 0;
 }

@@ -1,8 +1,8 @@
-/* The whole solve of a big batch: sim.maxmin.max_min_rates and
+/* The whole solve of a big batch (_flowwhole.h): sim.maxmin.max_min_rates and
  * sim.sharing.LinkSharing._solve_all in C, statement by statement (see
  * _flowshare.c for the lazy update and the rules both files keep).
  */
-#include "_flowcore.h"
+#include "_flowwhole.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -67,7 +67,7 @@ static void max_min_rates(int F, ptrdiff_t P, int *pf, int *pl, int m, const dou
 }
 
 /* Levels and bottlenecks from solved rates; then the changed list. */
-static void adopt_solution(share_t *s, int F, ptrdiff_t P, const int *flows, const int *pf,
+static void adopt_solution(net_t *s, int F, ptrdiff_t P, const int *flows, const int *pf,
                            const int *pl, const double *solved, const int *arrivals,
                            ptrdiff_t num_arrivals, double *load, char *full, int *first) {
     int m = s->m;
@@ -90,7 +90,8 @@ static void adopt_solution(share_t *s, int F, ptrdiff_t P, const int *flows, con
         if (first[pf[k]] < 0 && full[lk] && solved[pf[k]] >= s->level[lk] * (1.0 - SHARE_REL_TOL))
             first[pf[k]] = lk;
     }
-    for (ptrdiff_t i = 0; i < num_arrivals; i++) changed_push(s, arrivals[i], 0.0);
+    for (ptrdiff_t i = 0; i < num_arrivals; i++)
+        changed_push(&s->changed, arrivals[i], 0.0, &s->nomem);
     for (int j = 0; j < F; j++) {
         int f = flows[j];
         double r = solved[j];
@@ -100,12 +101,12 @@ static void adopt_solution(share_t *s, int F, ptrdiff_t P, const int *flows, con
             s->fs[f].rate = r;
         } else if (fabs(r - old) > REL_TOL * r) {
             s->fs[f].rate = r;
-            changed_push(s, f, old);
+            changed_push(&s->changed, f, old, &s->nomem);
         }
     }
 }
 
-int solve_all(share_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
+int whole_solve(net_t *s, const int *arrivals, ptrdiff_t num_arrivals) {
     int F = s->d_count, m = s->m;
     ptrdiff_t P = 0;
     for (int f = s->d_head; f >= 0; f = s->d_next[f]) P += s->route_ptr[f + 1] - s->route_ptr[f];

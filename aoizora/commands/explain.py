@@ -25,8 +25,8 @@ from typing import Any
 
 from aoizora.commands.args import add_compute_arguments, select_attention_kernel, use_topology_dir
 from aoizora.errors import MeasureError
+from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.hlo.text import parse_module
-from aoizora.measure.profile import load_profile, read_text_file
 from aoizora.studies.explain import Explanation, explain, op_prices
 from sim.topology import Slice, load_slice
 

@@ -1,1 +1,2 @@
-"""Compiled HLO → typed collective graph (see docs/hlo.md)."""
+"""Compiled HLO → typed collective graph (see docs/hlo.md); a saved device profile read back
+(:mod:`aoizora.hlo.profile`: the time each instruction took, input like the HLO text)."""

@@ -3,7 +3,8 @@
 The measurement format's ``hardware``, ``software``, ``software_date`` and ``source``
 columns (docs/validation.md) hold, for a row of ``aoizora measure``: the device kind
 and count, the number of hosts and the slice; the jax, jaxlib, libtpu and AoiZora
-versions (with the git commit when AoiZora runs from a checkout); the date of the run
+versions (with the git commit when AoiZora runs from a checkout, else "no commit": an
+installed copy or an unpacked archive); the date of the run
 (UTC); and the plan file with its SHA-256. A dry run on host CPU devices starts its
 ``hardware`` with ``cpu`` -- the rule by which
 ``aoizora validate`` and ``aoizora calibrate`` refuse such rows
@@ -15,7 +16,7 @@ versions (with the git commit when AoiZora runs from a checkout); the date of th
     >>> env.hardware("v5e:2x4")
     'TPU v5 lite: 8 devices on 1 host, slice v5e:2x4'
     >>> env.software()
-    'jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52, aoizora 0.1.0'
+    'jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.52, aoizora 0.1.0 (no commit)'
     >>> import dataclasses
     >>> dataclasses.replace(env, versions=Provenance("0.1.0", "0.10.2", "0.10.2", "0.0.42.1",
     ...     "032b454e1f0a+dirty")).software()
@@ -73,13 +74,13 @@ class Environment:
         return f"{self.device_kind}: {self.num_devices} devices on {hosts}, slice {slice_name}"
 
     def software(self) -> str:
-        """The versions that ran (AoiZora's from its checkout, with the commit, when it ran
-        from one: :mod:`aoizora.software`)."""
+        """The versions that ran (AoiZora's from its source tree when it ran from one, with
+        the commit if that is a git checkout: :mod:`aoizora.software`)."""
         v = self.versions
-        commit = "" if v.aoizora_commit is None else f" (git {v.aoizora_commit})"
+        commit = "no commit" if v.aoizora_commit is None else f"git {v.aoizora_commit}"
         return (
             f"jax {v.jax or 'not installed'}, jaxlib {v.jaxlib or 'not installed'}, libtpu "
-            f"{v.libtpu or 'not installed'}, aoizora {v.aoizora or 'unknown'}{commit}"
+            f"{v.libtpu or 'not installed'}, aoizora {v.aoizora or 'unknown'} ({commit})"
         )
 
     def source(self) -> str:

@@ -2,7 +2,7 @@
 
 ``aoizora measure --kernels`` runs :func:`kernel_cases` -- the kernels a Wan step and
 its VAE decoder are made of, over the shapes they take -- on one device and times each
-from a device profile (:mod:`aoizora.measure.profile`): the ``XLA Modules`` event of
+from a device profile (:mod:`aoizora.hlo.profile`): the ``XLA Modules`` event of
 each execution, so neither the host's dispatch nor the profiler's own overhead is in
 the time (a wall clock around a 64 MiB element-wise pass on TPU v5e read 0.13 s, the
 device 51 us). :mod:`aoizora.studies.compute_fit` fits the ``[compute]`` table of a
@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.errors import MeasureError
-from aoizora.measure.profile import DeviceProfile, capture_profile, read_profile
+from aoizora.hlo.profile import DeviceProfile, read_profile
+from aoizora.measure.capture import capture_profile
 from aoizora.workloads.splash import splash_attention
 
 __all__ = ["KERNEL_KINDS", "KernelCase", "KernelResult", "kernel_cases", "run_kernels"]

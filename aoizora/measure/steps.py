@@ -28,8 +28,8 @@ import jax.numpy as jnp
 from aoizora.candidates.space import Candidate
 from aoizora.compile import jit_step
 from aoizora.errors import MeasureError
+from aoizora.measure.capture import capture_profile
 from aoizora.measure.devices import plan_mesh
-from aoizora.measure.profile import capture_profile
 from aoizora.measure.timing import Clock, Timing, time_calls
 from aoizora.plan import Plan
 from aoizora.workloads.base import Workload

@@ -37,8 +37,8 @@ import numpy as np
 
 from aoizora.errors import MeasureError
 from aoizora.hlo.compute import CostModel
+from aoizora.hlo.profile import DeviceProfile, load_profile, read_text_file
 from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
-from aoizora.measure.profile import DeviceProfile, load_profile, read_text_file
 from aoizora.studies.calibration import quote_key, refuse_shipped, toml_value
 from aoizora.studies.explain import category_of, op_works
 from sim.chips import Chip

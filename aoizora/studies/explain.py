@@ -4,7 +4,7 @@
 collective graph's compute segments and its opaque calls (:mod:`aoizora.hlo.graph`),
 each at the device's compute model, times its executions per step -- so their sum is the
 step's compute as the plan predicts it. :func:`explain` joins them with a device profile
-(:mod:`aoizora.measure.profile`) of the *same* compiled module by instruction name and
+(:mod:`aoizora.hlo.profile`) of the *same* compiled module by instruction name and
 sums both per category (:data:`CATEGORIES`).
 
 Control-flow ops (``while``, ``call``, ``conditional``) appear in a profile spanning
@@ -33,8 +33,8 @@ from typing import Any
 from aoizora.hlo.compute import CostModel, collective_base
 from aoizora.hlo.graph import build_graph
 from aoizora.hlo.nodes import CollectiveGraph, ComputeSegment, OpaqueCall
+from aoizora.hlo.profile import DeviceProfile
 from aoizora.hlo.text import Computation, HloModule, Instruction
-from aoizora.measure.profile import DeviceProfile
 from aoizora.replay import is_attention_call, opaque_work
 from sim.chips import Chip
 from sim.compute import Work

@@ -1,11 +1,14 @@
-"""Provenance: AoiZora's version and commit from a checkout, and the version-drift warning."""
+"""Provenance: AoiZora's version and commit from a checkout or an unpacked archive, and the
+version-drift warning."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from aoizora.software import (
     version_drift,
     warn_version_drift,
 )
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_git = pytest.mark.skipif(
@@ -71,6 +75,93 @@ def test_an_installed_copy_claims_no_commit(monkeypatch: pytest.MonkeyPatch) -> 
         assert aoizora_commit() is None
     finally:
         software.aoizora_commit.cache_clear()
+
+
+def _not_installed(name: str) -> str:
+    raise importlib.metadata.PackageNotFoundError(name)
+
+
+def test_the_version_comes_from_the_trees_pyproject_git_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree without .git (an unpacked archive) names its pyproject's version, installed
+    or not; a pyproject of another project is not ours; with neither, no version."""
+    monkeypatch.setattr(software, "_root", lambda: tmp_path)
+    pyproject = tmp_path / "pyproject.toml"
+
+    def version() -> str | None:
+        software.aoizora_version.cache_clear()
+        software.aoizora_commit.cache_clear()
+        assert aoizora_commit() is None  # no .git: no commit claimed
+        return aoizora_version()
+
+    try:
+        pyproject.write_text('[project]\nname = "aoizora"\nversion = "7.7.7"\n')
+        assert version() == "7.7.7"  # over the installed metadata (another copy's)
+        monkeypatch.setattr(importlib.metadata, "version", _not_installed)
+        assert version() == "7.7.7"
+        pyproject.write_text('[project]\nname = "other"\nversion = "1.0"\n')
+        assert version() is None
+        monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.9")
+        assert version() == "0.0.9"  # installed, and no tree of ours: the metadata's
+    finally:
+        software.aoizora_version.cache_clear()
+        software.aoizora_commit.cache_clear()
+
+
+# In a child: the version, commit and a measured row's software column, with the installed
+# metadata as it is, then as if AoiZora were not installed (a TPU VM running an archive).
+_ARCHIVE_CHILD = """
+import importlib.metadata, json, jax, aoizora
+from aoizora import software
+from aoizora.measure.environment import current_environment
+seen = []
+for hide in (False, True):
+    if hide:
+        real = importlib.metadata.version
+        def version(name):
+            if name == "aoizora":
+                raise importlib.metadata.PackageNotFoundError(name)
+            return real(name)
+        importlib.metadata.version = version
+        software.aoizora_version.cache_clear()
+    env = current_environment(jax.devices("cpu")[:1], backend="cpu", plan_file="pyproject.toml")
+    seen.append([software.aoizora_version(), software.aoizora_commit(), env.software()])
+print(json.dumps({"package": aoizora.__file__, "seen": seen}))
+"""
+
+
+@needs_git
+def test_rows_measured_from_an_unpacked_archive_name_the_version(tmp_path: Path) -> None:
+    """The files ``git archive`` would pack (tracked and new, as they are now), without .git,
+    and a version of their own: rows measured there say it, and "no commit"."""
+    tree = tmp_path / "aoizora-archive"
+    listed = _git("ls-files", "--cached", "--others", "--exclude-standard", "--",
+                  "aoizora", "sim", "topologies", "pyproject.toml")  # fmt: skip
+    for name in listed.splitlines():
+        if (ROOT / name).is_file():  # a file deleted but not yet committed is not packed
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / name, tree / name)
+    text = (tree / "pyproject.toml").read_text(encoding="utf-8")
+    ours = tomllib.loads(text)["project"]["version"] + ".post42"
+    (tree / "pyproject.toml").write_text(
+        re.sub(r'(?m)^version = ".*"$', f'version = "{ours}"', text, count=1), encoding="utf-8"
+    )
+    assert not (tree / ".git").exists()
+    done = subprocess.run(
+        [sys.executable, "-c", _ARCHIVE_CHILD],
+        cwd=tree,
+        env=child_env(tree, JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert Path(got["package"]).resolve().parent == (tree / "aoizora").resolve()
+    for version, commit, text in got["seen"]:  # installed elsewhere, then not installed
+        assert (version, commit) == (ours, None)
+        assert text.endswith(f", aoizora {ours} (no commit)"), text
 
 
 def test_version_drift_names_each_package_and_what_may_differ() -> None:
@@ -139,8 +230,8 @@ def test_measured_rows_say_the_checkout(plan_file: Path) -> None:
     text = env.software()
     assert "not installed" not in text.split("aoizora")[-1]
     assert f"aoizora {aoizora_version()}" in text
-    if aoizora_commit() is not None:
-        assert text.endswith(f"(git {aoizora_commit()})")
+    commit = aoizora_commit()
+    assert text.endswith(f"(git {commit})" if commit is not None else "(no commit)")
 
 
 def test_measure_warns_when_the_plan_was_made_with_other_versions(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aoizora.errors import ValidationError
-from aoizora.measure.profile import load_profile, read_text_file
+from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.studies.calibration import CalibrationError
 from aoizora.studies.calibration_steps import (
     MIN_ROWS,

@@ -11,14 +11,14 @@ import pytest
 from jax.profiler import ProfileData
 
 from aoizora.errors import MeasureError
-from aoizora.hlo.text import parse_module
-from aoizora.measure.profile import (
+from aoizora.hlo.profile import (
     DeviceProfile,
     load_profile,
     op_name_of,
     profile_of,
     read_text_file,
 )
+from aoizora.hlo.text import parse_module
 from tests.aoizora.compute.conftest import PROFILES
 from tests.child_env import child_env
 
@@ -100,7 +100,8 @@ _CPU_CAPTURE = """
 import json, sys
 import jax, jax.numpy as jnp
 from aoizora.hlo.text import parse_module
-from aoizora.measure.profile import capture_profile, load_profile
+from aoizora.hlo.profile import load_profile
+from aoizora.measure.capture import capture_profile
 f = jax.jit(lambda a, b: jnp.tanh(a @ b) + 1.0)
 a = jnp.ones((64, 64), jnp.float32)
 compiled = f.lower(a, a).compile()

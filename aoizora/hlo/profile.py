@@ -1,9 +1,12 @@
 """A device profile of a compiled program: the time each HLO instruction took on the device.
 
-:func:`capture_profile` runs a call under ``jax.profiler.trace`` and returns the trace
-file (``*.xplane.pb``, the XSpace protobuf jax's profiler writes); :func:`read_profile`
-reads one back with jaxlib's own reader (``jax.profiler.ProfileData``), so a saved trace
-is read on any machine, with or without a TPU, and needs no TensorFlow or xprof.
+Reading a saved trace is input, like reading HLO text (:mod:`aoizora.hlo.text`): the
+studies that explain and fit steps read it, and so does ``aoizora measure``, which writes
+it (:func:`aoizora.measure.capture.capture_profile` runs a call under
+``jax.profiler.trace``). :func:`read_profile` reads a trace file (``*.xplane.pb``, the
+XSpace protobuf jax's profiler writes) with jaxlib's own reader
+(``jax.profiler.ProfileData``), so a saved trace is read on any machine, with or without
+a TPU, and needs no TensorFlow or xprof.
 
 What is read (the layout a TPU trace has, seen on TPU v5e with jax 0.10.2 and libtpu
 0.0.42.1; docs/measure.md, "Op by op"):
@@ -33,14 +36,11 @@ execution of it: totals divided by the executions seen.
 
 from __future__ import annotations
 
-import glob
 import gzip
 import json
-import os
-import shutil
 import statistics
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,6 @@ from aoizora.errors import MeasureError
 __all__ = [
     "DeviceProfile",
     "OpTime",
-    "capture_profile",
     "load_profile",
     "op_name_of",
     "profile_of",
@@ -262,28 +261,6 @@ def profile_of(
         f"a device plane); device planes found: {'; '.join(planes) or 'none'}. Profile on a "
         "TPU (aoizora measure --profile), or name the module with --module"
     )
-
-
-def capture_profile(call: Callable[[], Any], *, executions: int, out: str | Path) -> Path:
-    """Run ``call()`` ``executions`` times under ``jax.profiler.trace`` and save the trace
-    as ``out`` (an ``*.xplane.pb``). The device is idle when the trace starts and when it
-    stops (every output is waited for), so each execution in it is whole."""
-    import jax
-
-    if executions < 1:
-        raise MeasureError(f"--profile-steps {executions}: profile at least one step, e.g. 2")
-    jax.block_until_ready(call())  # nothing of an earlier call runs into the trace
-    with tempfile.TemporaryDirectory(prefix="aoizora-trace-") as tmp:
-        with jax.profiler.trace(tmp):
-            for _ in range(executions):
-                jax.block_until_ready(call())
-        found = sorted(glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True))
-        if not found:
-            raise MeasureError(f"jax.profiler.trace wrote no *.xplane.pb under {tmp}")
-        target = Path(out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(found[-1], target)
-    return target
 
 
 def read_text_file(path: str | Path) -> str:
