@@ -180,6 +180,7 @@ def _chip_numbers(slice_: Slice) -> str:
         [
             chip.bf16_flops_per_s,
             chip.hbm_bytes,
+            chip.memory_budget_bytes,
             chip.hbm_bandwidth_bytes_per_s,
             slice_.link_bandwidth_bytes_per_s,
             slice_.hop_latency_s,

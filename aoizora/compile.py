@@ -440,7 +440,7 @@ def cached_compile(
     lower is left to :func:`compile_candidate` (None here).
     """
     backend = slice_backend(slice_)
-    chip_hbm = slice_.chip.per_device().hbm_bytes  # as compile_candidate: one device's
+    chip_hbm = slice_.chip.per_device().memory_budget_bytes  # as compile_candidate: one device's
     hbm = None if math.isnan(chip_hbm) else int(chip_hbm)
     t0 = time.perf_counter()
     try:
@@ -477,13 +477,13 @@ def compile_candidate(
     results (HLO text, costs, memory) under :func:`aoizora.cache.compile_key`, so a
     warm run costs one lowering plus a file read. Compiles that fail for memory are
     cached too; other failures are not. ``hbm_bytes`` overrides one device's HBM
-    (``slice_.chip.per_device().hbm_bytes``: a tpu7x chip's 192 GiB is two devices of
+    (``slice_.chip.per_device().memory_budget_bytes``: a tpu7x chip's 192 GiB is two devices of
     96 GiB, and ``memory_analysis`` is per device). Failures come back as ``ok=False``.
     """
     backend = slice_backend(slice_)
     note = fallback_note(slice_)
     notes: tuple[str, ...] = (note,) if note else ()
-    chip_hbm = slice_.chip.per_device().hbm_bytes
+    chip_hbm = slice_.chip.per_device().memory_budget_bytes
     hbm = hbm_bytes if hbm_bytes is not None else (None if math.isnan(chip_hbm) else int(chip_hbm))
     t0 = time.perf_counter()
     lower_s = 0.0

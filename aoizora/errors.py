@@ -16,6 +16,7 @@ __all__ = [
     "MeasureError",
     "PlacementError",
     "PlanError",
+    "DoesNotFit",
     "ServingError",
     "ValidationError",
 ]
@@ -47,6 +48,15 @@ class PlacementError(AoizoraError):
 
 class PlanError(AoizoraError):
     """A plan file is malformed or does not match the given devices."""
+
+
+class DoesNotFit(PlanError):
+    """No sharding of a program fits the slice's memory. ``fits`` names what would (a
+    bigger slice, a setting), or is empty when nothing tried does."""
+
+    def __init__(self, message: str, *, fits: str = "") -> None:
+        super().__init__(message)
+        self.fits = fits
 
 
 class ExportError(AoizoraError):

@@ -29,7 +29,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from aoizora.cache import JsonCache, PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
@@ -45,15 +44,16 @@ from aoizora.errors import PlanError
 from aoizora.fanout import FanOut, fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.interrupts import phase
-from aoizora.metrics import spearman
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan import Plan, PredictedLatencies, compute_model_json, plan_inputs
 from aoizora.plan.alternatives import PlanAlternative
+from aoizora.plan.memory import PlanMemory
 from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.jobs import SearchSummary, placement_job
 from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, SearchBudget
 from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import Stage1Ranking, rank_stage1
+from aoizora.stage1.recall import ExhaustiveCheck, exhaustive_check
 from aoizora.stage1.sweep import score_candidates
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
@@ -155,30 +155,6 @@ class BaselineScore:
 
 
 @dataclass(frozen=True)
-class ExhaustiveCheck:
-    """Stage 1 against the exhaustive answer (``--exhaustive``).
-
-    ``winner`` is the best compiled candidate by Q2 (among those Stage 1 scored);
-    ``winner_q1_rank`` its place in Stage 1's order (1 = best Q1); ``top1_hit``
-    whether Stage 1 ranked it first; ``kept_hit`` whether Stage 1 handed it to
-    Stage 2 (:attr:`PlanOutcome.stage1_picks`; baselines do not count).
-    :meth:`to_json_dict` gives ``aoizora plan --json``'s ``exhaustive`` object,
-    whose names scripts read.
-    """
-
-    winner: str
-    winner_q1_rank: int
-    spearman_q1_q2: float | None
-    top1_hit: bool
-    kept_hit: bool
-    num_compared: int
-
-    def to_json_dict(self) -> dict[str, Any]:
-        names = ("winner", "winner_q1_rank", "spearman_q1_q2", "top1_hit", "kept_hit")
-        return {name: getattr(self, name) for name in names}
-
-
-@dataclass(frozen=True)
 class PlanOutcome:
     """Everything :func:`run_plan` found, for reports and the plan file."""
 
@@ -234,20 +210,30 @@ class PlanOutcome:
             ),
             alternatives=self.alternatives(),
             compute_model=compute_model_json(self.slice_.chip),
+            memory=self.memory(self.winner.compile),
         )
+
+    def memory(self, result: CompileResult) -> PlanMemory | None:
+        """A compiled candidate's per-device HBM (its memory analysis) against the budget."""
+        if result.memory is None:
+            return None
+        budget = self.slice_.chip.per_device().memory_budget_bytes
+        return PlanMemory.compiled(result.memory.total_bytes, budget)
 
     def alternatives(self) -> tuple[PlanAlternative, ...]:
         """The plan file's ``alternatives``: every other compiled sharding at its best
         placement (Q2 order), then every baseline with a Q2 (by name)."""
-        cands = {s.candidate.id: s.candidate for s in self.scored}
+        by_id = {s.candidate.id: s for s in self.scored}
         ranked = sorted(self.scored, key=lambda s: (s.best.q2_s, s.candidate.id))
         return (*(
             PlanAlternative.of("runner-up", s.candidate.id, s.candidate,
-                               (s.best.placement_id, s.best.order), s.best.q2_s)
+                               (s.best.placement_id, s.best.order), s.best.q2_s,
+                               self.memory(s.compile))
             for s in ranked if s is not self.winner
         ), *(  # every baseline runs in the default device order (_baseline_scores)
-            PlanAlternative.of("baseline", b.name, cands[b.candidate_id],
-                               (DEFAULT_ORDER_LABEL, b.order), b.q2_s)
+            PlanAlternative.of("baseline", b.name, by_id[b.candidate_id].candidate,
+                               (DEFAULT_ORDER_LABEL, b.order), b.q2_s,
+                               self.memory(by_id[b.candidate_id].compile))
             for b in sorted(self.baselines, key=lambda b: b.name) if b.q2_s is not None
         ))  # fmt: skip
 
@@ -292,7 +278,7 @@ def _run_stage1(
             f"Stage 1 failed for every candidate of {workload.name} on {slice_.name}; first "
             f"error: {failed[0][1]}"
         )
-    hbm = slice_.chip.per_device().hbm_bytes
+    hbm = slice_.chip.per_device().memory_budget_bytes
     ranking = rank_stage1(sweep.estimates, k=top_k, hbm_bytes=hbm, over_hbm=sweep.over_hbm)
     say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
     if not ranking.kept:
@@ -609,41 +595,8 @@ def run_plan(
         winner=winner,
         winner_placement=winner.best,
         baselines=tuple(_baseline_scores(baselines, scored, logical_best, slice_)),
-        exhaustive=_exhaustive_check(ranking, scored, picks=picks) if exhaustive else None,
+        exhaustive=exhaustive_check(ranking, scored, picks=picks) if exhaustive else None,
         timings_s=tuple(timings),
         warnings=tuple(sorted({w for _, r in compiled for w in r.warnings})),
         search=search,
-    )
-
-
-def _exhaustive_check(
-    ranking: Stage1Ranking,
-    scored: Sequence[CandidateScores],
-    *,
-    picks: Sequence[str] | None = None,
-) -> ExhaustiveCheck:
-    """Stage 1's recall against the exhaustive winner; Spearman rho of Q1 vs best Q2.
-
-    Only candidates Stage 1 scored and found feasible compete (a baseline folded
-    into an equivalent legal candidate is compiled too, but has no Q1 of its own).
-    ``kept_hit`` asks whether the winner is among ``picks`` (what Stage 1 handed
-    to Stage 2; default the top-K).
-    """
-    order = [e.candidate_id for e in (*ranking.kept, *ranking.dropped_weak)]
-    q1 = {e.candidate_id: e.q1_s for e in (*ranking.kept, *ranking.dropped_weak)}
-    ranked = [s for s in scored if s.candidate.id in q1]
-    if not ranked:
-        raise PlanError("the exhaustive check found no compiled candidate that Stage 1 scored")
-    best = min(ranked, key=lambda s: (s.best.q2_s, s.candidate.id))
-    pairs = sorted((s.candidate.id, q1[s.candidate.id], s.best.q2_s) for s in ranked)
-    rho = spearman([p[1] for p in pairs], [p[2] for p in pairs]) if len(pairs) > 1 else None
-    kept = ranking.kept_ids
-    handed = tuple(kept if picks is None else picks)
-    return ExhaustiveCheck(
-        winner=best.candidate.id,
-        winner_q1_rank=order.index(best.candidate.id) + 1,
-        spearman_q1_q2=rho,
-        top1_hit=bool(kept) and kept[0] == best.candidate.id,
-        kept_hit=best.candidate.id in handed,
-        num_compared=len(pairs),
     )

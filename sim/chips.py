@@ -77,6 +77,22 @@ class Chip:
     collective_overhead_s: float = 0.0
     # How kernels run: MXU tile and efficiencies (sim.compute; [compute] of the file).
     compute: ComputeParams = IDEAL
+    # The HBM a program may use on one chip: the runtime's allocator limit, measured where
+    # a chip was (``memory_stats()["bytes_limit"]``); 0 where never measured (then the
+    # nominal hbm_bytes stands in: :attr:`memory_budget_bytes`).
+    usable_hbm_bytes: float = 0.0
+
+    @property
+    def memory_budget_bytes(self) -> float:
+        """What one chip's (or, after :meth:`per_device`, one device's) programs may hold:
+        the measured allocator limit, else the nominal HBM.
+
+        >>> load_chip("v5e").memory_budget_bytes  # the runtime's limit on a v5e chip
+        16909336064.0
+        >>> load_chip("v6e").memory_budget_bytes == load_chip("v6e").hbm_bytes  # unmeasured
+        True
+        """
+        return self.usable_hbm_bytes if self.usable_hbm_bytes > 0 else self.hbm_bytes
 
     def compute_model(self) -> ComputeModel:
         """The compute model of one device of this chip (call on :meth:`per_device`)."""
@@ -100,6 +116,7 @@ class Chip:
             self,
             bf16_flops_per_s=self.bf16_flops_per_s / n,
             hbm_bytes=self.hbm_bytes / n,
+            usable_hbm_bytes=self.usable_hbm_bytes / n,
             hbm_bandwidth_bytes_per_s=self.hbm_bandwidth_bytes_per_s / n,
             devices_per_chip=1,
         )
@@ -209,6 +226,13 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
     pod_shape = tuple(int(n) for n in num("pod_shape"))
     # Optional: generations without the key have one device per chip.
     devices = int(num("devices_per_chip")) if "devices_per_chip" in data else 1
+    # Optional: where a chip was measured, what its runtime lets programs allocate.
+    usable = float(num("usable_hbm_bytes")) if "usable_hbm_bytes" in data else 0.0
+    if usable < 0 or usable > hbm:
+        raise TopologyError(
+            f"{path}: usable_hbm_bytes = {usable!r} must lie in (0, hbm_bytes = {hbm!r}], "
+            "e.g. the memory_stats()['bytes_limit'] a chip's runtime reports"
+        )
     rule = data.get("wrap_rule")
     if (
         not isinstance(rule, dict)
@@ -243,6 +267,7 @@ def _load_chip_cached(generation: str, directory: str) -> Chip:
         sources=tuple(sources),
         collective_overhead_s=overhead,
         compute=parse_compute_params(data.get("compute"), path),
+        usable_hbm_bytes=usable,
     )
 
 

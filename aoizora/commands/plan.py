@@ -49,7 +49,7 @@ from aoizora.commands.args import (
 )
 from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
 from aoizora.commands.export import EMIT_TARGETS, add_config_argument
-from aoizora.errors import ExportError
+from aoizora.errors import DoesNotFit, ExportError
 from aoizora.software import warn_version_drift
 
 if TYPE_CHECKING:  # types only: the parser is built before jax starts
@@ -137,10 +137,15 @@ def run(args: argparse.Namespace) -> int:
         from aoizora.request.clip_plan import plan_clip
 
         progress(f"== whole clip: planning the VAE decode of {workload.name} on {slice_.name}")
-        clip = plan_clip(
-            outcome, cache_dir=args.cache_dir, max_placements=args.max_placements,
-            progress=progress, **fan_out_options(args), **clip_options(args),  # type: ignore[arg-type]
-        )  # fmt: skip
+        try:
+            clip = plan_clip(
+                outcome, cache_dir=args.cache_dir, max_placements=args.max_placements,
+                progress=progress, **fan_out_options(args), **clip_options(args),  # type: ignore[arg-type]
+            )  # fmt: skip
+        except DoesNotFit as exc:  # the step fits: keep its plan, say what the VAE needs
+            where = f"; {exc.fits}" if exc.fits else ""
+            print(f"aoizora plan: warning: the clip is left out: {exc}{where}; the plan "
+                  "holds the step alone (as --no-clip)", file=sys.stderr)  # fmt: skip
     plan = outcome.plan() if clip is None else clip.plan()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -203,7 +203,7 @@ def _time_job(
 ) -> Timing:
     if job.step is not None:
         assert workload is not None  # built whenever steps are timed
-        hbm = plan.slice.chip.per_device().hbm_bytes  # where the runtime reports no limit
+        hbm = plan.slice.chip.per_device().memory_budget_bytes  # where the runtime reports no limit
 
         def fits(compiled: Any) -> None:
             check = check_memory(compiled, devices, backend=backend, hbm_bytes=hbm)

@@ -29,12 +29,14 @@ from aoizora.candidates.space import Candidate
 from aoizora.errors import PlanError
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan.fields import (
+    check_keys,
     check_latency,
     check_text,
     json_list,
     json_object,
     json_text,
 )
+from aoizora.plan.memory import PlanMemory
 from aoizora.workloads.rules import rule_pair_from_json, rule_pairs_to_json
 
 __all__ = ["ALTERNATIVE_ROLES", "PlanAlternative"]
@@ -75,9 +77,12 @@ class PlanAlternative:
     attention: str
     physical_ids: tuple[int, ...]
     step_s: float
+    memory: PlanMemory | None = None  # its per-device HBM (aoizora.plan.memory)
 
     def __post_init__(self) -> None:
         where = f"alternative {self.name!r}"
+        if self.memory is not None and not isinstance(self.memory, PlanMemory):
+            raise PlanError(f"{where}: memory must be a PlanMemory, got {self.memory!r}")
         if self.role not in ALTERNATIVE_ROLES:
             raise PlanError(
                 f"{where}: role {self.role!r} is not one of {list(ALTERNATIVE_ROLES)}, e.g. "
@@ -98,9 +103,10 @@ class PlanAlternative:
         candidate: Candidate,
         placement: tuple[str, DeviceOrder],
         step_s: float,
+        memory: PlanMemory | None = None,
     ) -> PlanAlternative:
         """The alternative ``candidate`` at ``placement`` (its id and order), predicted at
-        ``step_s``."""
+        ``step_s`` and holding ``memory`` per device."""
         placement_id, order = placement
         return cls(
             role=role,
@@ -114,10 +120,11 @@ class PlanAlternative:
             attention=candidate.attention,
             physical_ids=tuple(order.physical_ids),
             step_s=step_s,
+            memory=memory,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        return ({} if self.memory is None else {"memory": self.memory.to_json()}) | {
             "role": self.role,
             "name": self.name,
             "candidate": self.candidate_id,
@@ -132,7 +139,8 @@ class PlanAlternative:
 
     @classmethod
     def from_json(cls, value: Any, where: str) -> PlanAlternative:
-        data = json_object(value, where, _KEYS)
+        data = json_object(value, where, None)
+        check_keys(data, _KEYS, where, ("memory",))
         mesh = json_object(data["mesh"], f"{where}.mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], f"{where}.device_order", ("physical_ids",))
         rules = []
@@ -173,4 +181,7 @@ class PlanAlternative:
                 json_list(order["physical_ids"], f"{where}.device_order.physical_ids")
             ),
             step_s=data["predicted_step_s"],
+            memory=PlanMemory.from_json(data["memory"], f"{where}.memory")
+            if "memory" in data
+            else None,
         )

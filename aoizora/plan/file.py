@@ -87,6 +87,7 @@ from aoizora.plan.fields import (
     json_rules,
     json_text,
 )
+from aoizora.plan.memory import PlanMemory
 from aoizora.plan.schema import cite_schema
 from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
@@ -128,7 +129,7 @@ _PROVENANCE_KEYS = ("aoizora", "jax", "jaxlib", "libtpu")  # and optionally aoiz
 # Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
 # with their configurations (aoizora.plan.alternatives), a clip's latency, the VAE's plan,
 # the compute model.
-_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "vae")
+_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "memory", "vae")
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class Plan:
     compute_model: str = ""
     latency: ClipLatency | None = None
     vae: Plan | None = None
+    memory: PlanMemory | None = None  # the winner's per-device HBM (aoizora.plan.memory)
 
     def __post_init__(self) -> None:
         self._check_optional()
@@ -197,6 +199,8 @@ class Plan:
     # --- validation -------------------------------------------------------
 
     def _check_optional(self) -> None:
+        if self.memory is not None and not isinstance(self.memory, PlanMemory):
+            raise PlanError(f"memory must be a PlanMemory, got {self.memory!r}")
         if self.latency is not None and not isinstance(self.latency, ClipLatency):
             raise PlanError(f"the clip latency must be a ClipLatency, got {self.latency!r}")
         if self.vae is None:
@@ -348,6 +352,7 @@ class Plan:
         provenance: Provenance | None = None,
         alternatives: Sequence[PlanAlternative] = (),
         compute_model: Mapping[str, Any] | None = None,
+        memory: PlanMemory | None = None,
     ) -> Plan:
         """A plan from planner values; ``provenance`` defaults to the installed versions."""
         return cls(
@@ -369,6 +374,7 @@ class Plan:
             provenance=Provenance.current() if provenance is None else provenance,
             alternatives=tuple(alternatives),
             compute_model=_canonical(compute_model),
+            memory=memory,
         )
 
     # --- the mesh -------------------------------------------------------------
@@ -429,6 +435,7 @@ class Plan:
         optional = {
             "alternatives": [a.to_json() for a in self.alternatives],
             "compute_model": json.loads(self.compute_model) if self.compute_model else None,
+            "memory": None if self.memory is None else self.memory.to_json(),
         }
         return {k: v for k, v in optional.items() if v} | {
             "schema": PLAN_SCHEMA,
@@ -545,6 +552,7 @@ class Plan:
                 if "compute_model" in data
                 else None
             ),
+            memory=PlanMemory.from_json(data["memory"], "memory") if "memory" in data else None,
             **_clip_fields(cls, data),
         )
 

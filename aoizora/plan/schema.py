@@ -6,7 +6,8 @@ optional fields reserved for work in progress -- ``compute_model`` (the compute 
 its parameter file), ``clip_s``, ``text_encoder_s``, ``denoise_s``, ``vae_decode_s``
 (whole-request latency, seconds) and ``vae`` (the VAE decoder's plan) -- and the optional
 ``alternatives`` (runners-up and baselines with their configurations,
-:mod:`aoizora.plan.alternatives`). The schema checks
+:mod:`aoizora.plan.alternatives`) and ``memory`` (a configuration's per-device HBM,
+:mod:`aoizora.plan.memory`). The schema checks
 shapes and types; :func:`aoizora.plan.load_plan` checks the rest (the device order against
 the slice, the mesh size, ...) and cites the schema location of the field it rejects
 (:func:`cite_schema`). ``docs/plan.schema.json`` is this dictionary written out
@@ -94,6 +95,22 @@ _RESERVED: dict[str, Any] = {
     "vae": {"type": "object", "description": "optional: the VAE decoder's plan"},
 }
 
+# One configuration's per-device HBM (aoizora/plan/memory.py): the winner's, each
+# alternative's and the VAE plan's.
+_MEMORY: dict[str, Any] = {
+    "memory": {
+        **_object(
+            {
+                "hbm_bytes_per_chip": _COUNT,
+                "budget_bytes": _COUNT,
+                "source": {"enum": ["compiled", "stage1"]},
+            }
+        ),
+        "description": "optional: per-device HBM (arguments + outputs + peak temporaries + "
+        "code - aliased), the budget it is held against, and where the figure comes from",
+    }
+}
+
 # The runners-up and baselines with their configurations (aoizora/plan/alternatives.py).
 _ALTERNATIVES: dict[str, Any] = {
     "alternatives": {
@@ -111,7 +128,8 @@ _ALTERNATIVES: dict[str, Any] = {
                 "attention": _ATTENTION,
                 "device_order": _object({"physical_ids": {"type": "array", "items": _COUNT}}),
                 "predicted_step_s": _SECONDS,
-            }
+            },
+            optional=_MEMORY,
         ),
     }
 }
@@ -163,7 +181,7 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
                 },
             ),
         },
-        optional={**_RESERVED, **_ALTERNATIVES},
+        optional={**_RESERVED, **_ALTERNATIVES, **_MEMORY},
     ),
 }
 

@@ -119,21 +119,30 @@ def search_line(search: SearchSummary, best_s: float) -> str:
     )
 
 
+def _hbm_cell(outcome: PlanOutcome, candidate_id: str) -> str:
+    """A compiled candidate's per-device HBM and its share of the budget, or n/a."""
+    scored = {s.candidate.id: s for s in outcome.scored}.get(candidate_id)
+    memory = None if scored is None else outcome.memory(scored.compile)
+    if memory is None:
+        return "n/a"
+    return f"{memory.hbm_bytes_per_chip / 1e9:.2f} GB ({100 * memory.fraction:.0f} %)"
+
+
 def _winner_table(outcome: PlanOutcome) -> list[str]:
     win = outcome.winner_q2_s
+    cid = outcome.winner.candidate.id
     rows: list[tuple[str, ...]] = [
-        (
-            "winner",
-            outcome.winner.candidate.id,
-            outcome.winner_placement.placement_id,
-            format_ms(win),
-            "1.00x",
-        )
-    ]
+        ("winner", cid, outcome.winner_placement.placement_id, format_ms(win), "1.00x",
+         _hbm_cell(outcome, cid))
+    ]  # fmt: skip
     for b in outcome.baselines:
         speedup = "n/a" if b.q2_s is None else f"{b.q2_s / win:.2f}x"
-        rows.append((b.name, b.candidate_id, "default order", format_ms(b.q2_s), speedup))
-    lines = _table(("", "sharding", "placement", "simulated step", "winner speedup"), rows)
+        rows.append((b.name, b.candidate_id, "default order", format_ms(b.q2_s), speedup,
+                     _hbm_cell(outcome, b.candidate_id)))  # fmt: skip
+    budget = outcome.slice_.chip.per_device().memory_budget_bytes
+    head = ("", "sharding", "placement", "simulated step", "winner speedup",
+            f"HBM per device (of {budget / 1e9:.2f} GB)")  # fmt: skip
+    lines = _table(head, rows)
     lines.append("")
     lines.append(
         f"placement spread of the winning sharding (simulated): best "
@@ -217,9 +226,12 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
     handed it to Stage 2; ``compiled`` whether a compile produced its program;
     ``best_q2_s`` its best simulated step time (null unless compiled and within HBM);
     ``placements`` how many placements Stage 2 weighed for it (the placement family
-    the search covered: simulated, proven worse or left open by a deadline).
+    the search covered: simulated, proven worse or left open by a deadline);
+    ``memory_bytes_per_chip`` Stage 1's per-device HBM estimate and, once compiled,
+    ``memory`` the compiled program's (:mod:`aoizora.plan.memory`).
     """
     q1 = {e.candidate_id: e.q1_s for e in outcome.stage1.estimates}
+    mem = {e.candidate_id: e.memory_bytes_per_chip for e in outcome.stage1.estimates}
     picks = set(outcome.stage1_picks)
     compiled = set(outcome.compiled_ids)
     scored = {s.candidate.id: s for s in outcome.scored}
@@ -233,10 +245,18 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
                 "stage1_kept": cid in picks,
                 "compiled": cid in compiled,
                 "best_q2_s": s.best.q2_s if s is not None else None,
+                "memory_bytes_per_chip": mem.get(cid),
+                **(_memory_json(outcome, s.compile) if s is not None else {}),
                 "placements": (s.num_placements or len(s.placements)) if s is not None else 0,
             }
         )
     return rows
+
+
+def _memory_json(outcome: PlanOutcome, result: Any) -> dict[str, Any]:
+    """``{"memory": {...}}`` (:mod:`aoizora.plan.memory`'s fields) of a compiled program."""
+    memory = outcome.memory(result)
+    return {} if memory is None else {"memory": memory.to_json()}
 
 
 def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
@@ -248,6 +268,7 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "candidate": outcome.winner.candidate.id,
             "placement": outcome.winner_placement.placement_id,
             "q2_s": outcome.winner_q2_s,
+            **_memory_json(outcome, outcome.winner.compile),
         },
         "baselines": [
             {"name": b.name, "candidate": b.candidate_id, "q2_s": b.q2_s, "note": b.note}

@@ -22,6 +22,7 @@ Stage 1 and reported beside the choice.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,21 +32,29 @@ from aoizora.cache import PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
 from aoizora.compile import lower_to_read, lowering_target
-from aoizora.errors import PlanError
+from aoizora.errors import DoesNotFit, PlanError
 from aoizora.fanout import fan_out
 from aoizora.interrupts import phase
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.plan import Plan, PredictedLatencies, compute_model_json, plan_inputs
 from aoizora.plan.alternatives import PlanAlternative
+from aoizora.plan.memory import PlanMemory
 from aoizora.planner import CandidateScores, SearchLimits, stage2
 from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, SearchBudget
 from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, rank_stage1
 from aoizora.stage1.sweep import Stage1Sweep, score_candidates
 from aoizora.tpu import check_slice, default_device_order
 from aoizora.workloads.base import Workload
-from sim.topology import Slice
+from sim.topology import Slice, load_slice
 
-__all__ = ["STAGE1_SOURCE", "VaeBaseline", "VaeChoice", "VaePlan", "rank_vae"]
+__all__ = [
+    "STAGE1_SOURCE",
+    "VaeBaseline",
+    "VaeChoice",
+    "VaePlan",
+    "rank_vae",
+    "smallest_fitting_slice",
+]
 
 STAGE1_SOURCE = "stage1"  # the figure is Stage 1's Q1 (PredictedLatencies.source)
 SIMULATED_SOURCE = "simulated"  # Q2 of the compiled program
@@ -97,6 +106,7 @@ class VaePlan:
     compiled_ids: tuple[str, ...]
     timings_s: tuple[tuple[str, float], ...]
     warnings: tuple[str, ...] = ()
+    memory: PlanMemory | None = None  # the choice's per-device HBM: Stage 1's or compiled
 
     def plan(self) -> Plan:
         """The plan file of the decoder (the step's plan file holds it under ``vae``).
@@ -120,6 +130,7 @@ class VaePlan:
                 for b in sorted(base, key=lambda b: b.name) if b.q1_s is not None
             ),
             compute_model=compute_model_json(self.slice_.chip),
+            memory=self.memory,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -133,6 +144,7 @@ class VaePlan:
                 "placement": self.placement_id,
                 "decode_s": self.decode_s,
                 "q1_s": self.winner.q1_s,
+                **({} if self.memory is None else {"memory": self.memory.to_json()}),
             },
             "baselines": [
                 {"name": b.name, "candidate": b.candidate.id, "q1_s": b.q1_s,
@@ -232,16 +244,55 @@ def _rank(workload: Workload, slice_: Slice, caches: PlanCaches | None, say: Pro
     sweep = _score(workload, [*space.legal, *extra], slice_, caches, say)
     ranking = rank_stage1(
         [e for e in sweep.estimates if e.candidate_id in legal], k=1,
-        hbm_bytes=slice_.chip.per_device().hbm_bytes,
+        hbm_bytes=slice_.chip.per_device().memory_budget_bytes,
         over_hbm=[o for o in sweep.over_hbm if o[0] in legal],
     )  # fmt: skip
     if not ranking.kept:
-        why = ranking.dropped_infeasible[:1] or sweep.failed[:1]
-        raise PlanError(
-            f"no sharding of {workload.name} fits on {slice_.name} by Stage 1 ({why}); "
-            "try a bigger slice or --no-clip, e.g. --slice v5e:2x4"
+        if not ranking.dropped_infeasible:
+            raise PlanError(
+                f"Stage 1 failed for every sharding of {workload.name} on {slice_.name}: "
+                f"{sweep.failed[:1]}"
+            )
+        cid, why = ranking.dropped_infeasible[0]
+        fits = smallest_fitting_slice(workload, slice_, caches)
+        raise DoesNotFit(
+            f"no sharding of {workload.name} fits on {slice_.name} by Stage 1 ({cid}: {why})",
+            fits=f"it fits on {fits} by Stage 1" if fits else "",
         )
     return _Ranked(space, baselines, sweep, ranking)
+
+
+# Slice shapes a bigger deployment of one generation comes in, smallest first (Cloud TPU
+# docs: v5e/v6e sub-slices 2x2 ... 16x16; v4/v5p/tpu7x 2x2x1 ... 4x4x4).
+_GROWTH_2D = ((1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16))
+_GROWTH_3D = ((2, 2, 1), (2, 2, 2), (2, 2, 4), (2, 4, 4), (4, 4, 4))
+_GROWTH_TRIES = 3  # bigger slices Stage 1 looks at before it gives up
+
+
+def smallest_fitting_slice(
+    workload: Workload, slice_: Slice, caches: PlanCaches | None
+) -> str | None:
+    """The smallest slice of ``slice_``'s generation, bigger than it, on which some sharding
+    of ``workload`` fits by Stage 1 (at most :data:`_GROWTH_TRIES` tried), else None."""
+    shapes = _GROWTH_2D if len(slice_.shape) == 2 else _GROWTH_3D
+    gen = slice_.chip.generation
+    bigger = [s for s in shapes if math.prod(s) > slice_.num_chips][:_GROWTH_TRIES]
+    for shape in bigger:
+        name = f"{gen}:{'x'.join(map(str, shape))}"
+        try:
+            other = load_slice(name)
+            check_slice(other)
+        except Exception:  # a shape this generation does not come in: try the next
+            continue
+        space = enumerate_candidates(workload, other.num_devices)
+        sweep = _score(workload, list(space.legal), other, caches, lambda _: None)
+        ranking = rank_stage1(
+            sweep.estimates, k=1, hbm_bytes=other.chip.per_device().memory_budget_bytes,
+            over_hbm=sweep.over_hbm,
+        )  # fmt: skip
+        if ranking.kept:
+            return name
+    return None
 
 
 def rank_vae(
@@ -274,6 +325,8 @@ def rank_vae(
         slice_=slice_,
     )  # fmt: skip
     figure, source, placement = best.q1_s, STAGE1_SOURCE, DEFAULT_ORDER
+    hbm = slice_.chip.per_device().memory_budget_bytes
+    memory = PlanMemory(best.memory_bytes_per_chip, int(hbm), "stage1")
     warnings: tuple[str, ...] = ()
     compiled: tuple[str, ...] = ()
     if compile:
@@ -288,14 +341,21 @@ def rank_vae(
         else:
             b = scores.best
             figure, source, placement, order = b.q2_s, SIMULATED_SOURCE, b.placement_id, b.order
+            if scores.compile.memory is not None:
+                memory = PlanMemory.compiled(scores.compile.memory.total_bytes, hbm)
+    if not memory.fits:  # within Stage 1's margin of the budget: only a compile can tell
+        warnings += (
+            f"the VAE's chosen sharding needs {memory.line()}: over the budget by "
+            f"{'its compiled analysis' if memory.source == 'compiled' else 'Stage 1'}"
+            + ("" if compile else "; --vae-compile decides by the compiled program"),
+        )
     timings.append(("total", time.perf_counter() - t0))
     say(f"VAE decode: {chosen.id}, {figure * 1e3:.2f} ms ({source}); {timings[-1][1]:.1f} s, "
         f"{len(compiled)} compiled")  # fmt: skip
-    hbm = slice_.chip.per_device().hbm_bytes
     return VaePlan(
         workload=workload, slice_=slice_, winner=VaeChoice(chosen, best),
         placement_id=placement, order=order, decode_s=figure, source=source,
         baselines=_baselines(r.baselines, r.sweep, slice_, hbm), ranking=r.ranking,
         num_legal=len(r.space.legal), num_rejected=len(r.space.rejected),
-        compiled_ids=compiled, timings_s=tuple(timings), warnings=warnings,
+        compiled_ids=compiled, timings_s=tuple(timings), warnings=warnings, memory=memory,
     )  # fmt: skip

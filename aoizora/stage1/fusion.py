@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from aoizora.stage1.shardy import Block, Op
 
-__all__ = ["Kernel", "fuse_block", "op_class"]
+__all__ = ["Kernel", "fuse_block", "fused_away", "op_class"]
 
 _TRANSPARENT = frozenset(
     {
@@ -302,3 +302,25 @@ def fuse_block(block: Block, *, bytes_of: Callable[[int], int]) -> list[Kernel]:
     consumers are all kernels are duplicated into them and are no kernel.
     """
     return _Fusion(block, bytes_of).kernels()
+
+
+def fused_away(block: Block, *, bytes_of: Callable[[int], int]) -> frozenset[int]:
+    """The values of ``block`` no kernel writes to HBM: results of ops that live and die
+    inside one fused kernel, and of transparent ops every consumer recomputes. They take
+    no buffer of their own (:mod:`aoizora.stage1.memory`).
+
+    >>> from aoizora.stage1.shardy import Block, Op
+    >>> ops = (Op("stablehlo.add", (0, 1), (2,)), Op("stablehlo.exponential", (2,), (3,)),
+    ...        Op("stablehlo.transpose", (3,), (4,)), Op("func.return", (4,), ()))
+    >>> sorted(fused_away(Block((0, 1), ops), bytes_of=lambda v: 100))  # one kernel writes 4
+    [2, 3]
+    """
+    fusion = _Fusion(block, bytes_of)
+    written = {r for k in fusion.kernels() for r in k.outputs}
+    return frozenset(
+        r
+        for i, op in enumerate(block.ops)
+        if fusion.classes[i] != "opaque"
+        for r in op.results
+        if r not in written
+    )

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from aoizora.stage1.dag import build_dag
+from aoizora.stage1.memory import MEMORY_MARGIN
 from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
@@ -387,11 +388,16 @@ def rank_stage1(
     k: int,
     hbm_bytes: float,
     over_hbm: Iterable[tuple[str, str]] = (),
+    margin: float = MEMORY_MARGIN,
 ) -> Stage1Ranking:
     """Drop memory-infeasible candidates, keep the top-``k`` by Q1.
 
-    A candidate is infeasible when ``memory_bytes_per_chip > hbm_bytes``. Order
-    is ``(q1_s, candidate_id)`` so equal scores are broken deterministically.
+    A candidate is infeasible when its arguments alone exceed ``hbm_bytes`` (their size is
+    exact) or ``memory_bytes_per_chip > margin * hbm_bytes``: Stage
+    1's estimate may exceed what XLA allocates by up to :data:`MEMORY_MARGIN`
+    (:mod:`aoizora.stage1.memory`), so only a clear overflow is refused here; one nearer
+    the budget is compiled and its compiled memory decides. Order is ``(q1_s,
+    candidate_id)`` so equal scores are broken deterministically.
     ``over_hbm`` adds ``(candidate id, reason)`` of candidates proven over the
     budget without an estimate (:mod:`aoizora.stage1.sweep`) to
     ``dropped_infeasible``.
@@ -399,9 +405,11 @@ def rank_stage1(
     >>> def est(cid, q1, mem):
     ...     return Stage1Estimate(cid, q1, q1, 0.0, 0.0, (), mem, ())
     >>> ests = [est("b", 1.0, 10), est("a", 1.0, 10), est("c", 0.5, 99)]
-    >>> r = rank_stage1(ests, k=1, hbm_bytes=50)
-    >>> r.kept_ids, [e.candidate_id for e in r.dropped_weak], r.dropped_infeasible
-    (('a',), ['b'], (('c', 'needs 99 B per chip (99.0 B), over the 50 B HBM budget (50.0 B)'),))
+    >>> r = rank_stage1(ests, k=1, hbm_bytes=50, margin=1.5)
+    >>> r.kept_ids, [e.candidate_id for e in r.dropped_weak], r.dropped_infeasible[0][1][:60]
+    (('a',), ['b'], 'Stage 1 estimates 99 B per chip (99.0 B), over 1.5 x the 50 ')
+    >>> rank_stage1(ests, k=3, hbm_bytes=70, margin=1.5).kept_ids  # 99 <= 1.5 x 70: compiled
+    ('c', 'a', 'b')
     """
     if not isinstance(k, int) or k < 1:
         raise Stage1Error(f"k={k!r} must be a positive integer, e.g. k=3 (option --top-k)")
@@ -417,12 +425,22 @@ def rank_stage1(
     infeasible = list(proven)
     over = []
     for e in items:
-        if e.memory_bytes_per_chip > hbm_bytes:
-            need = e.memory_bytes_per_chip
+        need = e.memory_bytes_per_chip
+        if e.argument_bytes_per_chip > hbm_bytes:  # the arguments' bytes are exact
             reason = (
-                f"needs {need} B per chip ({human_bytes(need)}), over the {hbm_bytes:.0f} B HBM "
+                f"its arguments alone need {e.argument_bytes_per_chip} B per chip "
+                f"({human_bytes(e.argument_bytes_per_chip)}), over the {hbm_bytes:.0f} B HBM "
                 f"budget ({human_bytes(hbm_bytes)})"
             )
+        elif need > margin * hbm_bytes:
+            reason = (
+                f"Stage 1 estimates {need} B per chip ({human_bytes(need)}), over {margin:g} x "
+                f"the {hbm_bytes:.0f} B HBM budget ({human_bytes(hbm_bytes)}; {margin:g} is the "
+                "most Stage 1 has overestimated a compiled program by)"
+            )
+        else:
+            reason = ""
+        if reason:
             infeasible.append((e.candidate_id, reason))
             over.append(e)
         else:

@@ -243,7 +243,7 @@ def _split(
     skip_over_hbm: bool,
 ) -> tuple[list[tuple[str, str]], dict[str, Stage1Estimate], list[Candidate], dict[str, str]]:
     """``(over HBM, cached estimates, to score, estimate keys)`` of ``candidates``."""
-    hbm = slice_.chip.per_device().hbm_bytes
+    hbm = slice_.chip.per_device().memory_budget_bytes
     over: list[tuple[str, str]] = []
     found: dict[str, Stage1Estimate] = {}
     todo: list[Candidate] = []

@@ -22,6 +22,7 @@ from aoizora.stage1 import (
     estimate,
     rank_stage1,
 )
+from aoizora.stage1.memory import MEMORY_MARGIN
 from aoizora.stage1.prediction import Node
 from sim.topology import load_chip, load_slice
 
@@ -183,17 +184,23 @@ def test_rank_drops_infeasible_with_numbers_and_keeps_top_k() -> None:
         _est("d", 3.0, 10),
         _est("b", 1.0, 10),
         _est("a", 1.0, 10),
-        _est("big", 0.1, 20_000_000_000),
+        _est("big", 0.1, 30_000_000_000),
+        _est("near", 0.2, 20_000_000_000),  # over the budget, within Stage 1's margin
     ]
     r = rank_stage1(ests, k=2, hbm_bytes=16e9)
-    assert r.kept_ids == ("a", "b")  # equal Q1: by candidate id
-    assert [e.candidate_id for e in r.dropped_weak] == ["d"]
+    assert MEMORY_MARGIN * 16e9 > 20e9  # so "near" is compiled, and the compile decides
+    assert r.kept_ids == ("near", "a")  # equal Q1: by candidate id
+    assert [e.candidate_id for e in r.dropped_weak] == ["b", "d"]
     assert r.dropped_infeasible == (
         (
             "big",
-            "needs 20000000000 B per chip (20.00 GB), over the 16000000000 B HBM budget (16.00 GB)",
+            "Stage 1 estimates 30000000000 B per chip (30.00 GB), over 1.6 x the 16000000000 B "
+            "HBM budget (16.00 GB; 1.6 is the most Stage 1 has overestimated a compiled "
+            "program by)",
         ),
     )
+    ests = [e for e in ests if e.candidate_id != "near"]
+    r = rank_stage1(ests, k=2, hbm_bytes=16e9)
     # Input order does not matter.
     assert rank_stage1(list(reversed(ests)), k=2, hbm_bytes=16e9) == r
     assert rank_stage1(ests, k=10, hbm_bytes=16e9).kept_ids == ("a", "b", "d")

@@ -67,7 +67,7 @@ def test_over_hbm_skip_is_sound_and_keeps_the_ranking(setup: tuple) -> None:
     args = sorted({e.argument_bytes_per_chip for e in plain})
     assert len(args) > 2, "wan-tiny must give candidates with different argument bytes"
     hbm = float(args[len(args) // 2])  # about half the candidates' arguments exceed it
-    small = replace(sl, chip=replace(sl.chip, hbm_bytes=hbm))
+    small = replace(sl, chip=replace(sl.chip, hbm_bytes=hbm, usable_hbm_bytes=hbm))
     sweep = score_candidates(wl, legal, small, lower=lower)
     skipped = {c for c, _ in sweep.over_hbm}
     assert skipped == {e.candidate_id for e in plain if e.argument_bytes_per_chip > hbm}
