@@ -41,6 +41,8 @@ from aoizora.studies.validation import (
     read_measurements,
     validate,
 )
+from aoizora.studies.validation.memory import validate_memory
+from aoizora.studies.validation.step import predict_step_memory
 from sim.errors import SimError
 
 __all__ = ["register", "run", "format_report"]
@@ -90,6 +92,14 @@ def register(subparsers: Any) -> None:
         metavar="X",
         help="fail when fewer than X of a step group's decisive pairs (measurements apart by "
         "more than their spreads) are predicted in the measured order; 1 demands all",
+    )
+    p.add_argument(
+        "--max-memory-mape",
+        type=float,
+        default=None,
+        metavar="X",
+        help="fail when the memory MAPE (step rows with peak_hbm_bytes, predicted by the "
+        "compiled program's memory analysis) exceeds X percent",
     )
     add_cache_argument(p)  # step rows share the planner's compile results
     add_compute_arguments(p, kernel=False)  # rows name their kernel
@@ -164,10 +174,19 @@ def run(args: argparse.Namespace) -> int:
         min_step_order=args.min_step_order,
     )
     failures = gate(report, thresholds)
+    memory = validate_memory(
+        rows, predict=lambda r: predict_step_memory(r, cache_dir=args.cache_dir)
+    )
+    memory_failed = (
+        args.max_memory_mape is not None
+        and memory.mape_percent is not None
+        and memory.mape_percent > args.max_memory_mape
+    )
     if args.json:
         out = report.to_json_dict()
+        out["memory"] = memory.to_json_dict()
         out["thresholds"] = dataclasses.asdict(thresholds)
-        out["failures"] = [
+        out["failures"] = rows_failed = [
             {
                 "workload": f.workload,
                 "slice": f.slice_label,
@@ -177,8 +196,16 @@ def run(args: argparse.Namespace) -> int:
             }
             for f in failures
         ]
-        out["passed"] = not failures
+        if memory_failed:
+            rows_failed.append({"workload": "all step rows", "slice": "",
+                                    "metric": "memory_mape_percent",
+                                    "value": memory.mape_percent,
+                                    "limit": args.max_memory_mape})  # fmt: skip
+        out["passed"] = not failures and not memory_failed
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=False) + "\n")
     else:
-        sys.stdout.write(format_report(report, failures) + "\n")
-    return 1 if failures else 0
+        text = "\n".join([format_report(report, failures), *memory.lines()])
+        if memory_failed:
+            text += f"\nmemory gate FAILED: MAPE above --max-memory-mape {args.max_memory_mape}"
+        sys.stdout.write(text + "\n")
+    return 1 if failures or memory_failed else 0

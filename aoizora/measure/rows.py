@@ -132,4 +132,5 @@ def measured_row(
         collective=collective,
         step=step,
         software_date=env.date,
+        peak_hbm_bytes=timing.peak_hbm_bytes if step is not None else None,
     )

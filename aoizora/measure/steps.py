@@ -14,6 +14,7 @@ a step does not depend on the weights' values) and times it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import time
@@ -30,6 +31,7 @@ from aoizora.compile import jit_step
 from aoizora.errors import MeasureError
 from aoizora.measure.capture import capture_profile
 from aoizora.measure.devices import plan_mesh
+from aoizora.measure.memory import held_bytes
 from aoizora.measure.timing import Clock, Timing, time_calls
 from aoizora.plan import Plan
 from aoizora.workloads.base import Workload
@@ -196,6 +198,10 @@ def time_step(
     if say is not None:
         say(f"compiled and placed inputs in {time.perf_counter() - t0:.1f} s")
     timing = time_calls(lambda: compiled(*args), warmup=warmup, repeats=repeats, clock=clock)
+    out = compiled(*args)  # one more call, its outputs alive: what the step holds at most
+    jax.block_until_ready(out)
+    timing = dataclasses.replace(timing, peak_hbm_bytes=held_bytes(list(mesh.devices.flat)))
+    del out
     if profile is not None:
         # the text of the program that ran: a profile names its ops by this module's names
         profile.hlo.parent.mkdir(parents=True, exist_ok=True)

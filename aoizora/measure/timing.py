@@ -49,6 +49,9 @@ class Timing:
     samples_s: tuple[float, ...]
     warmup: int
     calls_per_sample: int = 1
+    # The most device memory one call held on the busiest device, where the runtime says
+    # (aoizora.measure.memory.held_bytes); None on backends that do not (CPU).
+    peak_hbm_bytes: int | None = None
 
     @property
     def mean_s(self) -> float:

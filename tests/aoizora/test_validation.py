@@ -422,7 +422,7 @@ def test_the_compile_seed_serves_the_step_gate_without_a_compile(
     the model's code changes, this fails: refresh the seed, tests/aoizora/compile_seed.py)."""
     import jax
 
-    from aoizora.studies.validation.step import _compiled_graph, predict_step
+    from aoizora.studies.validation.step import _compiled, predict_step
     from tests.aoizora.compile_seed import seed_compiles
 
     seed_compiles(tmp_path)
@@ -433,10 +433,10 @@ def test_the_compile_seed_serves_the_step_gate_without_a_compile(
         raise AssertionError("a step row compiled: the compile seed is stale")
 
     monkeypatch.setattr(jax.stages.Lowered, "compile", refuse)
-    _compiled_graph.cache_clear()  # graphs memoised by the gate test in this process
+    _compiled.cache_clear()  # graphs memoised by the gate test in this process
     _, rows = _ci_subset(tmp_path)
     try:
         times = [predict_step(r, cache_dir=str(tmp_path)) for r in rows if r.kind == "step"]
     finally:
-        _compiled_graph.cache_clear()
+        _compiled.cache_clear()
     assert len(times) == 3 and all(t > 0 for t in times) and not compiles

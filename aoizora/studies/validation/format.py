@@ -109,6 +109,7 @@ COLUMNS: tuple[str, ...] = (
     "measured_s",
     "spread_s",
     "spread_kind",
+    "peak_hbm_bytes",
     "hardware",
     "software",
     "software_date",
@@ -160,6 +161,9 @@ class Measurement:
     line: int = field(default=0, compare=False)
     software_date: str = ""
     status: str = ""
+    # The most device memory the step held at once, on the busiest device (aoizora
+    # measure: the runtime's bytes in use plus the program's reserved temporaries).
+    peak_hbm_bytes: int | None = None
 
     @property
     def gated(self) -> bool:
@@ -428,7 +432,20 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
         line=line,
         software_date=date,
         status=status,
+        peak_hbm_bytes=_peak(cell["peak_hbm_bytes"], kind=kind, name=name, line=line),
     )
+
+
+def _peak(text: str, *, kind: str, name: str, line: int) -> int | None:
+    """``peak_hbm_bytes``: empty, or a whole number of bytes > 0 on a step row."""
+    if not text:
+        return None
+    if kind != "step" or not text.isdigit() or int(text) <= 0:
+        raise _err(
+            name, line, f"peak_hbm_bytes={text!r} must be a whole number of bytes > 0 on a "
+            "step row (empty: not measured), e.g. 3264000000",
+        )  # fmt: skip
+    return int(text)
 
 
 def _date_and_status(cell: Mapping[str, str], *, name: str, line: int) -> tuple[str, str]:
@@ -540,6 +557,7 @@ def format_measurements(rows: Iterable[Measurement]) -> str:
             "measured_s": _fmt_float(r.measured_s),
             "spread_s": "" if r.spread_s is None else _fmt_float(r.spread_s),
             "spread_kind": r.spread_kind,
+            "peak_hbm_bytes": "" if r.peak_hbm_bytes is None else str(r.peak_hbm_bytes),
             "hardware": r.hardware,
             "software": r.software,
             "software_date": r.software_date,

@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_ATTENTION",
     "canonical_mesh",
     "predict_step",
+    "predict_step_memory",
     "row_chip_slice",
     "step_clip",
     "step_graph",
@@ -107,7 +108,7 @@ def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 @functools.lru_cache(maxsize=_GRAPH_CACHE_SIZE)
-def _compiled_graph(
+def _compiled(
     model: str,
     clip: str,
     slice_: Slice,
@@ -115,8 +116,9 @@ def _compiled_graph(
     rules_id: str,
     attention: str,
     cache_dir: str | None,
-) -> CollectiveGraph:
-    """Compile one candidate for ``slice_`` (default device order) and parse its graph."""
+) -> tuple[CollectiveGraph, int | None]:
+    """One candidate compiled for ``slice_``: its graph and its per-device memory
+    (``MemoryUsage.total_bytes`` of the compiled program; None if unreported)."""
     if model not in WAN_CONFIGS:
         raise ValidationError(
             f"model={model!r} is not a Wan config; use one of {sorted(WAN_CONFIGS)}, "
@@ -140,7 +142,25 @@ def _compiled_graph(
             f"{candidate.id} was compiled for the CPU, not {slice_.name}: "
             f"{'; '.join(result.warnings)}"
         )
-    return graph_from_text(result.hlo_text)
+    memory = None if result.memory is None else int(result.memory.total_bytes)
+    return graph_from_text(result.hlo_text), memory
+
+
+def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
+    step = _step_of(row)
+    shape, _ = canonical_mesh(step)
+    attention = step.attention or DEFAULT_ATTENTION
+    return (step.model, step.clip, row_slice(row), shape, step.rules_id, attention, cache_dir)
+
+
+def predict_step_memory(row: Measurement, *, cache_dir: str | None = None) -> int | None:
+    """The per-device HBM of ``row``'s compiled step (its memory analysis: arguments +
+    outputs + temporaries + code - aliased), the figure a plan records; None when the
+    compiler reports none. Shares :func:`predict_step`'s compile."""
+    try:
+        return _compiled(*_row_key(row, cache_dir))[1]
+    except AoizoraError as exc:
+        raise ValidationError(f"row {row.row_id!r} (line {row.line}): {exc}") from exc
 
 
 def step_graph(row: Measurement, *, cache_dir: str | None = None) -> CollectiveGraph:
@@ -149,17 +169,7 @@ def step_graph(row: Measurement, *, cache_dir: str | None = None) -> CollectiveG
     ``cache_dir`` is the planner's cache directory; compile results live in its
     ``compiled/`` folder, shared with ``aoizora plan``.
     """
-    step = _step_of(row)
-    shape, _ = canonical_mesh(step)
-    return _compiled_graph(
-        step.model,
-        step.clip,
-        row_slice(row),
-        shape,
-        step.rules_id,
-        step.attention or DEFAULT_ATTENTION,
-        cache_dir,
-    )
+    return _compiled(*_row_key(row, cache_dir))[0]
 
 
 def row_chip_slice(row: Measurement, *, compute: ComputeParams | None = None) -> Slice:
