@@ -86,8 +86,12 @@ class PlanMemory:
         return cls(int(total_bytes), int(budget_bytes), "compiled")
 
     def line(self) -> str:
-        """``8.00 GB of 16.91 GB per device (47 %, stage1)``: the report's memory cell."""
+        """``7.45 GiB of 15.75 GiB per device (47 %, stage1)``: the reports' memory text.
+
+        >>> PlanMemory(8_000_000_000, 16_909_336_064, "stage1").line()
+        '7.45 GiB of 15.75 GiB per device (47 %, stage1)'
+        """
         return (
-            f"{self.hbm_bytes_per_chip / 1e9:.2f} GB of {self.budget_bytes / 1e9:.2f} GB per "
-            f"device ({100 * self.fraction:.0f} %, {self.source})"
+            f"{self.hbm_bytes_per_chip / 2**30:.2f} GiB of {self.budget_bytes / 2**30:.2f} GiB "
+            f"per device ({100 * self.fraction:.0f} %, {self.source})"
         )

@@ -125,7 +125,7 @@ def _hbm_cell(outcome: PlanOutcome, candidate_id: str) -> str:
     memory = None if scored is None else outcome.memory(scored.compile)
     if memory is None:
         return "n/a"
-    return f"{memory.hbm_bytes_per_chip / 1e9:.2f} GB ({100 * memory.fraction:.0f} %)"
+    return f"{memory.hbm_bytes_per_chip / 2**30:.2f} GiB ({100 * memory.fraction:.0f} %)"
 
 
 def _winner_table(outcome: PlanOutcome) -> list[str]:
@@ -141,7 +141,7 @@ def _winner_table(outcome: PlanOutcome) -> list[str]:
                      _hbm_cell(outcome, b.candidate_id)))  # fmt: skip
     budget = outcome.slice_.chip.per_device().memory_budget_bytes
     head = ("", "sharding", "placement", "simulated step", "winner speedup",
-            f"HBM per device (of {budget / 1e9:.2f} GB)")  # fmt: skip
+            f"HBM per device (of {budget / 2**30:.2f} GiB)")  # fmt: skip
     lines = _table(head, rows)
     lines.append("")
     lines.append(
