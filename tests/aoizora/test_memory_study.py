@@ -1,4 +1,4 @@
-"""The v5e memory study (validation/v5e/memory.json) against itself and against Stage 1.
+"""The v5e memory study (validation/v5e/memory/study.json) against itself and against Stage 1.
 
 The study measured 15 programs on a TPU v5e chip two ways: the runtime's statistics
 (``bytes_in_use + bytes_reserved`` with the outputs alive, what ``aoizora measure``
@@ -10,6 +10,7 @@ Stage 1 must never refuse one of these programs that ran, on the chip's own budg
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,11 +23,12 @@ from aoizora.request.clip_plan import vae_for
 from aoizora.stage1.memory import MEMORY_MARGIN
 from aoizora.stage1.q1 import rank_stage1
 from aoizora.stage1.sweep import score_candidates
+from aoizora.studies.validation import read_measurements
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.wan import wan_workload
 from sim.topology import load_slice
 
-STUDY = Path(__file__).resolve().parents[2] / "validation" / "v5e" / "memory.json"
+STUDY = Path(__file__).resolve().parents[2] / "validation" / "v5e" / "memory" / "study.json"
 RECORDS = json.loads(STUDY.read_text(encoding="utf-8"))["records"]
 RAN = [r for r in RECORDS if r["what"] != "device" and "error" not in r]
 
@@ -89,3 +91,24 @@ def test_stage1_keeps_what_ran_on_the_chip(kind: str, model: str, clip: str) -> 
     assert ranking.kept_ids == (cand.id,)  # it ran, so Stage 1 must not refuse it
     # and the estimate is within the margin the refusal allows, both ways
     assert held / MEMORY_MARGIN <= est.memory_bytes_per_chip <= held * MEMORY_MARGIN
+
+
+def test_aoizora_measure_records_what_the_study_measured() -> None:
+    """``aoizora measure`` on the chip (the same day, plans kept beside the rows) wrote the
+    study's figure byte for byte: the tool reads what the study read."""
+    rows = read_measurements(STUDY.parent / "measure-rows-1.csv")
+    held = {
+        (r["model"], "x".join(reversed(r["clip"].split("x")))): r["stats_run1"]["bytes_in_use"]
+        + r["stats_run1"]["bytes_reserved"]
+        for r in RAN
+        if r["what"] == "step"
+    }
+    assert len(rows) == 3
+    for row in rows:
+        assert row.step is not None and row.peak_hbm_bytes is not None
+        assert row.peak_hbm_bytes == held[(row.step.model, row.step.clip)], row.row_id
+        plan = STUDY.parent / f"plan-{row.row_id.split('-')[1]}.json"
+        assert any(  # each row names its plan by sha256, and the plan is kept
+            hashlib.sha256(p.read_bytes()).hexdigest().startswith(row.row_id.split("-")[1])
+            for p in STUDY.parent.glob("plan-*.json")
+        ), plan

@@ -37,7 +37,7 @@ from sim.topology import load_slice
 
 SHIPPED = Path(__file__).resolve().parents[2] / "validation" / "measurements.csv"
 V5E_PROFILES = SHIPPED.parent / "v5e" / "profiles"
-MEMORY_STUDY = SHIPPED.parent / "v5e" / "memory.json"
+MEMORY_STUDY = SHIPPED.parent / "v5e" / "memory" / "study.json"
 # The thresholds validation/README.md documents for the shipped set.
 GATE_ARGS = ["--min-spearman", "0.9", "--min-top1", "1", "--max-mape", "35"]
 
@@ -231,7 +231,7 @@ def test_shipped_set_parses_and_cites_a_public_source_per_row() -> None:
         # it timed (by sha256), kept in the repository (validation/README.md, section 6);
         # a row of the memory study names the study, which holds its record (section 7).
         if r.row_id.startswith("mem-"):
-            assert r.source.startswith("validation/v5e/memory_study.py"), r.row_id
+            assert r.source.startswith("validation/v5e/memory/study.py"), r.row_id
             assert r.step is not None and (r.step.model, r.step.clip) in studied, r.row_id
             assert r.peak_hbm_bytes is not None, r.row_id
             continue

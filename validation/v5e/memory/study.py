@@ -4,10 +4,10 @@ For each program (a Wan step or a VAE decode on one chip, its first legal shardi
 ``memory_stats()`` at each stage, ``compiled.memory_analysis()``, three timed calls, and
 the largest ballast (zeros held on the device beside the program, 64 MiB steps) with which
 the program still runs -- what it needs is the limit less that ballast. It wrote
-``validation/v5e/memory.json`` (validation/README.md, section 7). Run on a TPU VM from a
+``validation/v5e/memory/study.json`` (validation/README.md, section 7). Run on a TPU VM from a
 checkout, one line of JSON per program into ``$OUT/mem.jsonl``::
 
-    OUT=/tmp/out PYTHONPATH=$PWD python3 validation/v5e/memory_study.py \
+    OUT=/tmp/out PYTHONPATH=$PWD python3 validation/v5e/memory/study.py \
         vae:wan2.1-1.3b:832x480x21 step:wan2.2-ti2v-5b:1280x704x61 step:wan2.1-1.3b:832x480x21:1
 
 (``kind:model:WxHxF[:vae_decode_chunk]``; ``BACKEND=cpu`` runs it on the host, without
