@@ -26,7 +26,6 @@ from aoizora.planner import (
     LOGICAL_SEARCH,
     CandidateScores,
     PlanOutcome,
-    _exhaustive_check,
     _stage1_picks,
     run_plan,
 )
@@ -34,6 +33,7 @@ from aoizora.replay import network_footprint, replay
 from aoizora.report.directory import busiest_region, write_report_dir
 from aoizora.report.summary import outcome_summary, render_report
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
+from aoizora.stage1.recall import exhaustive_check
 from aoizora.tpu import topology_devices
 from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_workload
 from sim.topology import load_slice
@@ -260,16 +260,16 @@ def test_exhaustive_check_recall_and_spearman(cold: PlanOutcome) -> None:
     by_q2 = sorted(scored, key=lambda c: (c.best.q2_s, c.candidate.id))
     ids = [c.candidate.id for c in by_q2]
     agree = rank_stage1([_estimate(c, i) for i, c in enumerate(ids)], k=2, hbm_bytes=10)
-    check = _exhaustive_check(agree, scored)
+    check = exhaustive_check(agree, scored)
     assert check.winner == ids[0] and check.winner_q1_rank == 1
     assert check.top1_hit and check.kept_hit
     assert check.num_compared == len(ids)
     reverse = rank_stage1([_estimate(c, -i) for i, c in enumerate(ids)], k=1, hbm_bytes=10)
-    miss = _exhaustive_check(reverse, scored)
+    miss = exhaustive_check(reverse, scored)
     assert not miss.top1_hit and not miss.kept_hit
     assert miss.winner_q1_rank == len(ids)
     # kept_hit asks about what Stage 1 handed over, not only its top-K.
-    assert _exhaustive_check(reverse, scored, picks=(ids[-1], ids[0])).kept_hit
+    assert exhaustive_check(reverse, scored, picks=(ids[-1], ids[0])).kept_hit
     distinct_q2 = len({c.best.q2_s for c in scored}) == len(scored)
     if distinct_q2:
         assert check.spearman_q1_q2 == pytest.approx(1.0)
@@ -279,12 +279,23 @@ def test_exhaustive_check_recall_and_spearman(cold: PlanOutcome) -> None:
 def test_json_summary_lists_every_candidate(cold: PlanOutcome) -> None:
     """``aoizora plan --json``'s ``candidates`` and ``exhaustive`` (names scripts read),
     checked against the outcome they summarise."""
-    check = _exhaustive_check(cold.stage1, cold.scored, picks=cold.stage1_picks)
+    check = exhaustive_check(cold.stage1, cold.scored, picks=cold.stage1_picks)
     summary = json.loads(json.dumps(outcome_summary(replace(cold, exhaustive=check))))
     rows = summary["candidates"]
     assert [r["id"] for r in rows] == list(cold.legal_ids)
     assert all(
-        set(r) == {"id", "q1_s", "stage1_kept", "compiled", "best_q2_s", "placements"} for r in rows
+        set(r) - {"memory"}
+        == {
+            "id",
+            "q1_s",
+            "stage1_kept",
+            "compiled",
+            "best_q2_s",
+            "placements",
+            "memory_bytes_per_chip",
+        }
+        and ("memory" in r) == r["compiled"]
+        for r in rows
     )
     kept = [r["id"] for r in rows if r["stage1_kept"]]
     assert sorted(kept) == sorted(cold.stage1_picks) and len(kept) >= 1

@@ -28,7 +28,7 @@ def test_generations_have_data_with_a_source_beside_every_number() -> None:
             data = tomllib.load(fh)
         numeric = [k for k, v in data.items() if isinstance(v, dict) and "value" in v]
         # devices_per_chip is optional (one device per chip when absent).
-        assert len(numeric) == 9 + ("devices_per_chip" in data), gen
+        assert len(numeric) == 9 + ("devices_per_chip" in data) + ("usable_hbm_bytes" in data), gen
         for key in numeric:
             assert data[key]["source"].strip(), (gen, key)
         assert data["wrap_rule"]["source"].strip()

@@ -66,7 +66,7 @@ def test_tiny_wan_on_2x2_recipe_baseline() -> None:
     # Splash for self- and cross-attention (one scan body), K/V gathered over context.
     assert _count(r'custom_call_target="tpu_custom_call"', res.hlo_text) == 2
     assert _count(r"all-gather(-start)?\(", res.hlo_text) > 0
-    assert res.feasible is True and res.hbm_bytes == int(load_chip("v5e").hbm_bytes)
+    assert res.feasible is True and res.hbm_bytes == int(load_chip("v5e").memory_budget_bytes)
     assert res.memory is not None and 0 < res.memory.total_bytes < 1e9
     assert res.compile_s > 0
     # The analytic per-chip argument bytes agree with the compiler's (TPU tiles pad a little).
@@ -170,7 +170,7 @@ def test_14b_memory_feasibility_flips() -> None:
     the compiler's own argument bytes.
     """
     wl = wan_workload("wan2.1-14b", TINY_CLIP)
-    hbm = int(load_chip("v5e").hbm_bytes)
+    hbm = int(load_chip("v5e").memory_budget_bytes)
     assert hbm is not None
     one = make_candidate(wl, (1, 1, 1, 1), "maxdiffusion", "gather_kv")
     res = compile_candidate(wl, one, load_slice("v5e:1x1"))
