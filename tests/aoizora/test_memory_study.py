@@ -10,6 +10,7 @@ Stage 1 must never refuse one of these programs that ran, on the chip's own budg
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from aoizora.candidates.space import enumerate_candidates
+from aoizora.cli import main
 from aoizora.compile import lower_to_read
 from aoizora.measure.memory import held_bytes
 from aoizora.request.clip_plan import vae_for
@@ -24,6 +26,7 @@ from aoizora.stage1.memory import MEMORY_MARGIN
 from aoizora.stage1.q1 import rank_stage1
 from aoizora.stage1.sweep import score_candidates
 from aoizora.studies.validation import read_measurements
+from aoizora.studies.validation.format import format_measurements
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.wan import wan_workload
 from sim.topology import load_slice
@@ -132,3 +135,27 @@ def test_every_shipped_peak_is_backed_by_a_measurement() -> None:
         assert r.step is not None and r.slice_name == "v5e:1x1", r.row_id
         key = (r.step.model, r.step.clip)
         assert r.peak_hbm_bytes in (HELD.get(key), by_tool.get(key)), r.row_id
+
+
+@pytest.mark.slow
+@pytest.mark.pinned_libtpu
+def test_validate_holds_a_measured_peak_to_the_compiled_analysis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], plan_cache_dir: Path
+) -> None:
+    """``aoizora validate`` on the cheapest shipped row with a peak (one compile): within
+    5 % (the pinned libtpu's analysis of 1.3B 480x272x33 is 3.065 GB; the chip held 3.064
+    GB); the same row with its peak 20 % lower fails --max-memory-mape 5."""
+    (row,) = [r for r in read_measurements(STUDY.parents[2] / "measurements.csv")
+              if r.row_id == "mem-v5e1x1-wan21-13b-33x272x480"]  # fmt: skip
+    path = tmp_path / "row.csv"
+    cached = ["--cache-dir", str(plan_cache_dir)]
+    path.write_text(format_measurements([row]), encoding="utf-8")
+    assert main(["validate", str(path), "--max-memory-mape", "5", "--json", *cached]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert memory["rows"][0]["peak_hbm_bytes"] == row.peak_hbm_bytes
+    assert abs(memory["mape_percent"]) < 1.0
+    assert row.peak_hbm_bytes is not None
+    low = dataclasses.replace(row, peak_hbm_bytes=int(row.peak_hbm_bytes * 0.8))
+    path.write_text(format_measurements([low]), encoding="utf-8")
+    assert main(["validate", str(path), "--max-memory-mape", "5", *cached]) == 1
+    assert "memory gate FAILED" in capsys.readouterr().out
