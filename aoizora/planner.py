@@ -280,7 +280,9 @@ def _run_stage1(
         )
     hbm = slice_.chip.per_device().memory_budget_bytes
     ranking = rank_stage1(sweep.estimates, k=top_k, hbm_bytes=hbm, over_hbm=sweep.over_hbm)
-    say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1)")
+    near = sum(e.memory_bytes_per_chip > hbm for e in ranking.kept)
+    extra = f", {near} of them near the HBM budget: the compile decides" if near else ""
+    say(f"stage 1 kept {list(ranking.kept_ids)} (top-{top_k} by Q1{extra})")
     if not ranking.kept:
         raise PlanError(
             f"every candidate of {workload.name} is over the {slice_.chip.generation} HBM "

@@ -34,6 +34,7 @@ simulated, placement-aware latency.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -445,15 +446,42 @@ def rank_stage1(
             over.append(e)
         else:
             feasible.append(e)
-    feasible.sort(key=lambda e: (e.q1_s, e.candidate_id))
+    kept = _top_k(feasible, k, hbm_bytes)
+    weak = sorted((e for e in feasible if e not in kept), key=lambda e: (e.q1_s, e.candidate_id))
     return Stage1Ranking(
-        kept=tuple(feasible[:k]),
-        dropped_weak=tuple(feasible[k:]),
+        kept=kept,
+        dropped_weak=tuple(weak),
         dropped_infeasible=tuple(sorted(infeasible)),
         k=k,
         hbm_bytes=float(hbm_bytes),
         infeasible=tuple(sorted(over, key=lambda e: e.candidate_id)),
     )
+
+
+def _top_k(
+    feasible: Sequence[Stage1Estimate], k: int, hbm_bytes: float
+) -> tuple[Stage1Estimate, ...]:
+    """The top ``k`` by Q1 of the candidates Stage 1 finds within the budget, plus every
+    candidate over the budget but within the margin that would rank among them: those
+    are compiled too, and their compile decides, without taking a place from a candidate
+    that fits (where none fits by Stage 1, the top ``k`` of the others).
+
+    >>> def est(cid, q1, mem):
+    ...     return Stage1Estimate(cid, q1, q1, 0.0, 0.0, (), mem, ())
+    >>> ests = [est("a", 1.0, 10), est("b", 2.0, 10), est("c", 3.0, 10), est("near", 1.5, 60)]
+    >>> [e.candidate_id for e in _top_k(ests, 2, 50)]  # near ranks 2nd: compiled as well
+    ['a', 'near', 'b']
+    """
+    order = sorted(feasible, key=lambda e: (e.q1_s, e.candidate_id))
+    within = [e for e in order if e.memory_bytes_per_chip <= hbm_bytes][:k]
+    if not within:
+        return tuple(order[:k])
+    last = (within[-1].q1_s, within[-1].candidate_id)
+    if len(within) < k:
+        last = (math.inf, "")
+    near = [e for e in order if e.memory_bytes_per_chip > hbm_bytes
+            and (e.q1_s, e.candidate_id) < last]  # fmt: skip
+    return tuple(sorted([*within, *near], key=lambda e: (e.q1_s, e.candidate_id)))
 
 
 def human_bytes(nbytes: float) -> str:

@@ -189,8 +189,9 @@ def test_rank_drops_infeasible_with_numbers_and_keeps_top_k() -> None:
     ]
     r = rank_stage1(ests, k=2, hbm_bytes=16e9)
     assert MEMORY_MARGIN * 16e9 > 20e9  # so "near" is compiled, and the compile decides
-    assert r.kept_ids == ("near", "a")  # equal Q1: by candidate id
-    assert [e.candidate_id for e in r.dropped_weak] == ["b", "d"]
+    # near ranks first by Q1: compiled beside the top 2 that fit, taking no place of theirs
+    assert r.kept_ids == ("near", "a", "b")  # equal Q1: by candidate id
+    assert [e.candidate_id for e in r.dropped_weak] == ["d"]
     assert r.dropped_infeasible == (
         (
             "big",
