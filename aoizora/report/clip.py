@@ -41,7 +41,8 @@ def _vae_lines(cp: ClipPlan) -> tuple[str, list[str]]:
     )
     lines = [f"{head}; baselines by Stage 1's Q1: {base or 'none'}"]
     if vae.memory is not None:
-        lines.append(f"VAE decode memory: {vae.memory.line()}")
+        chunk = vae.workload.info.get("chunk", 1)
+        lines.append(f"VAE decode memory (vae_decode_chunk {chunk}): {vae.memory.line()}")
     lines += [f"VAE warning: {w}" for w in vae.warnings]
     return how, lines
 
