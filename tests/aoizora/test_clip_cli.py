@@ -140,3 +140,45 @@ def test_serve_bad_input_is_one_line_exit_2_before_any_work(
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("aoizora serve: error:")]
     assert len(lines) == 1 and needle in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "[compile" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_vae_that_fits_nowhere_keeps_the_step_and_says_what_would_fit(
+    plan_cache_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The decoder over every budget of the slice: the plan holds the step alone, exit 0,
+    one warning line naming the smallest slice on which the VAE fits by Stage 1; the plan
+    and every compiled configuration carry their per-device memory."""
+    import dataclasses
+
+    import aoizora.request.vae_rank as vae_rank
+    from sim.topology import Slice
+
+    real_rank = vae_rank._rank
+
+    def tight(workload: object, slice_: Slice, caches: object, say: object) -> object:
+        chip = dataclasses.replace(slice_.chip, hbm_bytes=1e3, usable_hbm_bytes=1e3)
+        return real_rank(workload, slice_.with_chip(chip), caches, say)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(vae_rank, "_rank", tight)
+    out = tmp_path / "plan.json"
+    cache = ["--cache-dir", str(plan_cache_dir), "--top-k", "2"]
+    code, text, err = _run(capsys, "plan", *CLIP, "--slice", "v5e:2x2", *cache, "--json",
+                           "--out", str(out))  # fmt: skip
+    assert code == 0, err[-2000:]
+    warning = [ln for ln in err.splitlines() if "the clip is left out" in ln]
+    assert len(warning) == 1, err[-3000:]
+    assert "no sharding of vae-tiny@64x64x9 fits on v5e:2x2" in warning[0]
+    assert "it fits on v5e:2x4 by Stage 1" in warning[0]  # the next bigger slice, real budget
+    s = json.loads(text)
+    assert "clip_s" not in s and "vae" not in s  # the step's plan, as --no-clip
+    plan = load_plan(out)
+    assert plan.vae is None and plan.latency is None
+    budget = int(plan.slice.chip.per_device().memory_budget_bytes)
+    assert plan.memory is not None and plan.memory.source == "compiled"
+    assert plan.memory.budget_bytes == budget == s["winner"]["memory"]["budget_bytes"]
+    assert 0 < plan.memory.hbm_bytes_per_chip == s["winner"]["memory"]["hbm_bytes_per_chip"]
+    assert all(a.memory is not None and a.memory.fits for a in plan.alternatives)
+    compiled = [c for c in s["candidates"] if c["compiled"]]
+    assert compiled and all(c["memory"]["source"] == "compiled" for c in compiled)
