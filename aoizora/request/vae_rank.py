@@ -41,6 +41,7 @@ from aoizora.plan.alternatives import PlanAlternative
 from aoizora.plan.memory import PlanMemory
 from aoizora.planner import CandidateScores, SearchLimits, stage2
 from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, SearchBudget
+from aoizora.stage1.memory import MEMORY_UNDERESTIMATE
 from aoizora.stage1.q1 import Stage1Estimate, Stage1Ranking, rank_stage1
 from aoizora.stage1.sweep import Stage1Sweep, score_candidates
 from aoizora.tpu import check_slice, default_device_order
@@ -310,7 +311,9 @@ def rank_vae(
     search_budget: SearchBudget | None = DEFAULT_SEARCH_BUDGET,
 ) -> VaePlan:
     """The decoder's sharding on ``slice_`` by Stage 1 (module docstring); ``compile``
-    compiles that one sharding and reports its simulated decode. ``workers``, ``ray`` and
+    compiles that one sharding and reports its simulated decode, as happens anyway when
+    Stage 1 puts its memory above :data:`MEMORY_UNDERESTIMATE` of the budget (it may not fit:
+    the compiled analysis decides). ``workers``, ``ray`` and
     the search limits apply to that compile and its placement search only. Raises
     :class:`PlanError` when no sharding of the decoder fits."""
     say = progress or (lambda _: None)
@@ -329,6 +332,10 @@ def rank_vae(
     memory = PlanMemory(best.memory_bytes_per_chip, int(hbm), "stage1")
     warnings: tuple[str, ...] = ()
     compiled: tuple[str, ...] = ()
+    if not compile and best.memory_bytes_per_chip > MEMORY_UNDERESTIMATE * hbm:
+        say(f"the VAE's choice needs {memory.line()} by Stage 1, which may be as little as "
+            f"{MEMORY_UNDERESTIMATE:g} of what it allocates: compiling it to decide")  # fmt: skip
+        compile = True
     if compile:
         t1 = time.perf_counter()
         how = _Compile(workers, ray, max_placements,

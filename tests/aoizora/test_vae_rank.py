@@ -86,3 +86,33 @@ def test_no_vae_candidate_is_compiled_unless_asked_and_then_only_the_choice(
     assert again.source == "simulated" and again.decode_s != again.winner.q1_s
     simulated = again.plan()
     assert simulated.predicted.source == "simulated" and simulated.predicted.baselines_s == ()
+
+
+@pytest.mark.slow
+def test_a_vae_near_the_budget_by_stage1_is_compiled_to_decide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stage 1 has put a VAE's memory as low as 0.714 of the compiled figure: a choice above
+    MEMORY_UNDERESTIMATE of the budget is compiled (one compile, the choice), and the plan's
+    memory is the compiled analysis; far below the budget nothing is compiled."""
+    import dataclasses
+
+    from aoizora.stage1.memory import MEMORY_UNDERESTIMATE
+
+    vae, s = _tiny_vae(), load_slice(SLICE)
+    counted = _Counted(monkeypatch)
+    far = rank_vae(vae, s, cache_dir=str(tmp_path))
+    assert far.memory is not None and far.memory.source == "stage1" and counted.xla == 0
+    need = far.memory.hbm_bytes_per_chip
+    assert need < MEMORY_UNDERESTIMATE * far.memory.budget_bytes  # a v5e chip: far away
+    budget = need / ((MEMORY_UNDERESTIMATE + 1) / 2)  # Stage 1: 85 % of it
+    chip = dataclasses.replace(s.chip, hbm_bytes=budget, usable_hbm_bytes=budget)
+    near = rank_vae(vae, s.with_chip(chip), cache_dir=str(tmp_path), workers=1)
+    assert counted.xla == 1 and set(counted.handed) == {near.winner.candidate.id}
+    assert near.compiled_ids == (near.winner.candidate.id,)
+    # The compile says it does not fit (vae-tiny's generated code alone is ~20 MB, more
+    # than this 1.3 MB budget): the plan keeps Stage 1's figures and says why.
+    (why,) = near.warnings
+    assert "did not compile to a feasible program" in why and "does not fit" in why
+    assert near.source == "stage1" and near.memory is not None
+    assert near.memory.budget_bytes == int(budget)
