@@ -203,10 +203,11 @@ def held_bytes(devices: Sequence[Any]) -> int | None:
     program's temporaries, which TPU runtimes reserve apart and ``bytes_in_use`` and
     ``peak_bytes_in_use`` do not count). None where the runtime keeps no statistics (CPU).
 
-    Measured on a TPU v5 lite chip (validation/v5e/memory/study.json): for 9 programs this sum
-    is within 64 MiB of the largest ballast with which each still ran (the limit less
-    the ballast and the other live bytes), e.g. a Wan 2.1 VAE decode 0.43 GiB in use +
-    5.82 GiB reserved, while ``peak_bytes_in_use`` saw 0.46 GiB and XLA's analysis says
+    Measured on a TPU v5 lite chip (validation/v5e/memory/study.json): on all 15 programs
+    that ran, this sum lies between the limit less the largest ballast (zeros held beside
+    the program) with which it still ran and the limit less the smallest with which it
+    failed, a 64 MiB window; e.g. a Wan 2.1 VAE decode: 0.46 GiB in use + 5.82 GiB
+    reserved, while ``peak_bytes_in_use`` saw 0.46 GiB and the chip's XLA analysis says
     7.64 GiB (docs/measure.md, "Memory").
 
     >>> class D:
