@@ -181,7 +181,9 @@ def time_step(
     profile: ProfileRequest | None = None,
     check: Callable[[Any], None] | None = None,
 ) -> Timing:
-    """Compile ``target``'s step on its planned mesh over ``devices`` and time it; with
+    """Compile ``target``'s step on its planned mesh over ``devices`` and time it, then call
+    it once more and, its outputs alive, read what the devices hold
+    (``Timing.peak_hbm_bytes``, :func:`~aoizora.measure.memory.held_bytes`); with
     ``profile``, then profile it (:class:`ProfileRequest`). ``check`` sees the compiled
     program before any input is made and may raise to refuse it (a memory check)."""
     plan = target.plan
