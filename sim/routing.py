@@ -40,7 +40,15 @@ from sim.topology import Link, Slice
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["check_order", "default_order", "hop_count", "link_ids", "route", "route_link_ids"]
+__all__ = [
+    "check_order",
+    "default_order",
+    "hop_count",
+    "link_ids",
+    "link_table",
+    "route",
+    "route_link_ids",
+]
 
 
 def default_order(slice_: Slice) -> tuple[int, ...]:
@@ -119,7 +127,7 @@ def route(
     return result
 
 
-def _link_table(slice_: Slice) -> tuple[list[int], tuple[int, ...]]:
+def link_table(slice_: Slice) -> tuple[list[int], tuple[int, ...]]:
     """Link id by ``(chip number * dims + dim) * 2 + (0 if +1 else 1)``, and the chip strides.
 
     The link a route takes from a chip along ``dim`` in one direction (``-1``
@@ -156,7 +164,7 @@ def link_ids(slice_: Slice, src: Coord, dst: Coord, ordering: tuple[int, ...]) -
     cached = slice_._cache.get(key)
     if cached is not None:
         return cached
-    table, strides = _link_table(slice_)
+    table, strides = link_table(slice_)
     segments = slice_._cache.setdefault("segments", {})
     # A route is one straight segment per dimension, each from the chip the
     # previous ones reached: segments repeat across routes (an 8x8 mesh's

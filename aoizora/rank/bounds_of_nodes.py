@@ -24,6 +24,12 @@ collective gets depends on what the node fixes about its groups (see
 - otherwise: the same with one hop (an all-to-all: with the blocks one first
   link must carry, :func:`~aoizora.rank.bound.ideal_lower_bound`).
 
+At a node that fixes its next axis's sub-axis set but not its order, the
+collectives that axis and placed ones decide are bounded child by child
+(:mod:`aoizora.rank.pending`), and the node's bound is the least over its
+children of the timeline with each child's bounds together: no one order need
+give every collective its best (a compact Ulysses group and a 1-hop ring).
+
 On a slice whose chips host several devices (tpu7x) the last two cases bound
 by 0: a group not yet placed may still land on the two cores of one chip,
 where its flows use no link.
@@ -49,6 +55,7 @@ where its flows use no link.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -65,8 +72,14 @@ from aoizora.rank.bound import (
     ideal_lower_bound,
     translated_coords,
 )
-from aoizora.rank.set_bounds import (
+from aoizora.rank.pending import (
     PendingCollective,
+    PendingOrders,
+    PendingPermute,
+    PendingValues,
+    pareto_front,
+)
+from aoizora.rank.set_bounds import (
     SetBounds,
     all_sub_axes,
     candidate_sets,
@@ -198,8 +211,9 @@ class NodeBounds:
             ):
                 sig = signatures.setdefault((sh.kind, c.groups, c.pairs), len(signatures))
                 self._span_key[c.id] = (sh.kind, c.buffer_bytes, sig)
-        # Of those, the order-free ones with units of one size: bounded over the orders
-        # of a pending axis they span (SetBounds.pending_bounds).
+        # Of those, the order-free ones with units of one size, and the permutes: bounded
+        # at every order of a pending axis they span (aoizora.rank.pending).
+        self.pending = PendingOrders(space, self.sets, self.net)
         self._pending = {
             cid: PendingCollective(sh.collective, self._span_key[cid], sh.span, ends)
             for sh in self.shapes
@@ -207,6 +221,15 @@ class NodeBounds:
             and (ends := self._unit_ends[cid]) is not None
             and is_order_free(sh.kind, sh.collective.pairs, algorithm)
         }
+        self._permutes: dict[tuple[object, ...], PendingPermute] = {}
+        for sh in self.shapes:
+            key = self._span_key.get(sh.collective.id)
+            if key is None or sh.kind != "collective-permute" or key in self._permutes:
+                continue
+            copies = {1} | {len(m) for f, m in self.timeline.twins.items()
+                            if self._span_key.get(f) == key}  # fmt: skip
+            self._permutes[key] = PendingPermute(sh.collective, key, sh.span, tuple(sorted(copies)))
+        self.timelines_over_children = 0  # what bound() ran beyond one timeline (work)
 
     def bound(self, node: Node) -> float:
         """No placement under ``node`` replays faster than this."""
@@ -222,16 +245,11 @@ class NodeBounds:
         by_set: dict[tuple[object, ...], float] = {}
         every = all_sub_axes(node)
         chosen = frozenset(c.axis for c in node.chosen)
-        pending_bounds = None
-        if pending is not None:
-            wanted = {
-                self._span_key[cid]: want
-                for cid, want in self._pending.items()
-                if pending in want.span and want.span <= chosen | {pending}
-            }
-            pending_bounds = self.sets.pending_bounds(node, list(wanted.values()))
+        values = self._pending_values(node, pending, chosen)
+        least = {} if values is None else values.least()
         for sh in self.shapes:
             key = self._set_key.get(sh.collective.id)
+            span_key = self._span_key.get(sh.collective.id)
             if sh.group_size < 2:
                 durations[sh.collective.id] = 0.0
             elif key is not None:
@@ -239,16 +257,13 @@ class NodeBounds:
                 if got is None:
                     got = by_set[key] = self._set_bound(sh, key, node, every)
                 durations[sh.collective.id] = got
-            elif sh.collective.id in self._span_key and sh.span <= chosen:
+            elif span_key is not None and sh.span <= chosen:
                 durations[sh.collective.id] = self.sets.placed_bound(
-                    sh.collective, self._span_key[sh.collective.id], node, sh.span
+                    sh.collective, span_key, node, sh.span
                 )
-            elif (
-                pending_bounds
-                and (span_key := self._span_key.get(sh.collective.id)) in pending_bounds
-            ):
+            elif span_key in least:
                 durations[sh.collective.id] = max(
-                    pending_bounds[span_key], self._unplaced_bound(sh, pending, step)
+                    least[span_key], self._unplaced_bound(sh, pending, step)
                 )
             elif sh.span <= placed:
                 durations[sh.collective.id] = self._units_bound(sh, grid, rows)
@@ -262,7 +277,56 @@ class NodeBounds:
             else:
                 twin = self._unplaced_bound(sh, pending, step, copies=len(members))
             joint[first] = max(durations[first], twin)
-        return self.timeline.step_time(durations, joint)
+        if values is None:
+            return self.timeline.step_time(durations, joint)
+        return self._over_children(durations, joint, values)
+
+    def _pending_values(
+        self, node: Node, pending: int | None, chosen: frozenset[int]
+    ) -> PendingValues | None:
+        """Every child's bound of each span-decided collective whose span is ``node``'s
+        pending axis plus placed axes (:mod:`aoizora.rank.pending`); None without one."""
+        if pending is None:
+            return None
+        free = {
+            w.key: w
+            for w in self._pending.values()
+            if pending in w.span and w.span <= chosen | {pending}
+        }
+        perms = [
+            p for p in self._permutes.values() if pending in p.span and p.span <= chosen | {pending}
+        ]
+        return self.pending.values(node, list(free.values()), perms)
+
+    def _over_children(
+        self, durations: dict[int, float], joint: dict[int, float], values: PendingValues
+    ) -> float:
+        """The least over ``node``'s children of the timeline with each child's bounds of
+        the pending-decided collectives (at least the node's own, ``durations`` and
+        ``joint``): every leaf lies below one child, and no one child need give every
+        collective its least. Timelines only grow with durations, so only children
+        whose bounds no other child's are all below (the Pareto front) are run."""
+        columns: list[tuple[bool, int, np.ndarray]] = []  # (a twin group's?, id, values)
+        for sh in self.shapes:
+            key = self._span_key.get(sh.collective.id)
+            if key is not None and (got := values.of(key)) is not None:
+                columns.append((False, sh.collective.id, got))
+        for first, members in self.timeline.twins.items():
+            key = self._span_key.get(first)
+            if key is not None and (got := values.of(key, copies=len(members))) is not None:
+                columns.append((True, first, got))
+        if not columns or values.children == 0:
+            return self.timeline.step_time(durations, joint)
+        floor = np.asarray([(joint if twin else durations)[i] for twin, i, _ in columns])
+        table = np.maximum(np.stack([v for _, _, v in columns], axis=1), floor)
+        best = math.inf
+        for row in pareto_front(table):
+            d, j = dict(durations), dict(joint)
+            for (twin, i, _), value in zip(columns, row.tolist(), strict=True):
+                (j if twin else d)[i] = value
+            best = min(best, self.timeline.step_time(d, j))
+            self.timelines_over_children += 1
+        return best
 
     def _unplaced_bound(
         self, sh: CollectiveShape, pending: int | None, step: int, *, copies: int = 1

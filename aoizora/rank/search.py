@@ -92,6 +92,10 @@ REPLAY_COST = 100  # an exact replay costs this many bounded nodes of its progra
 # pays ORDER_COST an order visited and NODE_OVERHEAD a pattern bounded: ~60 us and ~1 ms
 # on this machine (docs/placements.md, bound 4, "Pending-axis orders").
 ORDER_COST = 350
+# ... and PAIR_COST a permute pair bounded at one order (aoizora.rank.pending, in numpy:
+# 0.25 s for 4,096 orders x 256 pairs on v6e:16x16 here, ~1.4 units), and a node's work
+# for every extra timeline it runs over the children's Pareto front.
+PAIR_COST = 1
 
 
 def program_size(graph: CollectiveGraph) -> int:
@@ -318,8 +322,13 @@ class _Search:
         self.bounded(j)
         st = self.states[j]
         got = st.bounds.bound(node)
-        sets = st.bounds.sets
-        side = sets.orders_visited * ORDER_COST + sets.patterns_bounded * NODE_OVERHEAD
+        pend = st.bounds.pending
+        side = (
+            pend.orders_visited * ORDER_COST
+            + pend.patterns_bounded * NODE_OVERHEAD
+            + pend.permutes_bounded * PAIR_COST
+            + st.bounds.timelines_over_children * st.node_cost
+        )
         self.work += side - st.side_work
         st.side_work = side
         return got

@@ -56,7 +56,7 @@ from aoizora.rank.search import (
 __all__ = ["cached_search", "job_identity", "report_from_json", "report_to_json"]
 
 Progress = Callable[[str], None]
-BOUNDS_VERSION = 4  # bump when aoizora.rank's node bounds change (job_identity)
+BOUNDS_VERSION = 5  # bump when aoizora.rank's node bounds change (job_identity)
 
 
 def _float_to_json(x: float) -> float | None:

@@ -42,6 +42,9 @@ one-to-one, so the flows -- all units together, their shared links included --
 are the same under every completion: :meth:`SetBounds.placed_bound` is the
 leaf's own bound, exact where the old one took the largest unit alone.
 
+Both give, child by child, the bounds over a pending axis's orders
+(:mod:`aoizora.rank.pending`).
+
 The tests compare both with every leaf under every node of small trees, and
 with replays under random nodes of 8x8 and 16x16 trees
 (``tests/aoizora/test_set_bounds.py``).
@@ -53,54 +56,32 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from aoizora.hlo.nodes import Collective
 from aoizora.placement.family import SubAxis
-from aoizora.placement.space import Node, PlacementSpace, subsets_with_product
+from aoizora.placement.space import AxisChoice, Node, PlacementSpace, subsets_with_product
 from aoizora.rank.bound import LinkCapacities, collective_lower_bound
 from aoizora.replay import algorithm_for
 
 __all__ = [
-    "MAX_PENDING_ORDERS",
-    "MAX_PENDING_PATTERNS",
-    "PendingCollective",
     "SetBounds",
     "all_sub_axes",
     "candidate_sets",
+    "fixed_chips",
     "is_order_free",
     "is_set_decided",
     "is_span_decided",
+    "plain",
 ]
 
 _RING_KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all")
 
 SubSet = frozenset[SubAxis]
 
-# The most orders (children) of a pending sub-axis set that SetBounds.pending_bound
-# visits for one node: a set of 6 sub-axes has 1,802 (720 orders, snake and ring
-# walks); 7 would have ~13,000, more than a node's bound should cost.
-MAX_PENDING_ORDERS = 4_096
-# The most distinct patterns (collectives) it bounds for one collective and node: a
-# pairwise all-to-all over part of a 6-sub-axis set has 15-35.
-MAX_PENDING_PATTERNS = 64
 
-
-@dataclass(frozen=True)
-class PendingCollective:
-    """A span-decided, order-free collective for :meth:`SetBounds.pending_bounds`:
-    ``key`` names what besides its chips decides its bound, ``ends`` its units'
-    logical members (units x members)."""
-
-    collective: Collective
-    key: tuple[object, ...]
-    span: frozenset[int]
-    ends: np.ndarray = field(compare=False)
-
-
-def _plain(sub: SubAxis) -> SubAxis:
+def plain(sub: SubAxis) -> SubAxis:
     """The sub-axis without its direction: a reversed one covers the same coordinates."""
     return dataclasses.replace(sub, reversed=False) if sub.reversed else sub
 
@@ -151,12 +132,12 @@ def candidate_sets(space: PlacementSpace, node: Node, span: frozenset[int]) -> l
             known.extend(node.pending)
         else:
             missing *= space.shape[axis]
-    base = frozenset(_plain(s) for s in known)
+    base = frozenset(plain(s) for s in known)
     if missing == 1:
         return [base]
     claimed = set(node.pending or ())
     free = [s for s in node.free if s not in claimed]
-    return [base | frozenset(_plain(s) for s in subset)
+    return [base | frozenset(plain(s) for s in subset)
             for subset in subsets_with_product(free, missing)]  # fmt: skip
 
 
@@ -194,9 +175,6 @@ class SetBounds:
         self.net = net
         self.algorithm = algorithm
         self._cache: dict[tuple[object, ...], float] = {}
-        # What pending_bounds has done (the search charges it to its work budget).
-        self.orders_visited = 0
-        self.patterns_bounded = 0
         positions = np.indices(space.shape).reshape(len(space.shape), -1).T
         self._positions = positions  # devices x mesh axes, row-major (logical id order)
 
@@ -231,79 +209,18 @@ class SetBounds:
     ) -> float:
         """A span-decided collective's bound once every ``span`` axis is placed at ``node``."""
         chosen = tuple((c.axis, c.sub_axes, c.traversal) for c in node.chosen if c.axis in span)
-        taken = frozenset(_plain(s) for _, subs, _ in chosen for s in subs)
+        taken = frozenset(plain(s) for _, subs, _ in chosen for s in subs)
         outside = all_sub_axes(node) - taken
         full = ("placed", *key, chosen, outside)
         got = self._cache.get(full)
         if got is None:
             space = self.space
             mine = [c for c in node.chosen if c.axis in span]
-            grid = space.device_coords_of(mine)
-            rest = [a for a in range(len(space.shape)) if a not in span]
-            where = _mixed_radix(self._positions, rest, space.shape)
-            across = _lattice(sorted(outside, key=_fixed_order), space.num_dims)
-            chips = (grid + across[where])[:, : len(space.slice.shape)]
+            chips = fixed_chips(space, mine, span, outside)[:, : len(space.slice.shape)]
             rows = [tuple(r) for r in chips.tolist()]
             got = collective_lower_bound(collective, rows, self.net, algorithm=self.algorithm)
             self._cache[full] = got
         return got
-
-    def pending_bounds(
-        self, node: Node, wanted: Sequence[PendingCollective]
-    ) -> dict[tuple[object, ...], float] | None:
-        """Span-decided collectives' least :meth:`placed_bound` over ``node``'s children.
-
-        ``node`` fixes the *set* of its pending axis (one of each collective's
-        ``span``; the others are placed): each child places it one way, after which
-        the collective's bound is :meth:`placed_bound` -- so the least over the
-        children holds for every leaf below ``node``, and is the best the child level
-        can prove. Children giving one *pattern* (the member sets of every unit, with
-        only ``span`` placed) give one collective, so each pattern is bounded once.
-        Only order-free collectives (:func:`is_order_free`) are asked for: their
-        patterns are the ways to pick the sub-axes a unit spans (a few dozen), where
-        a permute's follow the whole order (~1,000 for six sub-axes). Keyed by each
-        collective's ``key``; None when the set has more than :data:`MAX_PENDING_ORDERS`
-        orders, or a collective more than :data:`MAX_PENDING_PATTERNS` patterns.
-        """
-        space = self.space
-        if not wanted or space.order_count(node) > MAX_PENDING_ORDERS:
-            return None
-        strides = np.asarray(space.id_strides[: space.num_dims], dtype=np.int64)
-        pending = space.axis_order[len(node.chosen)]
-        # Each member's device-grid id is what the placed span axes add (fixed at this
-        # node) plus what the pending axis adds at its position; units repeating a
-        # (fixed part, position) pattern off the span are taken once.
-        units = []
-        for w in wanted:
-            placed = space.device_coords_of([c for c in node.chosen if c.axis in w.span])
-            fixed, where = (placed @ strides)[w.ends], self._positions[w.ends, pending]
-            both = np.unique(np.concatenate([fixed, where], axis=1), axis=0)
-            units.append((both[:, : w.ends.shape[1]], both[:, w.ends.shape[1] :]))
-        patterns: list[dict[frozenset[tuple[int, ...]], Node]] = [{} for _ in wanted]
-        for child in space.children(node):
-            self.orders_visited += 1
-            offsets = child.chosen[-1].offsets
-            along = offsets @ strides[: offsets.shape[1]]  # the pending axis's grid ids
-            for (fixed, where), found in zip(units, patterns, strict=True):
-                ids = np.sort(fixed + along[where], axis=1)  # units x members
-                found.setdefault(frozenset(map(tuple, ids.tolist())), child)
-                if len(found) > MAX_PENDING_PATTERNS:
-                    return None
-        out: dict[tuple[object, ...], float] = {}
-        every = all_sub_axes(node)
-        for w, found in zip(wanted, patterns, strict=True):
-            taken = frozenset(_plain(s) for c in next(iter(found.values())).chosen
-                              if c.axis in w.span for s in c.sub_axes)  # fmt: skip
-            best = math.inf
-            for pattern, child in found.items():
-                full = ("pattern", *w.key, pattern, every - taken)
-                got = self._cache.get(full)
-                if got is None:
-                    got = self._cache[full] = self.placed_bound(w.collective, w.key, child, w.span)
-                    self.patterns_bounded += 1
-                best = min(best, got)
-            out[w.key] = best
-        return out
 
     def _rows(
         self, span: frozenset[int], within: np.ndarray, across: np.ndarray
@@ -323,6 +240,23 @@ class SetBounds:
         return [tuple(r) for r in chips.tolist()]
 
 
+def fixed_chips(
+    space: PlacementSpace, chosen: Sequence[AxisChoice], span: frozenset[int], outside: SubSet
+) -> np.ndarray:
+    """Device-grid coordinates (devices x grid dims) with the ``span`` axes placed as
+    ``chosen`` and every other axis on the lattice of the sub-axes ``outside``.
+
+    A device's off-span position picks its point of that lattice one-to-one
+    (mixed radix, any fixed enumeration): once ``span`` is placed, a span-decided
+    collective's flows are the same whichever point (the module docstring).
+    """
+    positions = np.indices(space.shape).reshape(len(space.shape), -1).T
+    rest = [a for a in range(len(space.shape)) if a not in span]
+    where = _mixed_radix(positions, rest, space.shape)
+    across = _lattice(sorted(outside, key=_fixed_order), space.num_dims)
+    return space.device_coords_of(chosen) + across[where]
+
+
 def _mixed_radix(positions: np.ndarray, axes: Sequence[int], shape: Sequence[int]) -> np.ndarray:
     out = np.zeros(positions.shape[0], dtype=np.int64)
     for a in axes:
@@ -333,7 +267,7 @@ def _mixed_radix(positions: np.ndarray, axes: Sequence[int], shape: Sequence[int
 def all_sub_axes(node: Node) -> SubSet:
     """Every sub-axis of ``node``'s split (free or taken), without directions."""
     taken = itertools.chain.from_iterable(c.sub_axes for c in node.chosen)
-    return frozenset(_plain(s) for s in itertools.chain(node.free, taken))
+    return frozenset(plain(s) for s in itertools.chain(node.free, taken))
 
 
 def is_span_decided(

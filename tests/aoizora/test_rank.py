@@ -201,10 +201,15 @@ def test_twins_raise_a_leaf_bound_to_the_replay_when_they_contend() -> None:
     )
 
 
-def test_search_with_twins_returns_the_exhaustive_optimum() -> None:
-    s = load_slice("v5e:2x4")
-    shape = (2, 4)
-    graphs = [mesh_program(shape, scale=k, twins=True) for k in (2, 16)]
+@pytest.mark.parametrize(("name", "shape"), [("v5e:2x4", (2, 4)), ("v5e:4x4", (8, 2))])
+@pytest.mark.parametrize("halves", [False, True])
+def test_search_with_twins_returns_the_exhaustive_optimum(
+    name: str, shape: tuple[int, ...], halves: bool
+) -> None:
+    """Twin permutes (bounded together), and with ``halves`` part-axis all-to-alls beside
+    them: the pending axis's children then bound both at once (aoizora.rank.pending)."""
+    s = load_slice(name)
+    graphs = [mesh_program(shape, scale=k, twins=True, halves=halves) for k in (2, 16)]
     jobs = [
         Job(f"twins{k}", g, PlacementSpace(shape, s, axis_order=traffic_order(
             collective_shapes(g, shape), shape)))

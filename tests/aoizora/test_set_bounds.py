@@ -53,19 +53,20 @@ def _decided(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
 
 
 def _pending(bounds: NodeBounds, node: Node) -> dict[int, tuple[float, bool]]:
-    """Each pending-decided collective's bound at ``node`` (the least over its children)."""
+    """Each pending-decided collective's bound at ``node`` (the least over its children):
+    order-free ones by pattern, permutes by the batched bound."""
     pending = bounds.space.pending_axis(node)
     if pending is None:
         return {}
-    chosen = {c.axis for c in node.chosen}
-    wanted = [
-        w for w in bounds._pending.values() if pending in w.span and w.span <= chosen | {pending}
-    ]
-    if not wanted:
+    got = bounds._pending_values(node, pending, frozenset(c.axis for c in node.chosen))
+    if got is None:
         return {}
-    got = bounds.sets.pending_bounds(node, wanted)
-    assert got is not None  # small trees: few orders and patterns
-    return {c: (got[w.key], False) for c, w in bounds._pending.items() if w.key in got}
+    least = got.least()
+    return {
+        sh.collective.id: (least[key], False)
+        for sh in bounds.shapes
+        if (key := bounds._span_key.get(sh.collective.id)) in least
+    }
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,7 @@ def test_random_nodes_of_big_trees_are_bounded_below_their_leaves(
             assert bounds.bound(leaf) <= q2 * (1 + 1e-12)
             tight += node_bound >= 0.5 * q2
     assert tight > 0
-    assert bounds.sets.patterns_bounded > 0 or not bounds._pending
+    assert bounds.pending.patterns_bounded > 0 or not bounds._pending
 
 
 def test_only_whole_fiber_groups_under_auto_are_set_decided() -> None:
@@ -229,28 +230,83 @@ def test_a_group_listed_in_another_order_is_another_pattern() -> None:
     [("v5e:4x4", (4, 4), False), ("v5e:2x4", (4, 2), True), ("v5e:8x8", (8, 8), False),
      ("tpu7x:2x2x1", (4, 2), False)],
 )  # fmt: skip
-def test_a_pending_bound_is_the_least_over_the_children(
+def test_pending_values_are_every_childs_placed_bound(
     name: str, shape: tuple[int, ...], directions: bool
 ) -> None:
-    """Brute force: every child's placed bound, one by one (no patterns shared)."""
+    """Brute force: every child's placed bound, one by one (no patterns shared), equals
+    its entry in the pending values -- the order-free all-to-alls' by pattern, the
+    permute's (twins: two copies) by the batched numpy bound."""
     s = load_slice(name)
     space = PlacementSpace(shape, s, directions=directions)
-    bounds = NodeBounds(mesh_program(shape, halves=True), space)
-    fresh = NodeBounds(mesh_program(shape, halves=True), space)  # its own caches
+    graph = mesh_program(shape, halves=True, twins=True)
+    bounds = NodeBounds(graph, space)
+    fresh = NodeBounds(graph, space)  # its own caches
     assert len(bounds._pending) == 2  # the two part-axis all-to-alls
-    nodes = 0
+    assert [p.copies for p in bounds._permutes.values()] == [(1, 2)]  # the ring and its twin
+    checked = {"free": 0, "permute": 0}
+    for root in space.roots():
+        for node in space.children(root):
+            pending = space.pending_axis(node)
+            if pending is None:
+                continue
+            kids = list(space.children(node))
+            assert space.order_count(node) == len(kids)
+            got = bounds._pending_values(node, pending, frozenset(c.axis for c in node.chosen))
+            if got is None:
+                continue
+            assert got.children == len(kids)
+            for sh in fresh.shapes:
+                key = fresh._span_key.get(sh.collective.id)
+                if key is None or got.of(key) is None:
+                    continue
+                for copies in (1, 2) if sh.collective.pairs else (1,):
+                    each = [
+                        fresh._plan(sh.collective, _rows(space, k), sh, copies=copies)
+                        if sh.collective.pairs
+                        else fresh.sets.placed_bound(sh.collective, key, k, sh.span)
+                        for k in kids
+                    ]
+                    assert got.of(key, copies=copies) == pytest.approx(each, rel=1e-12)
+                checked["permute" if sh.collective.pairs else "free"] += 1
+    assert checked["free"] > 0 and checked["permute"] > 0
+    # Children sharing a pattern were bounded once.
+    assert 0 < bounds.pending.patterns_bounded < bounds.pending.orders_visited
+
+
+def _rows(space: PlacementSpace, node: Node) -> list[tuple[int, ...]]:
+    """Chips of one completion below ``node`` (any: a placed permute's flows are the same)."""
+    leaf = next(space.leaves(node))
+    return [tuple(r) for r in space.coords(leaf).tolist()]
+
+
+@pytest.mark.parametrize(("name", "shape"), [("v5e:4x4", (4, 4)), ("v5e:4x4+wrap", (8, 2))])
+def test_the_childrens_timelines_bound_tighter_than_each_collective_alone(
+    name: str, shape: tuple[int, ...]
+) -> None:
+    """At a pending node, the least timeline over the children (each child's own bounds
+    together) is at least the timeline of each collective's least, above it somewhere
+    (no child gives every collective its least), and below every leaf's replay under it."""
+    s = parse_slice_spec(name)
+    graph = mesh_program(shape, scale=8, halves=True, twins=True)
+    order = traffic_order(collective_shapes(graph, shape), shape)
+    space = PlacementSpace(shape, s, axis_order=order)
+    bounds = NodeBounds(graph, space)
+    apart = NodeBounds(graph, space)
+    apart._over_children = lambda d, j, _: apart.timeline.step_time(d, j)  # type: ignore[method-assign]
+    exact = ExactQ2(graph, s)
+    raised = 0
     for root in space.roots():
         for node in space.children(root):
             if node.pending is None:
                 continue
-            kids = list(space.children(node))
-            assert space.order_count(node) == len(kids)
-            for cid, (value, _) in _pending(bounds, node).items():
-                sh = next(x for x in fresh.shapes if x.collective.id == cid)
-                key = fresh._span_key[cid]
-                each = [fresh.sets.placed_bound(sh.collective, key, k, sh.span) for k in kids]
-                assert value == min(each)
-                nodes += 1
-    assert nodes > 0
-    # Children sharing a pattern were bounded once.
-    assert 0 < bounds.sets.patterns_bounded < bounds.sets.orders_visited
+            together, alone = bounds.bound(node), apart.bound(node)
+            assert together >= alone * (1 - 1e-12)
+            raised += together > alone * (1 + 1e-9)
+            if raised == 1 and together > alone * (1 + 1e-9):
+                for leaf in itertools.islice(space.leaves(node), 0, None, 7):
+                    o = DeviceOrder.from_physical_ids(
+                        space.physical_ids(leaf), mesh_shape=shape, slice_=s
+                    )
+                    assert together <= exact.step_time(o) * (1 + 1e-12)
+    assert raised > 0
+    assert bounds.timelines_over_children > 0
