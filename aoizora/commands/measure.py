@@ -86,7 +86,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--top", type=int, default=2, help="runners-up to time (default %(default)s)")
     p.add_argument("--no-baselines", action="store_true", help="do not time the baselines")
-    p.add_argument("--no-steps", action="store_true", help="time no step (with --collectives)")
+    p.add_argument(
+        "--no-steps",
+        action="store_true",
+        help="time no denoising step (the VAE decode and --collectives still run)",
+    )
+    p.add_argument(
+        "--no-vae",
+        action="store_true",
+        help="do not time the clip's VAE decode (timed by default when the plan has a VAE plan: "
+        "rows of kind vae)",
+    )
     p.add_argument("--collectives", action="store_true", help="also time the collectives")
     p.add_argument(
         "--sizes",
@@ -261,7 +271,8 @@ def _render(report: MeasureReport) -> str:
         lines.append(f"{row.row_id:<44} {row.measured_s:>12.4g} {spread:>10} {pred:>12}  {what}")
     lines.append(
         f"{len(report.measured)} rows measured into {report.out} (seconds; predicted = the "
-        f"plan's simulated step), {len(report.kept)} already there, {len(report.failed)} failed"
+        f"plan's: a step simulated, a VAE decode as its plan says), {len(report.kept)} already "
+        f"there, {len(report.failed)} failed"
         + (f", {len(report.skipped)} skipped (memory)" if report.skipped else "")
     )
     lines.extend(f"FAILED {what}: {why}" for what, why in report.failed)
@@ -287,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = MeasureOptions(
         top=args.top, baselines=not args.no_baselines, steps=not args.no_steps,
+        vae=not args.no_vae,
         collectives=args.collectives, sizes_bytes=sizes, kinds=kinds, warmup=args.warmup,
         repeats=args.repeats, restart=args.restart,
         profile_steps=args.profile_steps if args.profile else 0,

@@ -113,7 +113,7 @@ def _fmt_rho(value: float | None) -> str:
 
 def _group_line(g: GroupReport, failed: bool) -> str:
     agree, total = g.order_pairs
-    order = f"{agree}/{total}" if g.kind == "step" else "-"
+    order = f"{agree}/{total}" if g.kind in ("step", "vae") else "-"
     return (
         f"{g.kind:<10} {g.workload:<36} {g.slice_label:<12} {g.n:>3} {_fmt_rho(g.spearman):>7} "
         f"{'yes' if g.top1 else 'no':>5} {order:>6} {g.mape_percent:>8.2f}  "

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from aoizora.errors import AoizoraError, MeasureError
 from aoizora.workloads.clip import Clip
+from aoizora.workloads.vae import vae_decode_chunk
 from aoizora.workloads.wan_config import WAN_CONFIGS, check_wan_clip, num_tokens
 
 if TYPE_CHECKING:
@@ -48,7 +49,15 @@ def dry_run_plan(plan: Plan, clip: Clip | None) -> tuple[Plan, str]:
     if not smaller:
         return plan, ""
     # inputs=(): the plan's input shapes are its clip's (the workload rebuilds them)
-    scaled = dataclasses.replace(plan, clip=clip, workload=f"{plan.model}@{clip.label}", inputs=())
+    vae = plan.vae
+    if vae is not None:  # its decode too, of the scaled clip with the plan's chunk
+        chunk = vae_decode_chunk(vae.workload)
+        suffix = "" if chunk == 1 else f"[chunk{chunk}]"
+        vae = dataclasses.replace(vae, clip=clip, workload=f"{vae.model}@{clip.label}{suffix}",
+                                  inputs=())  # fmt: skip
+    scaled = dataclasses.replace(
+        plan, clip=clip, workload=f"{plan.model}@{clip.label}", inputs=(), vae=vae
+    )
     note = (
         f"clip scaled down to {clip.label} from the plan's {plan.clip.label} for the host "
         f"CPU (--cpu-clip; the plan's prediction is for its own clip)"

@@ -21,6 +21,7 @@ from aoizora.measure.steps import StepTarget
 from aoizora.measure.timing import Timing
 from aoizora.plan import Plan
 from aoizora.studies.validation.format import CollectiveCase, Measurement, StepCase
+from aoizora.workloads.vae import vae_decode_chunk
 
 __all__ = [
     "CPU_ATTENTION_KERNEL",
@@ -55,6 +56,7 @@ def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
     """What ``target``'s row will say ran: model, clip, mesh, rules, attention, the plan's
     device order and the attention kernel of the backend."""
     p = target.plan
+    vae = target.kind == "vae"
     return StepCase(
         model=p.model,
         clip=_clip_cell(p),
@@ -63,7 +65,9 @@ def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
         rules_id=p.rules_name,
         device_order=p.physical_ids,
         attention=p.attention,
-        attention_kernel=CPU_ATTENTION_KERNEL if cpu else TPU_ATTENTION_KERNEL,
+        # a VAE decode has no attention kernel to select (its mid-block attention is XLA's)
+        attention_kernel=None if vae else CPU_ATTENTION_KERNEL if cpu else TPU_ATTENTION_KERNEL,
+        vae_decode_chunk=vae_decode_chunk(p.workload) if vae else None,
     )
 
 
@@ -80,6 +84,13 @@ def collective_case(target: CollectiveTarget, plan: Plan) -> CollectiveCase:
 def step_notes(target: StepTarget, env: Environment) -> str:
     """What a step row's notes say about the step (before the timing's summary)."""
     p = target.plan
+    if target.kind == "vae":
+        how = p.predicted.source or "simulated"
+        return (
+            f"the VAE decode of the plan's clip ({p.workload}): candidate {p.candidate_id}, "
+            f"placement {p.placement_id}; the plan predicts {target.predicted_s:.6g} s "
+            f"({how}); latent to uint8 frames, random weights (no checkpoint)"
+        )
     notes = (
         f"{' and '.join(target.roles)} of the plan: candidate {p.candidate_id}, placement "
         f"{p.placement_id}; the plan predicts {target.predicted_s:.6g} s per step (simulated); "
@@ -108,6 +119,7 @@ def measured_row(
     about: str,
     step: StepCase | None = None,
     collective: CollectiveCase | None = None,
+    step_kind: str = "step",
 ) -> Measurement:
     """The row of one timing: the case, mean and spread, provenance, and notes that start
     with ``about`` (:func:`step_notes`, :func:`collective_notes`)."""
@@ -120,7 +132,7 @@ def measured_row(
     notes = f"{about}; {timing.summary()}"
     return Measurement(
         row_id=row_id(env, key),
-        kind="step" if step is not None else "collective",
+        kind=step_kind if step is not None else "collective",
         slice_name=plan.slice_name,
         measured_s=timing.mean_s,
         spread_kind="unreported" if std is None else "std",

@@ -80,6 +80,7 @@ class MeasureOptions:
     top: int = 2
     baselines: bool = True
     steps: bool = True
+    vae: bool = True  # the clip's VAE decode too, when the plan has a VAE plan
     collectives: bool = False
     sizes_bytes: tuple[int, ...] = DEFAULT_SIZES_BYTES
     kinds: tuple[str, ...] = COLLECTIVE_KINDS
@@ -149,8 +150,12 @@ class _Job:
 
 def _jobs(plan: Plan, options: MeasureOptions, *, cpu: bool) -> list[_Job]:
     jobs: list[_Job] = []
-    if options.steps:
-        for t in step_targets(plan, top=options.top, baselines=options.baselines):
+    if options.steps or options.vae:
+        steps = step_targets(
+            plan, top=options.top, baselines=options.baselines, vae=options.vae,
+            steps=options.steps,
+        )  # fmt: skip
+        for t in steps:
             jobs.append(_Job(t.label, t.key, step_case(t, cpu=cpu), step=t))
     if options.collectives:
         targets = collective_targets(plan, sizes_bytes=options.sizes_bytes, kinds=options.kinds)
@@ -158,7 +163,8 @@ def _jobs(plan: Plan, options: MeasureOptions, *, cpu: bool) -> list[_Job]:
             jobs.append(_Job(c.label, c.key, collective_case(c, plan), collective=c))
     if not jobs:
         raise MeasureError(
-            "nothing to measure: --no-steps without --collectives; add --collectives, e.g. "
+            "nothing to measure: --no-steps without --collectives and without a VAE decode "
+            "(the plan has no VAE plan, or --no-vae); add --collectives, e.g. "
             "--collectives --sizes 1MiB,16MiB"
         )
     return jobs
@@ -196,13 +202,13 @@ def _time_job(
     *,
     backend: str,
     options: MeasureOptions,
-    workload: Workload | None,
+    workloads: dict[str, Workload],
     clock: Clock,
     say: Progress,
     profile: ProfileRequest | None = None,
 ) -> Timing:
     if job.step is not None:
-        assert workload is not None  # built whenever steps are timed
+        workload = workloads[job.step.plan.workload]  # built for every step target
         hbm = plan.slice.chip.per_device().memory_budget_bytes  # where the runtime reports no limit
 
         def fits(compiled: Any) -> None:
@@ -255,8 +261,11 @@ def run_measure(
     if clip_note:
         say(f"dry run: {clip_note}")
     plan_mesh(plan, devs, backend=backend)  # the devices are the plan's, before any work
-    workload = plan_workload(plan) if options.steps else None
     jobs = _jobs(plan, options, cpu=env.is_cpu)
+    # Every program to time, built (and checked against the plan) before any device work.
+    workloads = {
+        j.step.plan.workload: plan_workload(j.step.plan) for j in jobs if j.step is not None
+    }
     store = RowStore.open(out, cpu=env.is_cpu, restart=options.restart, writes=env.writes)
     held = [store.holds(plan.slice_name, j.case) for j in jobs]
     skip = _agreed([h is not None for h in held])
@@ -276,7 +285,7 @@ def run_measure(
         request = _profile_request(job, env, out, options)
         try:
             timing = _time_job(
-                job, plan, devs, backend=backend, options=options, workload=workload,
+                job, plan, devs, backend=backend, options=options, workloads=workloads,
                 clock=clock, say=functools.partial(_prefixed, say, head), profile=request,
             )  # fmt: skip
         except TargetTooLarge as exc:  # refused before it ran: the machine stays up
@@ -293,13 +302,15 @@ def run_measure(
             about="; ".join(t for t in (job.about(env, plan), clip_note) if t),
             step=job.case if isinstance(job.case, StepCase) else None,
             collective=job.case if isinstance(job.case, CollectiveCase) else None,
+            step_kind=job.step.kind if job.step is not None else "step",
         )  # fmt: skip
         store.add(row)
         if request is not None:
             profiles.append((row.row_id, request))
         predicted = job.step.predicted_s if job.step is not None else None
         measured.append((job.what, row, predicted))
-        say(f"{head}: {_format_timing(timing, predicted)} -> {row.row_id}")
+        how = job.step.plan.predicted.source if job.step is not None else ""
+        say(f"{head}: {_format_timing(timing, predicted, how)} -> {row.row_id}")
     return MeasureReport(
         Path(out), env, tuple(measured), tuple(kept), tuple(failed), tuple(profiles),
         tuple(skipped),
@@ -328,11 +339,11 @@ def _prefixed(say: Progress, head: str, message: str) -> None:
     say(f"{head}: {message}")
 
 
-def _format_timing(timing: Timing, predicted_s: float | None) -> str:
+def _format_timing(timing: Timing, predicted_s: float | None, how: str = "simulated") -> str:
     std = "" if timing.std_s is None else f" +- {_seconds(timing.std_s)}"
     text = f"{_seconds(timing.mean_s)}{std} over {len(timing.samples_s)} repeats"
     if predicted_s is not None:
-        text += f"; the plan predicts {_seconds(predicted_s)} (simulated)"
+        text += f"; the plan predicts {_seconds(predicted_s)} ({how or 'simulated'})"
     return text
 
 

@@ -35,6 +35,8 @@ from aoizora.measure.memory import held_bytes
 from aoizora.measure.timing import Clock, Timing, time_calls
 from aoizora.plan import Plan
 from aoizora.workloads.base import Workload
+from aoizora.workloads.vae import vae_decode_chunk, vae_workload
+from aoizora.workloads.vae_config import VAE_CONFIGS
 from aoizora.workloads.wan import WAN_CONFIGS, wan_workload
 
 __all__ = [
@@ -54,12 +56,14 @@ INPUT_SCALE = 0.02
 
 @dataclass(frozen=True)
 class StepTarget:
-    """One configuration to time: its roles, row-id key, plan and predicted step (simulated)."""
+    """One configuration to time: its roles, row-id key, plan and predicted time, and
+    what it runs: a denoising ``step`` or the clip's ``vae`` decode (the row's kind)."""
 
     roles: tuple[str, ...]
     key: str
     plan: Plan
     predicted_s: float
+    kind: str = "step"
 
     @property
     def label(self) -> str:
@@ -85,9 +89,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
 
 
-def step_targets(plan: Plan, *, top: int, baselines: bool) -> tuple[StepTarget, ...]:
+def step_targets(
+    plan: Plan, *, top: int, baselines: bool, vae: bool = False, steps: bool = True
+) -> tuple[StepTarget, ...]:
     """The winner, the first ``top`` runners-up (Q2 order) and, with ``baselines``, every
-    recorded baseline (by name); one target per distinct configuration."""
+    recorded baseline (by name); one target per distinct configuration. With ``vae``, a
+    plan with a VAE plan adds its decode (role ``vae decode``, key ``vae``) last; with
+    ``steps`` False that decode is all."""
     if top < 0:
         raise MeasureError(f"--top {top}: give the number of runners-up to time, e.g. --top 2")
     out = [StepTarget(("winner",), "winner", plan, plan.predicted.winner_s)]
@@ -114,20 +122,32 @@ def step_targets(plan: Plan, *, top: int, baselines: bool) -> tuple[StepTarget, 
             merged[t.configuration] = StepTarget(
                 (*first.roles, *t.roles), first.key, first.plan, first.predicted_s
             )
-    return tuple(merged.values())
+    denoise = tuple(merged.values()) if steps else ()
+    if vae and plan.vae is not None:
+        decode = StepTarget(("vae decode",), "vae", plan.vae, plan.vae.predicted.winner_s, "vae")
+        return (*denoise, decode)
+    return denoise
 
 
 def plan_workload(plan: Plan) -> Workload:
-    """The Wan step the plan was made for (random weights; the backend picks the kernels:
-    Pallas splash attention on TPU, XLA attention on CPU). Raises :class:`MeasureError` for
-    plans of other workloads (their steps have no measurement row format yet)."""
+    """The program the plan was made for: a Wan step (random weights; the backend picks
+    the kernels: Pallas splash attention on TPU, XLA attention on CPU), or a VAE plan's
+    decode (its chunk from the workload name). Raises :class:`MeasureError` for plans of
+    other workloads (their steps have no measurement row format yet)."""
+    if plan.model in VAE_CONFIGS and plan.clip is not None:
+        chunk = vae_decode_chunk(plan.workload)
+        return _checked(plan, vae_workload(plan.model, plan.clip, chunk=chunk))
     if plan.model not in WAN_CONFIGS or plan.clip is None:
         raise MeasureError(
             f"plan workload {plan.workload!r} is not a Wan model ({sorted(WAN_CONFIGS)}): step "
             "rows describe Wan denoising steps; time its collectives with --no-steps "
             "--collectives"
         )
-    workload = wan_workload(plan.model, plan.clip)
+    return _checked(plan, wan_workload(plan.model, plan.clip))
+
+
+def _checked(plan: Plan, workload: Workload) -> Workload:
+    """``workload``, when it is the one the plan names."""
     if workload.name != plan.workload:
         raise MeasureError(
             f"the plan was made for workload {plan.workload!r} but this AoiZora builds "

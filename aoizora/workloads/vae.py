@@ -31,6 +31,7 @@ its sharding follow maxdiffusion ``models/wan/autoencoder_kl_wan.py``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,7 +58,7 @@ from aoizora.workloads.vae_config import (
     vae_param_shapes,
 )
 
-__all__ = ["vae_config_of", "vae_decode", "vae_workload"]
+__all__ = ["vae_config_of", "vae_decode", "vae_decode_chunk", "vae_workload"]
 
 _CACHE_T = 2  # frames of its input a causal 3-tap time conv keeps for the next chunk
 _EPS = 1e-12  # F.normalize's floor on the norm (Wan RMS_norm)
@@ -255,6 +256,20 @@ def vae_decode(
 def _to_uint8(x: jax.Array) -> jax.Array:
     """maxdiffusion's on-TPU post-processing: clip to [-1, 1], rescale, quantize."""
     return jnp.round((jnp.clip(x, -1.0, 1.0) + 1.0) * 127.5).astype(jnp.uint8)
+
+
+_CHUNK_SUFFIX = re.compile(r"\[chunk([1-9][0-9]*)\]$")
+
+
+def vae_decode_chunk(workload_name: str) -> int:
+    """The chunk a VAE workload's name says (:func:`vae_workload` writes ``[chunkN]``
+    after the clip when N is not 1).
+
+    >>> vae_decode_chunk("wan2.1-vae@832x480x81[chunk2]"), vae_decode_chunk("wan2.1-vae@832x480x81")
+    (2, 1)
+    """
+    found = _CHUNK_SUFFIX.search(workload_name)
+    return 1 if found is None else int(found.group(1))
 
 
 def vae_workload(

@@ -66,7 +66,7 @@ __all__ = [
     "row_slice",
 ]
 
-ROW_KINDS: tuple[str, ...] = ("collective", "step")
+ROW_KINDS: tuple[str, ...] = ("collective", "step", "vae")
 # HLO spelling of the collectives (docs/facts.md, Compiled-HLO collectives).
 COLLECTIVE_KINDS: tuple[str, ...] = (
     "all-gather",
@@ -106,6 +106,7 @@ COLUMNS: tuple[str, ...] = (
     "steps",
     "figure_s",
     "other_s",
+    "vae_decode_chunk",
     "measured_s",
     "spread_s",
     "spread_kind",
@@ -428,7 +429,9 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
             if is_collective
             else None
         ),
-        step=None if is_collective else step_case(cell, num_devices=devices, name=name, line=line),
+        step=None
+        if is_collective
+        else step_case(cell, num_devices=devices, name=name, line=line, kind=kind),
         line=line,
         software_date=date,
         status=status,
@@ -437,13 +440,13 @@ def _parse_row(raw: Mapping[str, str], *, name: str, line: int) -> Measurement:
 
 
 def _peak(text: str, *, kind: str, name: str, line: int) -> int | None:
-    """``peak_hbm_bytes``: empty, or a whole number of bytes > 0 on a step row."""
+    """``peak_hbm_bytes``: empty, or a whole number of bytes > 0 on a step or vae row."""
     if not text:
         return None
-    if kind != "step" or not text.isdigit() or int(text) <= 0:
+    if kind == "collective" or not text.isdigit() or int(text) <= 0:
         raise _err(
             name, line, f"peak_hbm_bytes={text!r} must be a whole number of bytes > 0 on a "
-            "step row (empty: not measured), e.g. 3264000000",
+            "step or vae row (empty: not measured), e.g. 3264000000",
         )  # fmt: skip
     return int(text)
 

@@ -63,6 +63,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "steps",
     "figure_s",
     "other_s",
+    "vae_decode_chunk",
 )
 _CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
 _SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
@@ -99,6 +100,7 @@ class StepCase:
     steps: int | None = None
     figure_s: float | None = None
     other_s: float | None = None
+    vae_decode_chunk: int | None = None  # a ``vae`` row: latent frames a scan step decodes
 
     @property
     def configuration(self) -> tuple[object, ...]:
@@ -112,6 +114,7 @@ class StepCase:
             self.device_order,
             self.attention,
             self.attention_kernel,
+            self.vae_decode_chunk,
         )
 
 
@@ -177,11 +180,16 @@ def _derivation(
     return steps, figure, (other if phase == "generation" else None)
 
 
-def step_case(cell: Mapping[str, str], *, num_devices: int, name: str, line: int) -> StepCase:
-    """The :class:`StepCase` of one row's cells (``measured_s`` already checked)."""
+def step_case(
+    cell: Mapping[str, str], *, num_devices: int, name: str, line: int, kind: str = "step"
+) -> StepCase:
+    """The :class:`StepCase` of one row's cells (``measured_s`` already checked): a
+    ``step`` row's, or a ``vae`` row's (one VAE decode of the clip; ``model`` names the
+    VAE, e.g. ``wan2.1-vae``, and ``vae_decode_chunk`` its chunk, empty: 1)."""
     for key in STEP_REQUIRED:
         if not cell.get(key, ""):
-            raise cell_error(name, line, f"a 'step' row needs {key!r}")
+            raise cell_error(name, line, f"a {kind!r} row needs {key!r}")
+    chunk = _chunk(cell.get("vae_decode_chunk", ""), kind=kind, name=name, line=line)
     if not _CLIP_RE.match(cell["clip"]):
         raise cell_error(
             name, line, f"clip={cell['clip']!r} must be FRAMESxHEIGHTxWIDTH, e.g. 81x480x832"
@@ -206,8 +214,19 @@ def step_case(cell: Mapping[str, str], *, num_devices: int, name: str, line: int
         )
     return StepCase(
         cell["model"], cell["clip"], mesh_shape, axes, cell["rules_id"], order,
-        attention, kernel, phase, steps, figure, other,
+        attention, kernel, phase, steps, figure, other, chunk,
     )  # fmt: skip
+
+
+def _chunk(text: str, *, kind: str, name: str, line: int) -> int | None:
+    if not text:
+        return None
+    if kind != "vae" or not text.isdigit() or int(text) < 1:
+        raise cell_error(
+            name, line, f"vae_decode_chunk={text!r} must be a positive number of latent "
+            "frames on a 'vae' row (empty: 1), e.g. 2",
+        )  # fmt: skip
+    return int(text)
 
 
 def _num(value: float | None) -> str:
@@ -231,4 +250,5 @@ def step_cells(step: StepCase | None) -> dict[str, str]:
         "steps": "" if step.steps is None else str(step.steps),
         "figure_s": _num(step.figure_s),
         "other_s": _num(step.other_s),
+        "vae_decode_chunk": "" if step.vae_decode_chunk is None else str(step.vae_decode_chunk),
     }

@@ -71,7 +71,7 @@ def gate(report: ValidationReport, thresholds: Thresholds) -> tuple[GateFailure,
         checks: list[tuple[str, float | None, float | None, bool]] = [
             ("top1", 1.0 if g.top1 else 0.0, t.min_top1, False)
         ]
-        if g.kind == "step":
+        if g.kind in ("step", "vae"):  # programs: judged alike
             checks.append(("step_mape_percent", g.mape_percent, t.max_step_mape_percent, True))
             checks.append(("step_order", g.order_agreement, t.min_step_order, False))
         else:

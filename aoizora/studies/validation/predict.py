@@ -4,7 +4,8 @@
   :mod:`sim` (:func:`collective_nodes` builds its flows, with the ``dimwise``
   algorithm composed here from sim's one-dimensional collectives);
 - ``step`` rows: :func:`aoizora.studies.validation.step.predict_step` compiles the
-  model's step and replays it for the row's device order.
+  model's step and replays it for the row's device order; ``vae`` rows the same with
+  the clip's VAE decode.
 
 :func:`default_predictors` gives both, as ``aoizora validate`` uses them.
 
@@ -17,7 +18,7 @@ Example
 >>> round(predict_collective(row) * 1e6, 3)  # 1 us hop + 1 MB at 45 GB/s one way
 23.222
 >>> sorted(default_predictors())
-['collective', 'step']
+['collective', 'step', 'vae']
 """
 
 from __future__ import annotations
@@ -176,4 +177,5 @@ def default_predictors(*, cache_dir: str | None = None) -> dict[str, Predictor]:
     return {
         "collective": predict_collective,
         "step": functools.partial(predict_step, cache_dir=cache_dir),
+        "vae": functools.partial(predict_step, cache_dir=cache_dir),  # the decode, compiled
     }

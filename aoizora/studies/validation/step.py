@@ -47,6 +47,9 @@ from aoizora.hlo.graph import CollectiveGraph, graph_from_text
 from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import replay
 from aoizora.studies.validation.format import Measurement, StepCase, row_slice
+from aoizora.workloads.base import Workload
+from aoizora.workloads.vae import vae_workload
+from aoizora.workloads.vae_config import VAE_CONFIGS, VAE_MESH_AXIS_NAMES
 from aoizora.workloads.wan import WAN_CONFIGS, Clip, parse_resolution, wan_workload
 from aoizora.workloads.wan_config import MESH_AXIS_NAMES
 from sim.compute import ComputeParams
@@ -59,6 +62,7 @@ __all__ = [
     "predict_step",
     "predict_step_memory",
     "row_chip_slice",
+    "row_workload",
     "step_clip",
     "step_graph",
 ]
@@ -82,8 +86,14 @@ def step_clip(clip: str, model: str | None = None) -> Clip:
     return parse_resolution(f"{width}x{height}", frames=frames, config=config)
 
 
+def _axis_names(model: str) -> tuple[str, ...]:
+    """The planner's mesh axes of the row's program: a VAE decode's or a Wan step's."""
+    return VAE_MESH_AXIS_NAMES if model in VAE_CONFIGS else MESH_AXIS_NAMES
+
+
 def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The row's mesh on the planner's axes ``(data, fsdp, context, tensor)``.
+    """The row's mesh on the planner's axes ``(data, fsdp, context, tensor)`` (a ``vae``
+    row's: ``(width, height)``).
 
     Returns the four axis sizes (axes the row does not name get size 1) and the
     device order re-listed in the canonical mesh's flat (row-major) order: a row
@@ -93,18 +103,32 @@ def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
     the planner's own (same id, same compile-cache entry).
     """
     axes = step.mesh_axes
-    unknown = [a for a in axes if a not in MESH_AXIS_NAMES]
+    names = _axis_names(step.model)
+    unknown = [a for a in axes if a not in names]
     if unknown:
         raise ValidationError(
-            f"mesh_axes={' '.join(axes)!r}: axes {unknown} are not Wan mesh axes; name some of "
-            f"{list(MESH_AXIS_NAMES)}, e.g. 'data context'"
+            f"mesh_axes={' '.join(axes)!r}: axes {unknown} are not mesh axes of "
+            f"{step.model}; name some of {list(names)}, e.g. {' '.join(names[:2])!r}"
         )
     ids = np.asarray(step.device_order, dtype=np.int64).reshape(step.mesh_shape)
-    perm = sorted(range(len(axes)), key=lambda i: MESH_AXIS_NAMES.index(axes[i]))
+    perm = sorted(range(len(axes)), key=lambda i: names.index(axes[i]))
     flat = tuple(int(i) for i in ids.transpose(perm).reshape(-1))
     sizes = dict(zip(axes, step.mesh_shape, strict=True))
-    shape = tuple(sizes.get(a, 1) for a in MESH_AXIS_NAMES)
+    shape = tuple(sizes.get(a, 1) for a in names)
     return shape, flat
+
+
+def row_workload(model: str, clip: str, vae_decode_chunk: int | None = None) -> Workload:
+    """The program a row ran: a Wan denoising step (``model`` a Wan config) or a VAE
+    decode of the clip (``model`` a VAE config, with its chunk)."""
+    if model in WAN_CONFIGS:
+        return wan_workload(model, step_clip(clip, model))
+    if model in VAE_CONFIGS:
+        return vae_workload(model, step_clip(clip), chunk=vae_decode_chunk or 1)
+    raise ValidationError(
+        f"model={model!r} is neither a Wan config ({sorted(WAN_CONFIGS)}) nor a VAE "
+        f"({sorted(VAE_CONFIGS)}), e.g. 'wan2.1-14b' or 'wan2.1-vae'"
+    )
 
 
 @functools.lru_cache(maxsize=_GRAPH_CACHE_SIZE)
@@ -115,16 +139,12 @@ def _compiled(
     mesh_shape: tuple[int, ...],
     rules_id: str,
     attention: str,
+    chunk: int | None,
     cache_dir: str | None,
 ) -> tuple[CollectiveGraph, int | None]:
     """One candidate compiled for ``slice_``: its graph and its per-device memory
     (``MemoryUsage.total_bytes`` of the compiled program; None if unreported)."""
-    if model not in WAN_CONFIGS:
-        raise ValidationError(
-            f"model={model!r} is not a Wan config; use one of {sorted(WAN_CONFIGS)}, "
-            "e.g. 'wan2.1-14b'"
-        )
-    workload = wan_workload(model, step_clip(clip, model))
+    workload = row_workload(model, clip, chunk)
     candidate = make_candidate(workload, mesh_shape, rules_id, attention)
     reasons = check_candidate(workload, candidate)
     if reasons:
@@ -149,8 +169,11 @@ def _compiled(
 def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
     step = _step_of(row)
     shape, _ = canonical_mesh(step)
-    attention = step.attention or DEFAULT_ATTENTION
-    return (step.model, step.clip, row_slice(row), shape, step.rules_id, attention, cache_dir)
+    attention = step.attention or (DEFAULT_ATTENTION if step.model in WAN_CONFIGS else "none")
+    return (
+        step.model, step.clip, row_slice(row), shape, step.rules_id, attention,
+        step.vae_decode_chunk, cache_dir,
+    )  # fmt: skip
 
 
 def predict_step_memory(row: Measurement, *, cache_dir: str | None = None) -> int | None:
@@ -209,5 +232,5 @@ def predict_step(
 
 def _step_of(row: Measurement) -> StepCase:
     if row.step is None:
-        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a step row")
+        raise ValidationError(f"row {row.row_id!r} is a {row.kind!r} row, not a step or vae row")
     return row.step
