@@ -19,7 +19,10 @@ The cases (:class:`KernelCase`, ``kind``):
   (:func:`aoizora.workloads.splash.splash_attention`, segment ids on), over heads,
   lengths, cross-attention's short keys and block sizes;
 * ``conv``: the VAE decoder's 3x3x3 convolutions (channels and frame sizes of Wan's
-  decoder).
+  decoder);
+* ``tile``: the splash kernel at Wan steps' local self-attention shapes over tiles
+  ``(block_q, block_kv, block_kv_compute)`` -- the tile sweep the kernel settings are
+  planned from; a tile that does not compile (scoped VMEM) is kept with its error.
 
 Each case records its FLOPs and bytes as the model counts them, the samples, and the
 per-op split of one execution (the attention kernel's own op, for instance).
@@ -46,7 +49,7 @@ from aoizora.workloads.splash import splash_attention
 
 __all__ = ["KERNEL_KINDS", "KernelCase", "KernelResult", "kernel_cases", "run_kernels"]
 
-KERNEL_KINDS = ("matmul", "stream", "transpose", "reduce", "attention", "conv")
+KERNEL_KINDS = ("matmul", "stream", "transpose", "reduce", "attention", "conv", "tile")
 _MIB = 1 << 20
 
 
@@ -119,6 +122,18 @@ _ATTENTION = (
     (12, 9728, 512, 1024, 512), (12, 9728, 512, 256, 512), (12, 384, 384, 384, 384),
     (12, 2048, 384, 512, 384), (40, 2048, 2048, 512, 512),
 )  # fmt: skip
+# (heads, length): Wan 2.1 1.3B self-attention on one chip at 832x480x81, 1280x720x21 and
+# 832x480x21 (32,760, 21,600 and 9,360 tokens, 12 heads), TI2V-5B at 832x480x81 and
+# 1280x704x41 (24 heads; 8,190 and 9,680 tokens).
+_TILE_SHAPES = ((12, 32760), (12, 21600), (12, 9360), (24, 8190), (24, 9680))
+# (block_q, block_kv, block_kv_compute): maxdiffusion's 512s, uniform 256-2048, a compute
+# block under the kv block, kv above q, and q 2048 (which failed to compile on v5e).
+_TILES = (
+    (512, 512, 512), (256, 256, 256), (1024, 1024, 1024), (2048, 2048, 2048),
+    (1024, 1024, 512), (512, 1024, 512), (512, 1024, 1024), (1024, 2048, 512),
+    (1024, 2048, 1024), (512, 2048, 512), (1024, 512, 512), (2048, 1024, 512),
+    (256, 1024, 256), (1024, 1024, 256), (512, 512, 256), (1024, 4096, 512),
+)  # fmt: skip
 # (frames, height, width, channels in, channels out): the decoder's 3x3x3 convolutions
 # at its four scales for a 480p clip chunk (causal: 2 cached frames + the chunk).
 _CONVS = (
@@ -148,6 +163,13 @@ def kernel_cases(kinds: Sequence[str] = KERNEL_KINDS) -> tuple[KernelCase, ...]:
                 _case("attention", heads=h, q_length=q, kv_length=kv, block_q=bq, block_kv=bk)
                 for h, q, kv, bq, bk in _ATTENTION
             ]
+        elif kind == "tile":
+            out += [
+                _case("tile", heads=h, q_length=n, kv_length=n, block_q=bq, block_kv=bk,
+                      block_kv_compute=bc)
+                for h, n in _TILE_SHAPES
+                for bq, bk, bc in _TILES
+            ]  # fmt: skip
         else:
             out += [
                 _case("conv", frames=t, height=hh, width=w, in_channels=ci, out_channels=co)
@@ -176,10 +198,10 @@ def _program(case: KernelCase) -> tuple[Callable[..., Any], tuple[tuple[int, ...
         return _transpose, (_rows(a["size_bytes"]),)
     if case.kind == "reduce":
         return _reduce, (_rows(a["size_bytes"]),)
-    if case.kind == "attention":
+    if case.kind in ("attention", "tile"):
         q = (1, a["heads"], a["q_length"], 128)
         kv = (1, a["heads"], a["kv_length"], 128)
-        blocks = (a["block_q"], a["block_kv"])
+        blocks = (a["block_q"], a["block_kv"], a.get("block_kv_compute", a["block_kv"]))
         return functools.partial(_attention, blocks=blocks), (q, kv, kv)
     x = (1, a["frames"] + 2, a["height"], a["width"], a["in_channels"])
     return _conv, (x, (3, 3, 3, a["in_channels"], a["out_channels"]))
@@ -201,7 +223,7 @@ def _reduce(x: jax.Array) -> jax.Array:
     return jnp.sum(x.astype(jnp.float32), axis=1)
 
 
-def _attention(q: jax.Array, k: jax.Array, v: jax.Array, *, blocks: tuple[int, int]) -> Any:
+def _attention(q: jax.Array, k: jax.Array, v: jax.Array, *, blocks: tuple[int, int, int]) -> Any:
     valid = jnp.ones((k.shape[2],), jnp.bool_)  # segment ids on, as the step runs it
     out, _ = splash_attention(q, k, v, valid, scale=0.088, with_lse=False, block_sizes=blocks)
     return out

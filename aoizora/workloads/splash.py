@@ -92,13 +92,13 @@ def _downcast(array: np.ndarray) -> np.ndarray:
 # Called for every attention of every candidate; Stage 1 of Wan 2.1 14B 720p on
 # v5e:4x4 meets 23 local shapes in 47 calls.
 @functools.lru_cache(maxsize=256)
-def _kernels_on_host(q_length: int, kv_length: int, bq: int, bkv: int) -> Any:
+def _kernels_on_host(q_length: int, kv_length: int, bq: int, bkv: int, bkvc: int) -> Any:
     """The kernels without and with residuals, their mask info on the host (numpy)
     and shared: within one trace jax makes one constant of an array however many
     kernels use it, as it does for ``make_splash_mha``'s mask info. One mask serves
     every head (the mask info has one head shard): the head count is no part of the key."""
     info = full_mask_info(q_length, kv_length, bq, bkv)
-    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
+    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc)
     # make_splash_mha's arguments to the kernel (jax _make_splash_attention).
     return tuple(
         sk.SplashAttentionKernel(
@@ -118,7 +118,9 @@ def _kernels_on_host(q_length: int, kv_length: int, bq: int, bkv: int) -> Any:
     )
 
 
-def _kernel(heads: int, q_length: int, kv_length: int, bq: int, bkv: int, *, with_lse: bool) -> Any:
+def _kernel(
+    heads: int, q_length: int, kv_length: int, bq: int, bkv: int, bkvc: int, *, with_lse: bool
+) -> Any:
     """The kernel for a local shape, its mask info made arrays of the current trace.
 
     Call it inside the trace, as ``make_splash_mha`` would be: ``jnp.array`` makes
@@ -126,7 +128,7 @@ def _kernel(heads: int, q_length: int, kv_length: int, bq: int, bkv: int, *, wit
     would hold arrays jax passes as extra arguments instead).
     """
     del heads  # make_splash_mha's mask has one per head; their mask info is one
-    return jax.tree.map(jnp.array, _kernels_on_host(q_length, kv_length, bq, bkv)[with_lse])
+    return jax.tree.map(jnp.array, _kernels_on_host(q_length, kv_length, bq, bkv, bkvc)[with_lse])
 
 
 def _run(kernel: Any, q: jax.Array, k: jax.Array, v: jax.Array, ids: Any) -> Any:
@@ -139,7 +141,7 @@ def _sds(x: Any) -> jax.ShapeDtypeStruct:
 
 @functools.lru_cache(maxsize=256)
 def _kernel_free(
-    blocks: tuple[int, int, int, int], with_lse: bool, args: tuple[Any, ...]
+    blocks: tuple[int, int, int, int, int], with_lse: bool, args: tuple[Any, ...]
 ) -> KernelFree:
     """The kernel's program without its body, for padded lengths and blocks and the
     argument types.
@@ -157,7 +159,7 @@ def _kernel_free(
 
 
 def _call_without_body(
-    blocks: tuple[int, int, int, int], with_lse: bool, kernel: Any, *args: Any
+    blocks: tuple[int, int, int, int, int], with_lse: bool, kernel: Any, *args: Any
 ) -> Any:
     """``kernel`` (from :func:`_kernel`) called on ``args``, without its body."""
     program = _kernel_free(blocks, with_lse, jax.tree.map(_sds, args))
@@ -173,7 +175,7 @@ def splash_attention(
     scale: float,
     with_lse: bool,
     body: bool = True,
-    block_sizes: tuple[int, int] | None = None,
+    block_sizes: tuple[int, ...] | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Softmax attention ``(b, h, sq, d) x (b, h, skv, d) -> (b, h, sq, d)`` by splash.
 
@@ -181,11 +183,14 @@ def splash_attention(
     real). Returns the output (f32 when ``with_lse``, else q's dtype) and, with
     ``with_lse``, the log-sum-exp ``(b, h, sq)``. ``body=False`` lowers the kernel
     without its body (see the module docstring): for reading only. ``block_sizes``:
-    (q block, kv block) instead of :func:`block_size`'s (kernel microbenchmarks).
+    (q block, kv block[, kv compute block]) instead of :func:`block_size`'s (kernel
+    microbenchmarks; the compute block defaults to the kv block, as maxdiffusion's).
     """
     _, heads, sq, _ = q.shape
     skv = k.shape[2]
-    bq, bkv = (block_size(sq), block_size(skv)) if block_sizes is None else block_sizes
+    given = (block_size(sq), block_size(skv)) if block_sizes is None else tuple(block_sizes)
+    bq, bkv = given[0], given[1]
+    bkvc = given[2] if len(given) > 2 else bkv
     sq_p, skv_p = _round_up(sq, bq), _round_up(skv, bkv)
     q = q * jnp.asarray(scale, q.dtype)  # splash does not scale the logits itself
     needs_ids = kv_valid is not None or sq_p != sq or skv_p != skv
@@ -202,7 +207,7 @@ def splash_attention(
         valid = jnp.ones((skv,), jnp.bool_) if kv_valid is None else kv_valid
         kv_ids = jnp.pad(valid.astype(jnp.int32), (0, skv_p - skv))
         ids = sk.SegmentIds(q=q_ids, kv=kv_ids)
-    blocks = (sq_p, skv_p, bq, bkv)
+    blocks = (sq_p, skv_p, bq, bkv, bkvc)
     kernel = _kernel(heads, *blocks, with_lse=with_lse)
     if body:
         result = _run(kernel, q, k, v, ids)

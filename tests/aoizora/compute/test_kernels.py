@@ -57,6 +57,18 @@ def test_the_suite_covers_every_kind_once_in_a_fixed_order() -> None:
     assert all(isinstance(c, KernelCase) for c in kernel_cases(["attention"]))
 
 
+def test_the_tile_sweep_asks_only_tiles_splash_accepts() -> None:
+    """Every tile divides into 128-lane blocks and its compute block divides its kv block
+    (splash's BlockSizes rule), the 512s are among them, and each shape meets every tile."""
+    tiles = kernel_cases(["tile"])
+    blocks = {(c.args["block_q"], c.args["block_kv"], c.args["block_kv_compute"]) for c in tiles}
+    assert (512, 512, 512) in blocks
+    assert all(b % 128 == 0 for t in blocks for b in t)
+    assert all(kv % kvc == 0 for _, kv, kvc in blocks)
+    shapes = {(c.args["heads"], c.args["q_length"]) for c in tiles}
+    assert len(tiles) == len(shapes) * len(blocks)
+
+
 def test_an_unknown_kind_is_refused_with_the_known_ones() -> None:
     with pytest.raises(MeasureError, match=r"unknown kinds \['matmull'\]; known: matmul"):
         kernel_cases(["matmull"])
