@@ -118,14 +118,19 @@ _WINDOW_SIZE_RE = re.compile(r"size=([\dx]+)")
 
 
 def hbm_size_bytes(shape: Shape) -> int:
-    """The bytes of ``shape`` that live in HBM: its size, less leaves held on chip.
+    """The bytes of ``shape`` that live in HBM: its tiled footprint
+    (:attr:`~aoizora.hlo.shapes.Shape.stored_bytes`), less leaves held on chip.
 
     >>> from aoizora.hlo.shapes import parse_shape
     >>> hbm_size_bytes(parse_shape("(f32[8]{0:S(1)}, f32[8]{0})", 0)[0])
     32
+    >>> hbm_size_bytes(parse_shape("f32[8,96]{1,0:T(8,128)}", 0)[0])  # 96 lanes of 128
+    4096
     """
     return sum(
-        leaf.size_bytes for leaf in shape.leaves() if leaf.memory_space not in ON_CHIP_MEMORY_SPACES
+        leaf.stored_bytes
+        for leaf in shape.leaves()
+        if leaf.memory_space not in ON_CHIP_MEMORY_SPACES
     )
 
 
@@ -246,10 +251,13 @@ class FusionSummary:
 
 
 def _split(shape: Shape, nbytes: int) -> tuple[int, int]:
-    """``nbytes`` of an array of ``shape`` as (HBM, on chip), by where its leaves live."""
-    total = shape.size_bytes
-    if total == 0 or nbytes == 0:
+    """``nbytes`` of the payload of an array of ``shape`` as the (HBM, on chip) bytes a
+    kernel moves: the tiled footprint of that part (``stored_bytes / size_bytes`` of it;
+    96 channels move as 128 lanes), by where its leaves live."""
+    if shape.size_bytes == 0 or nbytes == 0:
         return 0, 0
+    total = shape.stored_bytes
+    nbytes = round(nbytes * total / shape.size_bytes)
     hbm = hbm_size_bytes(shape)
     if hbm == total:
         return nbytes, 0

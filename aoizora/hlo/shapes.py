@@ -8,6 +8,13 @@ collective moves is the logical array, so sizes here are
 ``prod(dims) * bits(element type) / 8`` (rounded up for sub-byte types), never
 the padded tile footprint.
 
+What an array *occupies* is its tiled footprint (:attr:`Shape.stored_bytes`): the
+layout ``{minor_to_major:T(a,b)}`` tiles the most minor dimensions by its first tile,
+each padded up to a multiple of it (openxla.org/xla/tiled_layout, "Tiled layout"):
+``f32[6,60,104,96]{3,2,1,0:T(8,128)}`` stores 96 channels in 128 lanes, 4/3 of its
+payload. Kernels that stream an array from HBM move its footprint, so the compute model
+prices those bytes (:func:`aoizora.hlo.compute.hbm_size_bytes`).
+
 The memory space ``S(n)`` is kept (:attr:`Shape.memory_space`) because it says where
 an array lives, which decides what reading it costs: on TPU, space 1 is the core's
 on-chip vector memory (VMEM), not HBM (XLA's TPU memory-space assignment prints it;
@@ -21,6 +28,8 @@ Example:
     >>> shape, end = parse_shape("(f32[32,64]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) x", 0)
     >>> shape.size_bytes, shape.tuple_shapes[0].dims, end
     (8196, (32, 64), 44)
+    >>> shape.stored_bytes  # 64 columns in 128 lanes
+    16388
     >>> shape.tuple_shapes[0].memory_space, parse_shape("f32[2]{0}", 0)[0].memory_space
     (1, 0)
 """
@@ -73,6 +82,8 @@ ELEMENT_BITS: dict[str, int] = {
 _ARRAY_RE = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
 # The memory space inside a layout: ``{1,0:T(8,128)S(1)}``.
 _MEMORY_SPACE_RE = re.compile(r"S\((\d+)\)")
+# The minor-to-major order and the first tile: ``{4,3,2,1,0:T(8,128)(2,1)}``.
+_LAYOUT_RE = re.compile(r"^\{([\d,]*)(?::T\(([\d,]+)\))?")
 _COMMENT_RE = re.compile(r"\s*(?:/\*.*?\*/\s*)?")
 
 
@@ -93,6 +104,8 @@ class Shape:
     tuple_shapes: tuple[Shape, ...] = ()
     # The layout's memory space S(n) (0: the default, HBM on TPU; 1: VMEM).
     memory_space: int = field(default=0, compare=False)
+    # Elements the layout's first tile pads the array to (0: no tiling printed).
+    stored_elements: int = field(default=0, compare=False)
 
     @property
     def is_tuple(self) -> bool:
@@ -111,6 +124,16 @@ class Shape:
         if self.is_tuple:
             return sum(s.size_bytes for s in self.tuple_shapes)
         return (math.prod(self.dims) * ELEMENT_BITS[self.element_type] + 7) // 8
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes the array occupies under its tiled layout (the module docstring); its
+        payload when no tiling is printed. Summed over a tuple."""
+        if self.is_tuple:
+            return sum(s.stored_bytes for s in self.tuple_shapes)
+        if not self.stored_elements:
+            return self.size_bytes
+        return (self.stored_elements * ELEMENT_BITS[self.element_type] + 7) // 8
 
     def leaves(self) -> tuple[Shape, ...]:
         """The array shapes of a (nested) tuple in order; ``(self,)`` for an array."""
@@ -186,4 +209,31 @@ def parse_shape(text: str, pos: int) -> tuple[Shape, int]:
     layout = m.group(3) or ""
     space = _MEMORY_SPACE_RE.search(layout) if ":" in layout else None
     memory_space = int(space.group(1)) if space is not None else 0
-    return Shape(element_type, _parse_dims(m.group(2)), memory_space=memory_space), m.end()
+    dims = _parse_dims(m.group(2))
+    stored = _tiled_elements(dims, layout)
+    return Shape(element_type, dims, memory_space=memory_space, stored_elements=stored), m.end()
+
+
+def _tiled_elements(dims: tuple[int, ...], layout: str) -> int:
+    """Elements of ``dims`` padded by the layout's first tile; 0 without one. The tile's
+    last size pads the most minor dimension, the one before it the next, and so on.
+
+    >>> _tiled_elements((6, 60, 104, 96), "{3,2,1,0:T(8,128)(2,1)}")  # 104 rows, 96 lanes
+    4792320
+    >>> _tiled_elements((96, 104), "{0,1:T(8,128)}")  # dim 0 the most minor: 128 x 104
+    13312
+    >>> _tiled_elements((5,), "{0:T(256)}"), _tiled_elements((5,), "{0}")
+    (256, 0)
+    """
+    m = _LAYOUT_RE.match(layout)
+    if m is None or m.group(2) is None or not m.group(1):
+        return 0
+    order = [int(d) for d in m.group(1).split(",")]
+    tile = [int(t) for t in m.group(2).split(",")]
+    if sorted(order) != list(range(len(dims))) or len(tile) > len(dims):
+        return 0
+    padded = list(dims)
+    for i, size in enumerate(reversed(tile)):  # the tile's last size: the most minor dim
+        d = order[i]
+        padded[d] = -(-dims[d] // size) * size
+    return math.prod(padded)

@@ -21,6 +21,19 @@ FIT_ROWS = (
     "m-bd44dfa8c7-winner",  # wan2.2-ti2v-5b 960x544x61
 )
 
+# VAE decodes measured with aoizora measure on the chip (validation/v5e/vae/rows.csv), by
+# row id: the workload each decoded.
+VAE_ROWS = {
+    "m-40a99d5f22-vae": "wan2.1-vae@832x480x21",
+    "m-80b8d37c33-vae": "wan2.1-vae@832x480x21[chunk2]",
+    "m-58178b83de-vae": "wan2.1-vae@832x480x81",
+    "m-acb5109a39-vae": "wan2.2-vae@640x352x41",
+    "m-77d816fc20-vae": "wan2.1-vae@1280x720x21",
+    "m-af1b21402f-vae": "wan2.1-vae@832x480x41",
+    "m-b398b9a02f-vae": "wan2.1-vae@480x320x41",
+    "m-cd2853ffd8-vae": "wan2.2-vae@832x480x21",
+}
+
 
 @pytest.fixture(scope="session")
 def v5e_steps() -> dict[str, ProfiledStep]:

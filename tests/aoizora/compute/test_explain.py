@@ -14,7 +14,7 @@ from aoizora.replay import replay
 from aoizora.studies.compute_fit import ProfiledStep
 from aoizora.studies.explain import Explanation, explain, op_prices
 from sim.topology import load_slice
-from tests.aoizora.compute.conftest import PROFILES
+from tests.aoizora.compute.conftest import PROFILES, VAE_ROWS
 
 V5E = load_slice("v5e:1x1")
 # The 1.3B 480p steps: 81 frames (the default clip) and 21 frames, both explained op by op.
@@ -79,3 +79,37 @@ def test_explain_cli_refuses_a_missing_hlo_in_one_line(capsys: pytest.CaptureFix
     code = main(["explain", str(PROFILES / f"{row}.ops.json.gz"), "nope.hlo.txt",
                  "--slice", "v5e:1x1"])  # fmt: skip
     assert code == 2 and "cannot read 'nope.hlo.txt'" in capsys.readouterr().err
+
+
+def _vae_rows(steps: dict[str, ProfiledStep]) -> list[str]:
+    rows = sorted(r for r in steps if r.endswith("-vae"))
+    assert set(rows) == set(VAE_ROWS), rows  # every decode profiled is named in conftest
+    return rows
+
+
+def test_vae_decodes_are_true_within_5_percent(v5e_steps: dict[str, ProfiledStep]) -> None:
+    """Every VAE decode profiled on the chip (aoizora measure, rows of kind vae): the
+    compiled program priced op by op within 5 % of the measured decode."""
+    for row in _vae_rows(v5e_steps):
+        e = _explained(v5e_steps[row])
+        assert e.device_ops_s == pytest.approx(e.step_s, rel=0.02), row
+        assert e.predicted_s == pytest.approx(e.step_s, rel=0.05), (row, e.predicted_s, e.step_s)
+
+
+def test_the_wan21_vae_needs_its_tiled_footprint(
+    v5e_steps: dict[str, ProfiledStep], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Wan 2.1 decoder's 96 channels take 128 lanes: priced by their payload instead,
+    every Wan 2.1 decode comes out more than 5 % under the chip (as it did before tiled
+    bytes), while the Wan 2.2 decoder (256 channels) barely moves."""
+    from aoizora.hlo import shapes
+
+    rows = _vae_rows(v5e_steps)
+    tiled = {r: _explained(v5e_steps[r]).predicted_s for r in rows}
+    monkeypatch.setattr(shapes.Shape, "stored_bytes", property(lambda s: s.size_bytes))
+    for row in rows:
+        e = _explained(v5e_steps[row])
+        if VAE_ROWS[row].startswith("wan2.1-vae"):
+            assert e.predicted_s < 0.95 * e.step_s, (row, e.predicted_s, e.step_s)
+        else:
+            assert e.predicted_s == pytest.approx(tiled[row], rel=0.03), row
