@@ -202,6 +202,11 @@ class _Builder:
     def _bytes(self, v: int) -> int:
         return self._type(v).shard_bytes(self._sharding(v))
 
+    def _stored_bytes(self, v: int) -> int:
+        """What a kernel moves reading or writing ``v``: its tiled footprint (the compiled
+        program's pricing counts the same, aoizora.hlo.compute.hbm_size_bytes)."""
+        return self._type(v).stored_bytes(self._local_shape(v))
+
     def _local_shape(self, v: int) -> tuple[int, ...]:
         t, s = self._type(v), self._sharding(v)
         return tuple(
@@ -317,7 +322,7 @@ class _Builder:
         # at every call: fuse each block once.
         at_root = self._fused.get(id(block))
         if at_root is None:
-            at_root = {k.root: k for k in fuse_block(block, bytes_of=self._bytes)}
+            at_root = {k.root: k for k in fuse_block(block, bytes_of=self._stored_bytes)}
             self._fused[id(block)] = at_root
         for i, op in enumerate(block.ops):
             if op.name in _RETURNS:
