@@ -343,6 +343,14 @@ def rank_vae(
         scores, why = _simulated(workload, slice_, chosen, caches, say, how)
         timings.append(("compile_and_rank", time.perf_counter() - t1))
         compiled = (chosen.id,)
+        if scores is None and why is not None and "does not fit" in why:
+            # the compiler's verdict on memory (CompileTimeHbmOom): Stage 1 was too low
+            fits = smallest_fitting_slice(workload, slice_, caches)
+            raise DoesNotFit(
+                f"the VAE's choice {chosen.id} of {workload.name} does not fit on "
+                f"{slice_.name}: {why.split(': ', 1)[-1][:200]}",
+                fits=f"it fits on {fits} by Stage 1" if fits else "",
+            )
         if scores is None:  # the figure stays Stage 1's, and the plan says why
             warnings = (f"the VAE's chosen sharding did not compile to a feasible program: {why}",)
         else:
