@@ -86,17 +86,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--top", type=int, default=2, help="runners-up to time (default %(default)s)")
     p.add_argument("--no-baselines", action="store_true", help="do not time the baselines")
-    p.add_argument(
-        "--no-steps",
-        action="store_true",
-        help="time no denoising step (the VAE decode and --collectives still run)",
-    )
-    p.add_argument(
-        "--no-vae",
-        action="store_true",
-        help="do not time the clip's VAE decode (timed by default when the plan has a VAE plan: "
-        "rows of kind vae)",
-    )
+    p.add_argument("--no-steps", action="store_true", help="time no denoising step")
+    p.add_argument("--no-vae", action="store_true", help="do not time the clip's VAE decode")
     p.add_argument("--collectives", action="store_true", help="also time the collectives")
     p.add_argument(
         "--sizes",

@@ -76,10 +76,12 @@ def _each_kind(wl: Workload, devices: int) -> list[Candidate]:
     return [c for c in legal if firsts[c.attention] is c]
 
 
-def _jax_own_kernel(heads: int, sq: int, skv: int, bq: int, bkv: int, *, with_lse: bool) -> object:
+def _jax_own_kernel(
+    heads: int, sq: int, skv: int, bq: int, bkv: int, bkvc: int, *, with_lse: bool
+) -> object:
     """A new kernel from jax's own ``make_splash_mha`` each call (no cache of ours)."""
     mask = sm.MultiHeadMask(tuple(sm.FullMask((sq, skv)) for _ in range(heads)))
-    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)
+    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc)
     return sk.make_splash_mha(
         mask, head_shards=1, q_seq_shards=1, block_sizes=sizes, save_residuals=with_lse
     )
