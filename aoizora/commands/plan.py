@@ -28,6 +28,7 @@ fastest ranked plan it can express (exit code 2, the plan file still written).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     (slice_,) = select_attention_kernel(args, [load_slice(args.slice_name)])
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.
+    from aoizora.plan import WorkloadSource
     from aoizora.planner import run_plan
     from aoizora.report.summary import outcome_summary, render_report
 
@@ -147,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"aoizora plan: warning: the clip is left out: {exc}{where}; the plan "
                   "holds the step alone (as --no-clip)", file=sys.stderr)  # fmt: skip
     plan = outcome.plan() if clip is None else clip.plan()
+    if args.workload is not None:  # aoizora measure rebuilds it from here
+        plan = dataclasses.replace(
+            plan, source=WorkloadSource(args.workload, workload.program_fingerprint)
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.save(out)

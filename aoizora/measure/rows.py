@@ -47,9 +47,9 @@ def row_id(env: Environment, key: str) -> str:
 
 
 def _clip_cell(plan: Plan) -> str:
+    """``FRAMESxHEIGHTxWIDTH``; empty for a model of one's own (its row names its spec)."""
     clip = plan.clip
-    assert clip is not None  # step targets exist only for Wan plans (steps.plan_workload)
-    return f"{clip.frames}x{clip.height}x{clip.width}"
+    return "" if clip is None else f"{clip.frames}x{clip.height}x{clip.width}"
 
 
 def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
@@ -57,6 +57,7 @@ def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
     device order and the attention kernel of the backend."""
     p = target.plan
     vae = target.kind == "vae"
+    own = p.source is not None  # its attention is whatever its step calls (XLA's, here)
     return StepCase(
         model=p.model,
         clip=_clip_cell(p),
@@ -66,8 +67,13 @@ def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
         device_order=p.physical_ids,
         attention=p.attention,
         # a VAE decode has no attention kernel to select (its mid-block attention is XLA's)
-        attention_kernel=None if vae else CPU_ATTENTION_KERNEL if cpu else TPU_ATTENTION_KERNEL,
+        attention_kernel=None
+        if vae or own
+        else CPU_ATTENTION_KERNEL
+        if cpu
+        else TPU_ATTENTION_KERNEL,
         vae_decode_chunk=vae_decode_chunk(p.workload) if vae else None,
+        workload=p.source.spec if p.source is not None else None,
     )
 
 
@@ -91,10 +97,15 @@ def step_notes(target: StepTarget, env: Environment) -> str:
             f"placement {p.placement_id}; the plan predicts {target.predicted_s:.6g} s "
             f"({how}); latent to uint8 frames, random weights (no checkpoint)"
         )
+    what = (
+        f"one call of {p.workload} from {p.source.spec}"
+        if p.source is not None
+        else "one denoising step (both CFG passes)"
+    )
     notes = (
         f"{' and '.join(target.roles)} of the plan: candidate {p.candidate_id}, placement "
         f"{p.placement_id}; the plan predicts {target.predicted_s:.6g} s per step (simulated); "
-        "one denoising step (both CFG passes), random weights (no checkpoint)"
+        f"{what}, random weights (no checkpoint)"
     )
     if env.is_cpu:
         notes += "; XLA attention in place of the TPU's Pallas kernels"

@@ -28,13 +28,14 @@ import jax.numpy as jnp
 
 from aoizora.candidates.space import Candidate
 from aoizora.compile import jit_step
-from aoizora.errors import MeasureError
+from aoizora.errors import AoizoraError, MeasureError
 from aoizora.measure.capture import capture_profile
 from aoizora.measure.devices import plan_mesh
 from aoizora.measure.memory import held_bytes
 from aoizora.measure.timing import Clock, Timing, time_calls
-from aoizora.plan import Plan
+from aoizora.plan import Plan, WorkloadSource
 from aoizora.workloads.base import Workload
+from aoizora.workloads.factory import load_workload
 from aoizora.workloads.vae import vae_decode_chunk, vae_workload
 from aoizora.workloads.vae_config import VAE_CONFIGS
 from aoizora.workloads.wan import WAN_CONFIGS, wan_workload
@@ -134,16 +135,38 @@ def plan_workload(plan: Plan) -> Workload:
     the kernels: Pallas splash attention on TPU, XLA attention on CPU), or a VAE plan's
     decode (its chunk from the workload name). Raises :class:`MeasureError` for plans of
     other workloads (their steps have no measurement row format yet)."""
+    if plan.source is not None:
+        return _rebuilt(plan, plan.source)
     if plan.model in VAE_CONFIGS and plan.clip is not None:
         chunk = vae_decode_chunk(plan.workload)
         return _checked(plan, vae_workload(plan.model, plan.clip, chunk=chunk))
     if plan.model not in WAN_CONFIGS or plan.clip is None:
         raise MeasureError(
-            f"plan workload {plan.workload!r} is not a Wan model ({sorted(WAN_CONFIGS)}): step "
-            "rows describe Wan denoising steps; time its collectives with --no-steps "
-            "--collectives"
+            f"plan workload {plan.workload!r} is neither a Wan model ({sorted(WAN_CONFIGS)}) "
+            "nor a --workload plan that says where it came from (plans made before the "
+            "plan file recorded workload_source: re-plan it); time its collectives with "
+            "--no-steps --collectives"
         )
     return _checked(plan, wan_workload(plan.model, plan.clip))
+
+
+def _rebuilt(plan: Plan, source: WorkloadSource) -> Workload:
+    """A ``--workload`` plan's program, from the spec it was made from (relative paths from
+    the current directory, as ``aoizora plan`` read them), checked to be the same program."""
+    try:
+        workload = load_workload(source.spec)
+    except AoizoraError as exc:
+        raise MeasureError(
+            f"the plan's workload {source.spec!r} cannot be loaded here ({exc}); run aoizora "
+            "measure from the directory aoizora plan ran in"
+        ) from None
+    if workload.program_fingerprint != source.program:
+        raise MeasureError(
+            f"{source.spec} now builds another program than the plan's (fingerprint "
+            f"{workload.program_fingerprint[:12]} vs {source.program[:12]}): re-plan it, "
+            f"aoizora plan --workload {source.spec} ..."
+        )
+    return _checked(plan, workload)
 
 
 def _checked(plan: Plan, workload: Workload) -> Workload:

@@ -7,6 +7,7 @@ from aoizora.plan.fields import (
     PlanInput,
     PredictedLatencies,
     Provenance,
+    WorkloadSource,
     compute_model_json,
     plan_inputs,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "PlanInput",
     "PredictedLatencies",
     "Provenance",
+    "WorkloadSource",
     "load_plan",
     "compute_model_json",
     "plan_inputs",

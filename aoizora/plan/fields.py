@@ -35,6 +35,7 @@ __all__ = [
     "PlanInput",
     "PredictedLatencies",
     "Provenance",
+    "WorkloadSource",
     "check_device_order",
     "check_keys",
     "check_latency",
@@ -53,6 +54,30 @@ __all__ = [
 # (a clip's VAE decoder, aoizora/request/vae_rank.py).
 _PREDICTION_SOURCES = ("simulated", "stage1")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}(\+dirty)?")  # docs/plan.schema.json, aoizora_commit
+
+
+@dataclass(frozen=True)
+class WorkloadSource:
+    """Where a ``--workload`` plan's program came from: the ``spec`` it was loaded from
+    (``FILE.py:FACTORY`` or ``package.module:FACTORY``, as given) and the ``program``
+    fingerprint of what it built (:attr:`~aoizora.workloads.base.Workload.program_fingerprint`),
+    so ``aoizora measure`` can rebuild it and check it is the same program."""
+
+    spec: str
+    program: str
+
+    def __post_init__(self) -> None:
+        check_text(self.spec, "workload_source.spec", "e.g. 'examples/tiny_block.py:make'")
+        check_text(self.program, "workload_source.program", "the workload's program fingerprint")
+
+    def to_json(self) -> dict[str, str]:
+        return {"spec": self.spec, "program": self.program}
+
+    @classmethod
+    def from_json(cls, value: Any) -> WorkloadSource:
+        data = json_object(value, "workload_source", ("spec", "program"))
+        return cls(json_text(data["spec"], "workload_source.spec"),
+                   json_text(data["program"], "workload_source.program"))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ from aoizora.plan.fields import (
     PlanInput,
     PredictedLatencies,
     Provenance,
+    WorkloadSource,
     check_device_order,
     check_keys,
     check_positive_int,
@@ -129,7 +130,7 @@ _PROVENANCE_KEYS = ("aoizora", "jax", "jaxlib", "libtpu")  # and optionally aoiz
 # Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
 # with their configurations (aoizora.plan.alternatives), a clip's latency, the VAE's plan,
 # the compute model.
-_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "memory", "vae")
+_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "memory", "vae", "workload_source")
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ class Plan:
     latency: ClipLatency | None = None
     vae: Plan | None = None
     memory: PlanMemory | None = None  # the winner's per-device HBM (aoizora.plan.memory)
+    source: WorkloadSource | None = None  # a --workload plan's spec and program fingerprint
 
     def __post_init__(self) -> None:
         self._check_optional()
@@ -201,6 +203,8 @@ class Plan:
     def _check_optional(self) -> None:
         if self.memory is not None and not isinstance(self.memory, PlanMemory):
             raise PlanError(f"memory must be a PlanMemory, got {self.memory!r}")
+        if self.source is not None and not isinstance(self.source, WorkloadSource):
+            raise PlanError(f"workload_source must be a WorkloadSource, got {self.source!r}")
         if self.latency is not None and not isinstance(self.latency, ClipLatency):
             raise PlanError(f"the clip latency must be a ClipLatency, got {self.latency!r}")
         if self.vae is None:
@@ -436,6 +440,7 @@ class Plan:
             "alternatives": [a.to_json() for a in self.alternatives],
             "compute_model": json.loads(self.compute_model) if self.compute_model else None,
             "memory": None if self.memory is None else self.memory.to_json(),
+            "workload_source": None if self.source is None else self.source.to_json(),
         }
         return {k: v for k, v in optional.items() if v} | {
             "schema": PLAN_SCHEMA,
@@ -553,6 +558,9 @@ class Plan:
                 else None
             ),
             memory=PlanMemory.from_json(data["memory"], "memory") if "memory" in data else None,
+            source=WorkloadSource.from_json(data["workload_source"])
+            if "workload_source" in data
+            else None,
             **_clip_fields(cls, data),
         )
 

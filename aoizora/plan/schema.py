@@ -93,6 +93,11 @@ _RESERVED: dict[str, Any] = {
         )
     },
     "vae": {"type": "object", "description": "optional: the VAE decoder's plan"},
+    "workload_source": {
+        **_object({"spec": _TEXT, "program": _TEXT}),
+        "description": "optional: a --workload plan's FILE.py:FACTORY and its program "
+        "fingerprint (aoizora measure rebuilds it and checks it is the same program)",
+    },
 }
 
 # One configuration's per-device HBM (aoizora/plan/memory.py): the winner's, each

@@ -480,12 +480,12 @@ def test_a_failing_target_is_reported_and_the_others_measured(
     assert len(report["rows"]) == 1 and report["rows"][0]["spread_s"] is None  # one repeat
 
 
-def test_steps_of_a_workload_that_is_not_wan_are_refused(tmp_path: Path) -> None:
+def test_steps_of_a_workload_neither_wan_nor_recorded_are_refused(tmp_path: Path) -> None:
     plan = tiny_plan()
     other = Plan.from_json(plan.to_json().replace('"model": "wan-tiny"', '"model": "mlp"'))
     path = tmp_path / "plan.json"
     other.save(path)
-    with pytest.raises(MeasureError, match="not a Wan model.*--no-steps --collectives"):
+    with pytest.raises(MeasureError, match="neither a Wan model.*re-plan it.*--no-steps"):
         measure_run.run_measure(path, tmp_path / "rows.csv", backend="cpu")
     assert not (tmp_path / "rows.csv").exists()
 

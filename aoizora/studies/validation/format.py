@@ -107,6 +107,7 @@ COLUMNS: tuple[str, ...] = (
     "figure_s",
     "other_s",
     "vae_decode_chunk",
+    "workload",
     "measured_s",
     "spread_s",
     "spread_kind",

@@ -64,6 +64,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "figure_s",
     "other_s",
     "vae_decode_chunk",
+    "workload",
 )
 _CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
 _SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
@@ -101,6 +102,7 @@ class StepCase:
     figure_s: float | None = None
     other_s: float | None = None
     vae_decode_chunk: int | None = None  # a ``vae`` row: latent frames a scan step decodes
+    workload: str | None = None  # a model of one's own: its FILE.py:FACTORY (clip empty)
 
     @property
     def configuration(self) -> tuple[object, ...]:
@@ -115,6 +117,7 @@ class StepCase:
             self.attention,
             self.attention_kernel,
             self.vae_decode_chunk,
+            self.workload,
         )
 
 
@@ -186,11 +189,12 @@ def step_case(
     """The :class:`StepCase` of one row's cells (``measured_s`` already checked): a
     ``step`` row's, or a ``vae`` row's (one VAE decode of the clip; ``model`` names the
     VAE, e.g. ``wan2.1-vae``, and ``vae_decode_chunk`` its chunk, empty: 1)."""
+    spec = cell.get("workload", "") or None  # a model of one's own: no clip
     for key in STEP_REQUIRED:
-        if not cell.get(key, ""):
+        if not cell.get(key, "") and not (key == "clip" and spec):
             raise cell_error(name, line, f"a {kind!r} row needs {key!r}")
     chunk = _chunk(cell.get("vae_decode_chunk", ""), kind=kind, name=name, line=line)
-    if not _CLIP_RE.match(cell["clip"]):
+    if (cell["clip"] or not spec) and not _CLIP_RE.match(cell["clip"]):
         raise cell_error(
             name, line, f"clip={cell['clip']!r} must be FRAMESxHEIGHTxWIDTH, e.g. 81x480x832"
         )
@@ -214,7 +218,7 @@ def step_case(
         )
     return StepCase(
         cell["model"], cell["clip"], mesh_shape, axes, cell["rules_id"], order,
-        attention, kernel, phase, steps, figure, other, chunk,
+        attention, kernel, phase, steps, figure, other, chunk, spec,
     )  # fmt: skip
 
 
@@ -251,4 +255,5 @@ def step_cells(step: StepCase | None) -> dict[str, str]:
         "figure_s": _num(step.figure_s),
         "other_s": _num(step.other_s),
         "vae_decode_chunk": "" if step.vae_decode_chunk is None else str(step.vae_decode_chunk),
+        "workload": step.workload or "",
     }

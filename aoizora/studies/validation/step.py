@@ -48,6 +48,7 @@ from aoizora.placement.device_order import DeviceOrder
 from aoizora.replay import replay
 from aoizora.studies.validation.format import Measurement, StepCase, row_slice
 from aoizora.workloads.base import Workload
+from aoizora.workloads.factory import load_workload
 from aoizora.workloads.vae import vae_workload
 from aoizora.workloads.vae_config import VAE_CONFIGS, VAE_MESH_AXIS_NAMES
 from aoizora.workloads.wan import WAN_CONFIGS, Clip, parse_resolution, wan_workload
@@ -86,9 +87,12 @@ def step_clip(clip: str, model: str | None = None) -> Clip:
     return parse_resolution(f"{width}x{height}", frames=frames, config=config)
 
 
-def _axis_names(model: str) -> tuple[str, ...]:
-    """The planner's mesh axes of the row's program: a VAE decode's or a Wan step's."""
-    return VAE_MESH_AXIS_NAMES if model in VAE_CONFIGS else MESH_AXIS_NAMES
+def _axis_names(step: StepCase) -> tuple[str, ...]:
+    """The planner's mesh axes of the row's program: a model of one's own's (its factory's
+    order), a VAE decode's or a Wan step's."""
+    if step.workload:
+        return row_workload(step.model, step.clip, workload=step.workload).mesh_axis_names
+    return VAE_MESH_AXIS_NAMES if step.model in VAE_CONFIGS else MESH_AXIS_NAMES
 
 
 def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -103,7 +107,7 @@ def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
     the planner's own (same id, same compile-cache entry).
     """
     axes = step.mesh_axes
-    names = _axis_names(step.model)
+    names = _axis_names(step)
     unknown = [a for a in axes if a not in names]
     if unknown:
         raise ValidationError(
@@ -118,9 +122,14 @@ def canonical_mesh(step: StepCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return shape, flat
 
 
-def row_workload(model: str, clip: str, vae_decode_chunk: int | None = None) -> Workload:
-    """The program a row ran: a Wan denoising step (``model`` a Wan config) or a VAE
-    decode of the clip (``model`` a VAE config, with its chunk)."""
+def row_workload(
+    model: str, clip: str, vae_decode_chunk: int | None = None, *, workload: str | None = None
+) -> Workload:
+    """The program a row ran: a model of one's own (``workload`` its ``FILE.py:FACTORY``,
+    relative to the current directory; ``model`` the name it builds), a Wan denoising step
+    (``model`` a Wan config) or a VAE decode of the clip (a VAE config, with its chunk)."""
+    if workload:
+        return _own(model, workload)
     if model in WAN_CONFIGS:
         return wan_workload(model, step_clip(clip, model))
     if model in VAE_CONFIGS:
@@ -132,6 +141,17 @@ def row_workload(model: str, clip: str, vae_decode_chunk: int | None = None) -> 
 
 
 @functools.lru_cache(maxsize=_GRAPH_CACHE_SIZE)
+def _own(model: str, spec: str) -> Workload:
+    """The workload ``spec`` builds (once a process), checked to be the row's ``model``."""
+    built = load_workload(spec)
+    if built.name != model:
+        raise ValidationError(
+            f"workload={spec!r} builds {built.name!r}, not the row's model={model!r}"
+        )
+    return built
+
+
+@functools.lru_cache(maxsize=_GRAPH_CACHE_SIZE)
 def _compiled(
     model: str,
     clip: str,
@@ -140,11 +160,12 @@ def _compiled(
     rules_id: str,
     attention: str,
     chunk: int | None,
+    spec: str | None,
     cache_dir: str | None,
 ) -> tuple[CollectiveGraph, int | None]:
     """One candidate compiled for ``slice_``: its graph and its per-device memory
     (``MemoryUsage.total_bytes`` of the compiled program; None if unreported)."""
-    workload = row_workload(model, clip, chunk)
+    workload = row_workload(model, clip, chunk, workload=spec)
     candidate = make_candidate(workload, mesh_shape, rules_id, attention)
     reasons = check_candidate(workload, candidate)
     if reasons:
@@ -172,7 +193,7 @@ def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
     attention = step.attention or (DEFAULT_ATTENTION if step.model in WAN_CONFIGS else "none")
     return (
         step.model, step.clip, row_slice(row), shape, step.rules_id, attention,
-        step.vae_decode_chunk, cache_dir,
+        step.vae_decode_chunk, step.workload, cache_dir,
     )  # fmt: skip
 
 
