@@ -81,6 +81,13 @@ class Sharding:
         return "[" + ", ".join("{" + ",".join(a.label for a in d) + "}" for d in self.dims) + "]"
 
 
+_LANES = 128  # a TPU vector register's lanes: the minor dimension's tile (T(8,128))
+# XLA's layout assignment moves a narrow dimension out of the lanes rather than pad it
+# 40-fold (compiled VAE decodes store RGB [.., 3] frames with another dimension minor),
+# so only a dimension that fills most of its lanes is taken to be padded: 96 -> 128.
+_MOST_PADDING = 1.5
+
+
 @dataclass(frozen=True)
 class TensorType:
     """Shape and element width of a value (tokens and tuples have rank 0, 0 bytes).
@@ -102,17 +109,22 @@ class TensorType:
 
     def stored_bytes(self, local_shape: tuple[int, ...]) -> int:
         """Bytes a shard of ``local_shape`` occupies in XLA TPU's default tiled layout:
-        its two most minor dimensions padded to multiples of (8, 128)
+        its most minor dimension padded to the 128 lanes of its tile
         (openxla.org/xla/tiled_layout; compiled TPU HLO prints ``T(8,128)``, bf16 too as
-        ``T(8,128)(2,1)``), so 96 channels take 128 lanes. Rank 0 and 1: unpadded.
+        ``T(8,128)(2,1)``), so 96 channels take 128 lanes -- when that pads it by at most
+        half (:data:`_MOST_PADDING`; a narrower one XLA lays out otherwise). Rank 0 and 1:
+        unpadded.
 
         >>> TensorType((6, 60, 104, 96), 2).stored_bytes((6, 60, 104, 96))  # 4/3 of 7.2 MB
         9584640
+        >>> TensorType((21, 480, 832, 3), 4).stored_bytes((21, 480, 832, 3))  # RGB: as it is
+        100638720
         """
         elems = math.prod(local_shape)
-        if len(local_shape) >= 2:
-            lanes = local_shape[-1]
-            elems = elems // max(lanes, 1) * (-(-lanes // 128) * 128)
+        lanes = local_shape[-1] if len(local_shape) >= 2 else 0
+        padded = -(-lanes // _LANES) * _LANES
+        if lanes and padded <= _MOST_PADDING * lanes:
+            elems = elems // lanes * padded
         return elems * self.element_bytes
 
     def shard_bytes(self, sharding: Sharding | None) -> int:
