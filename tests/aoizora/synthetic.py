@@ -15,8 +15,10 @@ from collections.abc import Sequence
 
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
+from aoizora.measure.environment import Environment
+from aoizora.plan import Provenance
 
-__all__ = ["axis_groups", "mesh_program", "twin_permutes"]
+__all__ = ["axis_groups", "mesh_program", "tpu_environment", "twin_permutes"]
 
 
 def axis_groups(mesh_shape: Sequence[int], axis: int) -> list[list[int]]:
@@ -156,3 +158,12 @@ ENTRY %main (p: f32[{e}]) -> (f32[{e}], f32[{e}]) {{
 }}
 """
     return graph_from_text(text)
+
+
+def tpu_environment(*, num_devices: int, plan_sha256: str, date: str = "2026-09-01") -> Environment:
+    """The environment of a one-host TPU v5e run of ``plan.json``: rows built with it
+    read as ``aoizora measure`` writes them on a chip."""
+    return Environment(
+        backend="tpu", device_kind="TPU v5 lite", num_devices=num_devices, num_hosts=1,
+        versions=Provenance.current(), date=date, plan_file="plan.json", plan_sha256=plan_sha256,
+    )  # fmt: skip

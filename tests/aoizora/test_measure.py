@@ -43,7 +43,6 @@ from aoizora.measure.collectives import (
     time_collective,
 )
 from aoizora.measure.devices import mesh_order, plan_mesh
-from aoizora.measure.environment import Environment
 from aoizora.measure.rows import (
     collective_case,
     collective_notes,
@@ -55,7 +54,7 @@ from aoizora.measure.steps import step_targets
 from aoizora.measure.store import RowStore
 from aoizora.measure.timing import Timing, time_calls
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.plan import Plan, PredictedLatencies, Provenance, plan_inputs
+from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.plan.alternatives import PlanAlternative
 from aoizora.studies.validation import (
     Measurement,
@@ -66,6 +65,7 @@ from aoizora.studies.validation import (
 )
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
+from tests.aoizora.synthetic import tpu_environment
 
 CLIP = parse_resolution("128x128", frames=1)
 SLICE = "v5e:2x4"
@@ -403,11 +403,7 @@ def test_calibrate_takes_measured_collective_rows_unchanged(
     # times the simulator's at the shipped link numbers, 7% slower: calibrate must read the
     # file as it is and find the bandwidth 7% lower, the hop latency 7% higher.
     plan, slow = tiny_plan(), 1.07
-    env = Environment(
-        backend="tpu", device_kind="TPU v5 lite", num_devices=8, num_hosts=1,
-        versions=Provenance.current(), date="2026-09-01", plan_file="plan.json",
-        plan_sha256="ab" * 32,
-    )  # fmt: skip
+    env = tpu_environment(num_devices=8, plan_sha256="ab" * 32)
     out = tmp_path / "rows.csv"
     store = RowStore.open(out, cpu=False, restart=False)
     sizes = (1 << 16, 1 << 20, 1 << 24)
@@ -508,11 +504,7 @@ def test_validate_predicts_measured_tpu_step_rows_as_they_are(
     # Step rows as measure writes them on a TPU (its row builder and file writer): validate
     # reads the file unchanged and predicts each row with the row's own device order.
     plan = tiny_plan()
-    env = Environment(
-        backend="tpu", device_kind="TPU v5 lite", num_devices=8, num_hosts=1,
-        versions=Provenance.current(), date="2026-09-01", plan_file="plan.json",
-        plan_sha256="cd" * 32,
-    )  # fmt: skip
+    env = tpu_environment(num_devices=8, plan_sha256="cd" * 32)
     out = tmp_path / "rows.csv"
     store = RowStore.open(out, cpu=False, restart=False)
     targets = [t for t in step_targets(plan, top=0, baselines=True) if t.plan.mesh_shape[0] == 2]

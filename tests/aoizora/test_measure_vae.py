@@ -19,13 +19,12 @@ from aoizora.cli import main
 from aoizora.compile import compile_candidate
 from aoizora.errors import ValidationError
 from aoizora.hlo.graph import graph_from_text
-from aoizora.measure.environment import Environment
 from aoizora.measure.rows import measured_row, step_case, step_notes
 from aoizora.measure.steps import plan_workload, step_targets
 from aoizora.measure.store import RowStore
 from aoizora.measure.timing import Timing
 from aoizora.placement.device_order import DeviceOrder
-from aoizora.plan import Plan, PredictedLatencies, Provenance, plan_inputs
+from aoizora.plan import Plan, PredictedLatencies, plan_inputs
 from aoizora.replay import replay
 from aoizora.studies.validation import read_measurements
 from aoizora.studies.validation.format import parse_measurements
@@ -33,6 +32,7 @@ from aoizora.workloads.clip import Clip
 from aoizora.workloads.vae import vae_decode_chunk, vae_workload
 from aoizora.workloads.wan import parse_resolution, wan_workload
 from sim.topology import load_slice
+from tests.aoizora.synthetic import tpu_environment
 
 CLIP = parse_resolution("256x256", frames=5)
 SLICE = "v5e:2x2"
@@ -106,11 +106,7 @@ def test_validate_predicts_a_vae_row_by_compiling_the_decode(
 ) -> None:
     """A VAE row as measure writes it on a TPU: validate compiles the decode (its chunk)
     for the row's slice and replays it with the row's order; memory from that compile."""
-    env = Environment(
-        backend="tpu", device_kind="TPU v5 lite", num_devices=4, num_hosts=1,
-        versions=Provenance.current(), date="2026-12-06", plan_file="plan.json",
-        plan_sha256="ab" * 32,
-    )  # fmt: skip
+    env = tpu_environment(num_devices=4, plan_sha256="ab" * 32, date="2026-12-06")
     out = tmp_path / "rows.csv"
     store = RowStore.open(out, cpu=False, restart=False)
     plan = clip_plan(2, parse_resolution("64x64", frames=9))

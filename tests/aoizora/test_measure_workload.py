@@ -12,13 +12,13 @@ import pytest
 
 from aoizora.cli import main
 from aoizora.errors import MeasureError
-from aoizora.measure.environment import Environment
 from aoizora.measure.rows import measured_row, step_case, step_notes
 from aoizora.measure.steps import plan_workload, step_targets
 from aoizora.measure.store import RowStore
 from aoizora.measure.timing import Timing
-from aoizora.plan import Provenance, WorkloadSource, load_plan
+from aoizora.plan import WorkloadSource, load_plan
 from aoizora.studies.validation import read_measurements
+from tests.aoizora.synthetic import tpu_environment
 
 SPEC = "examples/tiny_block.py:make_small"
 SLICE = "v5e:2x2"
@@ -83,11 +83,7 @@ def test_validate_predicts_a_workload_row_as_the_plan_did(
     compiled again, replayed with the row's order)."""
     monkeypatch.chdir(ROOT)
     plan = load_plan(planned)
-    env = Environment(
-        backend="tpu", device_kind="TPU v5 lite", num_devices=4, num_hosts=1,
-        versions=Provenance.current(), date="2026-12-06", plan_file="plan.json",
-        plan_sha256="ef" * 32,
-    )  # fmt: skip
+    env = tpu_environment(num_devices=4, plan_sha256="ef" * 32, date="2026-12-06")
     out = tmp_path / "rows.csv"
     store = RowStore.open(out, cpu=False, restart=False)
     (winner, *_) = step_targets(plan, top=0, baselines=False)
