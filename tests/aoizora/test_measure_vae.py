@@ -151,9 +151,7 @@ def test_the_cpu_dry_run_writes_step_and_vae_rows(tmp_path: Path) -> None:
         1,
     )
     assert vae.measured_s > 0 and vae.row_id.endswith("-vae")
-    # --no-vae times the step alone
-    again = tmp_path / "again.csv"
-    assert main(["measure", str(plan_path), "--backend", "cpu", "--out", str(again), "--top",
-                 "0", "--no-baselines", "--warmup", "0", "--repeats", "1", "--quiet",
-                 "--no-vae"]) == 0  # fmt: skip
-    assert [r.kind for r in read_measurements(again)] == ["step"]
+    # --no-vae leaves the decode out: with --no-steps nothing is left, refused up front
+    code = main(["measure", str(plan_path), "--backend", "cpu", "--out", str(tmp_path / "n.csv"),
+                 "--no-steps", "--no-vae", "--quiet"])  # fmt: skip
+    assert code == 2 and not (tmp_path / "n.csv").exists()
