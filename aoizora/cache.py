@@ -82,7 +82,7 @@ _FORMAT = "aoizora.result-cache/1"
 _ROOT = Path(__file__).resolve().parent.parent
 # Format tag of each kind; bump one to invalidate that kind's entries.
 _KINDS = {
-    "stage1": "aoizora.stage1-cache/2",
+    "stage1": "aoizora.stage1-cache/3",
     "compiled": "aoizora.compile-cache/1",
     "q2": "aoizora.q2-cache/2",
     "lowered": "aoizora.lowered-index/1",

@@ -107,7 +107,8 @@ def _jitted(
     kernel_bodies: bool = True,
 ) -> Any:
     ctx = BuildContext(mesh=mesh, rules=candidate.rules, attention=candidate.attention,
-                       backend=backend, kernel_bodies=kernel_bodies)  # fmt: skip
+                       backend=backend, kernel_bodies=kernel_bodies,
+                       splash_blocks=candidate.splash_blocks)  # fmt: skip
     fn = workload.build(ctx)
     in_sh = tuple(_shardings(mesh, candidate, ax) for ax in workload.arg_logical_axes)
     out_sh = _shardings(mesh, candidate, workload.out_logical_axes)

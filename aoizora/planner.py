@@ -28,11 +28,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aoizora.cache import JsonCache, PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
-from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
+from aoizora.candidates.space import (
+    Candidate,
+    CandidateSpace,
+    enumerate_candidates,
+    with_splash_blocks,
+)
 from aoizora.compile import (
     CompileResult,
     cached_compile,
@@ -54,11 +59,14 @@ from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, Searc
 from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import Stage1Ranking, rank_stage1
 from aoizora.stage1.recall import ExhaustiveCheck, exhaustive_check
-from aoizora.stage1.sweep import score_candidates
+from aoizora.stage1.sweep import Stage1Sweep, score_candidates
+from aoizora.stage1.tiles import tile_gain_s
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
+from sim.compute import compute_model_of
+from sim.splash_tiles import BASE_TILE
 from sim.topology import Slice
 
 __all__ = [
@@ -211,6 +219,7 @@ class PlanOutcome:
             alternatives=self.alternatives(),
             compute_model=compute_model_json(self.slice_.chip),
             memory=self.memory(self.winner.compile),
+            splash_blocks=cand.splash_blocks,
         )
 
     def memory(self, result: CompileResult) -> PlanMemory | None:
@@ -263,15 +272,18 @@ def _run_stage1(
     caches: PlanCaches | None,
     say: Progress,
     pool: FanOut,
-) -> tuple[Stage1Ranking, list[tuple[str, str]]]:
+    splash_blocks: tuple[int, int, int] | None = None,
+) -> tuple[Stage1Ranking, list[tuple[str, str]], dict[str, Candidate]]:
     """Stage 1 over every legal candidate (:mod:`aoizora.stage1.sweep`, fanned out over
-    ``pool``): Q1, the HBM check and the top-K."""
+    ``pool``): Q1, the HBM check and the top-K, and every scored candidate by id -- with
+    the splash tile Stage 1 planned for it (its id then ends in the tile)."""
     with phase(f"Stage 1 on {slice_.name}"):
         sweep = score_candidates(
             workload, space.legal, slice_, lower=lower_to_read, pool=pool, progress=say,
             cache=caches.stage1 if caches else None, modules=caches.shardy if caches else None,
             target=lowering_target,
         )  # fmt: skip
+    sweep, by_id = _with_tiles(sweep, space, slice_, splash_blocks)
     failed = list(sweep.failed)
     if not sweep.estimates and not sweep.over_hbm:
         raise PlanError(
@@ -288,7 +300,32 @@ def _run_stage1(
             f"every candidate of {workload.name} is over the {slice_.chip.generation} HBM "
             f"budget on {slice_.name}: {ranking.dropped_infeasible[0][1]}; try a bigger slice"
         )
-    return ranking, failed
+    return ranking, failed, by_id
+
+
+def _with_tiles(
+    sweep: Stage1Sweep,
+    space: CandidateSpace,
+    slice_: Slice,
+    fixed: tuple[int, int, int] | None,
+) -> tuple[Stage1Sweep, dict[str, Candidate]]:
+    """The sweep with each estimate under its tiled candidate's id, and those candidates
+    (the legal ones Stage 1 did not score keep their own). A ``fixed`` tile replaces the
+    one Stage 1 planned, and its Q1 that tile's."""
+    legal = {c.id: c for c in space.legal}
+    tiled: dict[str, Candidate] = {}
+    estimates = []
+    model = compute_model_of(slice_.chip.per_device())
+    for e in sweep.estimates:
+        if fixed is not None:
+            gain_s = tile_gain_s(e.splash_calls, model, fixed) - e.splash_gain_s
+            tile = None if fixed == BASE_TILE or not e.splash_calls else fixed
+            e = replace(e, q1_s=e.q1_s + gain_s, compute_s=e.compute_s + gain_s,
+                        splash_blocks=tile, splash_gain_s=e.splash_gain_s + gain_s)  # fmt: skip
+        tiled[e.candidate_id] = with_splash_blocks(legal[e.candidate_id], e.splash_blocks)
+        estimates.append(replace(e, candidate_id=tiled[e.candidate_id].id))
+    by_id = {(c := tiled.get(cid, legal[cid])).id: c for cid in legal}  # in the space's order
+    return replace(sweep, estimates=tuple(estimates)), by_id
 
 
 def _stage1_picks(
@@ -537,19 +574,21 @@ def run_plan(
     search_seconds: float | None = None,
     search_gap: float = DEFAULT_SEARCH_GAP,
     search_budget: SearchBudget | None = DEFAULT_SEARCH_BUDGET,
+    splash_blocks: tuple[int, int, int] | None = None,
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
     Stage 1 hands its top ``top_k`` by Q1 to Stage 2 (``per_attention_kind=True``
     adds the best-Q1 candidate of every attention kind the top-K lacks).
-    ``progress`` receives one line per step of long work. ``cache_dir`` keeps
-    Stage-1 estimates, compile results and Q2 step times across runs
-    (:mod:`aoizora.cache`). Stage-1 lowering, compiles and exact replays fan out
-    over ``workers`` processes (default: the machine's cores) or a Ray cluster at ``ray``
-    (``"local"`` starts one); the plan is the same either way.
+    ``progress`` receives one line per step of long work. ``cache_dir`` keeps Stage-1
+    estimates, compiles and Q2 times across runs (:mod:`aoizora.cache`). Stage-1 lowering,
+    compiles and exact replays fan out over ``workers`` processes (default: the machine's
+    cores) or a Ray cluster at ``ray`` (``"local"`` starts one); the plan is the same.
     The placement search stops at ``search_budget`` (work, counted: the same plan on a
     busy or an idle machine; None: no limit), ``search_seconds`` (wall clock) or within
-    ``search_gap`` of the best, with its proven bound and gap. Raises :class:`PlanError`."""
+    ``search_gap`` of the best, with its proven bound and gap. ``splash_blocks``: every
+    candidate's splash tiles (None: Stage 1 plans each one's, :mod:`aoizora.stage1.tiles`;
+    baselines run the 512s). Raises :class:`PlanError`."""
     say = progress or _quiet
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
@@ -557,11 +596,9 @@ def run_plan(
     space = _legal_space(workload, slice_, say)
     with fan_out(workers=workers, ray=ray) as pool:  # Stage 1, compiles and replays
         t0 = time.perf_counter()
-        ranking, stage1_failed = _run_stage1(
-            workload, space, slice_, top_k=top_k, caches=caches, say=say, pool=pool
-        )
+        ranking, stage1_failed, by_id = _run_stage1(workload, space, slice_, top_k=top_k,
+            caches=caches, say=say, pool=pool, splash_blocks=splash_blocks)  # fmt: skip
         timings.append(("stage1", time.perf_counter() - t0))
-        by_id = {c.id: c for c in space.legal}
         baselines = baseline_candidates(workload, slice_)
         picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
         to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
@@ -590,7 +627,7 @@ def run_plan(
         stage1=ranking,
         stage1_picks=tuple(picks),
         stage1_failed=tuple(stage1_failed),
-        legal_ids=tuple(c.id for c in space.legal),
+        legal_ids=tuple(by_id),
         compiled_ids=tuple(compiled_ids),
         scored=tuple(scored),
         failed=tuple(failed),

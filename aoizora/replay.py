@@ -210,7 +210,7 @@ def opaque_work(node: OpaqueNode) -> Work:
     ...                (q, q, q), q, 1, ())
     >>> opaque_work(n).attention  # doctest: +NORMALIZE_WHITESPACE
     (Attention(lead=12, q_length=4096, kv_length=4096, head_dim=128, value_dim=128,
-               block_q=0, block_kv=0, kernel='splash'),)
+               block_q=0, block_kv=0, kernel='splash', block_kv_compute=0),)
     """
     nbytes = sum(s.size_bytes for s in node.operand_shapes) + node.result_shape.size_bytes
     label = f"{node.name} {node.op_name} {node.target}"
@@ -223,10 +223,10 @@ def opaque_work(node: OpaqueNode) -> Work:
         if len(qkv) >= 2 and qkv[0][-1] == qkv[1][-1]:
             q, k = qkv[0], qkv[1]
             dv = qkv[2][-1] if len(qkv) >= 3 and qkv[2][-2] == k[-2] else q[-1]
-            bq, bkv = node.blocks or (0, 0)
+            bq, bkv, bkvc = node.blocks or (0, 0, 0)
             att = Attention(
                 math.prod(q[:-2]), q[-2], k[-2], q[-1], dv, block_q=bq, block_kv=bkv,
-                kernel=attention_family(label),
+                kernel=attention_family(label), block_kv_compute=bkvc,
             )  # fmt: skip
             return Work(attention=(att,), hbm_bytes=nbytes)
     shapes = _shapes(node)

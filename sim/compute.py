@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import TopologyError
+from sim.splash_tiles import BASE_TILE, SplashTiles, parse_splash_tiles
 
 __all__ = [
     "IDEAL",
@@ -131,6 +132,13 @@ class Attention:
     block_q: int = 0
     block_kv: int = 0
     kernel: str = ""
+    # The kv compute block (0: the kv block's): the step's softmax updates run this wide.
+    block_kv_compute: int = 0
+
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        """(block_q, block_kv, block_kv_compute), the compute block defaulted."""
+        return self.block_q, self.block_kv, self.block_kv_compute or self.block_kv
 
     def grid(self) -> tuple[float, float]:
         """(grid steps, q blocks) of a blocked kernel: ``lead * ceil(Sq/bq) * ceil(Skv/bkv)``
@@ -208,6 +216,12 @@ class ComputeParams:
     onchip_copy_bandwidth_bytes_per_s: float = math.inf
     # (kernel, seconds per grid step, seconds per q block) of blocked attention kernels
     attention_grid: tuple[tuple[str, float, float], ...] = ()
+    # A generation's measured splash tiles (sim.splash_tiles): their rates and which compile
+    splash_tiles: SplashTiles | None = None
+    # HBM passes over a convolution's bytes that XLA's relayouts around it add (pads and
+    # copies into W tiles and back): what Stage 1, reading the program before layout
+    # assignment, adds per convolution (0: unmeasured)
+    conv_relayout_passes: float = 0.0
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
     attention_kernel_pinned: bool = False
@@ -280,6 +294,8 @@ class ComputeParams:
             self.onchip_copy_bandwidth_bytes_per_s,
             self.attention_grid,
             self.attention_kernel_pinned,
+            self.splash_tiles,
+            self.conv_relayout_passes,
         )
 
 
@@ -297,9 +313,25 @@ class ComputeModel:
 
     def attention_s(self, attention: Attention) -> float:
         """One attention call: its padded FLOPs at its kernel's efficiency, plus the kernel's
-        measured cost per grid step and per q block when its blocks are known."""
+        measured cost per grid step and per q block when its blocks are known. A call at a
+        tile the generation measured (:mod:`sim.splash_tiles`) costs its price at the 512
+        tile times the tile sweep's ratio of the two."""
         p = self.params
         kernel = p.kernel_for(attention)
+        tiles = p.splash_tiles
+        if (tiles is not None and tiles.kernel == kernel and attention.block_q
+                and attention.tile != BASE_TILE):  # fmt: skip
+            scale = tiles.scale(
+                attention.lead, attention.q_length, attention.kv_length, attention.tile
+            )
+            if scale != 1.0:
+                base = replace(attention, block_q=BASE_TILE[0], block_kv=BASE_TILE[1],
+                               block_kv_compute=BASE_TILE[2])  # fmt: skip
+                return self._blocked_s(base, kernel) * scale
+        return self._blocked_s(attention, kernel)
+
+    def _blocked_s(self, attention: Attention, kernel: str) -> float:
+        p = self.params
         eff = dict(p.attention_efficiency)[kernel]
         seconds = attention.padded_flops(p.mxu_tile) / (self.peak_flops_per_s * eff)
         step_s, q_block_s = p.grid_overheads(kernel)
@@ -431,20 +463,24 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         if key in data
     }
     grid = _attention_grid(data.get("attention_grid"), dict(eff), path, sources)
+    tiles = parse_splash_tiles(data.get("splash_tiles"), tuple(dict(eff)), path, sources)
     return ComputeParams(
         tile, mm, hbm, tuple(eff), kernel, tuple(sources),
         kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
+        conv_relayout_passes=measured.get("conv_relayout_passes", 0.0),
         onchip_bandwidth_bytes_per_s=measured.get("onchip_bandwidth_bytes_per_s", math.inf),
         onchip_copy_bandwidth_bytes_per_s=measured.get(
             "onchip_copy_bandwidth_bytes_per_s", math.inf
         ),
         attention_grid=grid,
+        splash_tiles=tiles,
     )  # fmt: skip
 
 
 # Optional [compute] keys: what a chip measured with ``aoizora measure --kernels`` and
 # profiled steps adds to the roofline (docs/simulator.md, "Compute model").
 _OPTIONAL_KEYS = (
+    "conv_relayout_passes",
     "kernel_overhead_s",
     "onchip_bandwidth_bytes_per_s",
     "onchip_copy_bandwidth_bytes_per_s",

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -59,6 +59,7 @@ from aoizora.workloads.rules import (
     rules_to_json,
     sharding_degree,
 )
+from aoizora.workloads.splash import check_blocks
 
 __all__ = [
     "Candidate",
@@ -71,6 +72,7 @@ __all__ = [
     "candidate_to_json",
     "argument_bytes_per_chip",
     "candidate_from_json",
+    "with_splash_blocks",
 ]
 
 
@@ -78,7 +80,9 @@ __all__ = [
 class Candidate:
     """One logical sharding: mesh axes and sizes, a rule set, an attention kind.
 
-    ``id`` is stable text, e.g. ``"data2.fsdp1.context2.tensor1/maxdiffusion/gather_kv"``.
+    ``id`` is stable text, e.g. ``"data2.fsdp1.context2.tensor1/maxdiffusion/gather_kv"``;
+    a candidate with planned splash tiles ends in them,
+    ``".../gather_kv/splash512x2048x512"`` (:func:`with_splash_blocks`).
     """
 
     mesh_axis_names: tuple[str, ...]
@@ -86,6 +90,9 @@ class Candidate:
     rules_id: str
     rules: Rules
     attention: str
+    # The splash tiles (block_q, block_kv, block_kv_compute) Stage 1 planned for it;
+    # None: maxdiffusion's 512 (aoizora.workloads.splash.DEFAULT_BLOCKS), as baselines run.
+    splash_blocks: tuple[int, int, int] | None = None
 
     def __post_init__(self) -> None:
         if len(self.mesh_axis_names) != len(self.mesh_shape) or any(s < 1 for s in self.mesh_shape):
@@ -105,7 +112,17 @@ class Candidate:
         mesh = ".".join(
             f"{n}{s}" for n, s in zip(self.mesh_axis_names, self.mesh_shape, strict=True)
         )
-        return f"{mesh}/{self.rules_id}/{self.attention}"
+        tiles = (
+            ""
+            if self.splash_blocks is None
+            else "/splash" + "x".join(str(b) for b in self.splash_blocks)
+        )
+        return f"{mesh}/{self.rules_id}/{self.attention}{tiles}"
+
+    @property
+    def sharding_id(self) -> str:
+        """The id without the splash tiles: the logical sharding alone."""
+        return self.id if self.splash_blocks is None else self.id.rsplit("/", 1)[0]
 
     @property
     def num_chips(self) -> int:
@@ -379,15 +396,29 @@ def enumerate_candidates(workload: Workload, num_chips: int) -> CandidateSpace:
     return CandidateSpace(workload.name, num_chips, tuple(legal), tuple(rejected))
 
 
+def with_splash_blocks(candidate: Candidate, blocks: tuple[int, int, int] | None) -> Candidate:
+    """``candidate`` running the splash tiles ``blocks`` (None: the 512 defaults).
+
+    >>> from aoizora.workloads.rules import Rules
+    >>> c = Candidate(("data",), (1,), "r", Rules("r", ()), "gather_kv")
+    >>> with_splash_blocks(c, (512, 2048, 512)).id
+    'data1/r/gather_kv/splash512x2048x512'
+    """
+    return replace(candidate, splash_blocks=None if blocks is None else tuple(blocks))  # type: ignore[arg-type]
+
+
 def candidate_to_json(candidate: Candidate) -> dict[str, Any]:
-    """A JSON-ready value for a plan file (rules included)."""
-    return {
+    """A JSON-ready value for a plan file (rules included; ``splash_blocks`` when planned)."""
+    out: dict[str, Any] = {
         "id": candidate.id,
         "mesh_axis_names": list(candidate.mesh_axis_names),
         "mesh_shape": list(candidate.mesh_shape),
         "rules": rules_to_json(candidate.rules),
         "attention": candidate.attention,
     }
+    if candidate.splash_blocks is not None:
+        out["splash_blocks"] = list(candidate.splash_blocks)
+    return out
 
 
 def candidate_from_json(value: Mapping[str, Any]) -> Candidate:
@@ -400,17 +431,28 @@ def candidate_from_json(value: Mapping[str, Any]) -> Candidate:
             rules_id=rules.name,
             rules=rules,
             attention=str(value["attention"]),
+            splash_blocks=_blocks_from_json(value.get("splash_blocks")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CandidateError(
             f"candidate JSON {dict(value)!r} lacks or mistypes a field ({exc}); expected keys "
-            f"id, mesh_axis_names, mesh_shape, rules, attention"
+            f"id, mesh_axis_names, mesh_shape, rules, attention (and splash_blocks, three "
+            f"integers, when planned)"
         ) from exc
     if "id" in value and value["id"] != cand.id:
         raise CandidateError(
             f"candidate JSON id {value['id']!r} does not match its fields ({cand.id!r})"
         )
     return cand
+
+
+def _blocks_from_json(value: Any) -> tuple[int, int, int] | None:
+    if value is None:
+        return None
+    blocks = tuple(int(b) for b in value)
+    if len(blocks) != 3:
+        raise ValueError(f"splash_blocks {value!r} must be three integers")
+    return check_blocks(blocks)
 
 
 def argument_bytes_per_chip(workload: Workload, candidate: Candidate) -> int:

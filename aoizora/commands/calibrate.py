@@ -26,11 +26,24 @@ efficiency and the on-chip rates (aoizora/studies/compute_fit.py, docs/validatio
 
     aoizora calibrate validation/v5e/kernels.json --generation v5e --compute \
         --profiles validation/v5e/profiles --rows m-24893bf72f-winner,... --dry-run
+
+With ``--tiles`` FILE is a splash tile sweep (``aoizora measure --kernels tile``) and the
+``[compute.splash_tiles]`` table is printed (``--step-rows ROWS`` also fits its
+``step_gain`` to steps measured at a tile and at 512; aoizora/studies/tile_fit.py,
+tile_steps.py); with ``--conv-relayout`` FILE holds measured VAE decodes and
+``conv_relayout_passes`` is printed (aoizora/studies/vae_fit.py). Both print, never write:
+the shipped topology file is edited by hand.
+
+    aoizora calibrate validation/v5e/tiles.json --generation v5e --tiles \
+        --step-rows validation/v5e/tiles/rows-a.csv
+    aoizora calibrate validation/v5e/vae/rows.csv --generation v5e --conv-relayout \
+        --rows m-40a99d5f22-vae,m-58178b83de-vae,m-acb5109a39-vae
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -56,8 +69,12 @@ from aoizora.studies.compute_fit import (
     read_kernels,
     write_calibrated_compute,
 )
+from aoizora.studies.tile_fit import TileFit, fit_tiles, held_out, read_tile_cases
+from aoizora.studies.tile_steps import fit_step_gain, step_pairs
+from aoizora.studies.vae_fit import decode_cases, fit_passes
 from aoizora.studies.validation import check_tpu_rows, read_measurements
 from sim.chips import load_chip
+from sim.compute import compute_model_of
 from sim.errors import SimError
 
 __all__ = ["format_fit", "format_step_fit", "register", "run"]
@@ -117,17 +134,42 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="FILE is a kernels file (aoizora measure --kernels): fit the [compute] table",
     )
+    _add_table_arguments(p)
     p.add_argument("--profiles", default=None, metavar="DIR", help="with --compute: profiled steps")
     p.add_argument(
         "--rows",
         default=None,
         metavar="ID,ID",
-        help="with --compute: the profiled rows to fit (default: all in --profiles)",
+        help="with --compute: the profiled rows to fit (default: all in --profiles); with "
+        "--conv-relayout: the decode rows to fit (default: all; the rest only test)",
     )
     p.add_argument("--force", action="store_true", help="replace an existing calibrated file")
     p.add_argument("--dry-run", action="store_true", help="fit and report, write nothing")
     p.add_argument("--json", action="store_true", help="print the fit as JSON")
     p.set_defaults(func=run)
+
+
+def _add_table_arguments(p: argparse.ArgumentParser) -> None:
+    """``--tiles``, ``--conv-relayout``, ``--step-rows``: the kernel tables fitted to chip rows."""
+    p.add_argument(
+        "--tiles",
+        action="store_true",
+        help="FILE is a splash tile sweep (aoizora measure --kernels tile): print the "
+        "[compute.splash_tiles] table and the held-out check of each shape",
+    )
+    p.add_argument(
+        "--conv-relayout",
+        action="store_true",
+        help="FILE holds measured VAE decodes (rows of kind vae): fit conv_relayout_passes, the "
+        "relayouts XLA adds around convolutions that Stage 1 prices (--rows: the fit rows)",
+    )
+    p.add_argument(
+        "--step-rows",
+        default=None,
+        metavar="ROWS.csv",
+        help="with --tiles: step rows measured at a planned tile and at 512 (aoizora measure "
+        "of a plan with tiles): also fit step_gain, what a tile saves in a step over alone",
+    )
 
 
 def format_fit(fit: CalibrationFit) -> str:
@@ -279,8 +321,81 @@ def _run_compute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_tiles(args: argparse.Namespace) -> int:
+    """The tile table for the generation's topology file, printed (never written: the
+    shipped file is edited by hand), then each shape left out of the fit in turn."""
+    provenance, cases = read_tile_cases(args.file)
+    source = (
+        f"splash tiles of a {provenance.get('device_kind', '?')} chip (jax "
+        f"{provenance.get('jax', '?')}, libtpu {provenance.get('libtpu', '?')}; "
+        f"{provenance.get('date', '?')}; "
+        f"{provenance.get('command', 'aoizora measure --kernels tile')}"
+        f"): seconds per grid step and per q block, fitted by 'aoizora calibrate {args.file} "
+        f"--generation {args.generation} --tiles'; failed: CompileTimeScopedVmemOom at every shape"
+    )
+    fit = fit_tiles(cases, source=source)
+    rows = held_out(cases)
+    if args.step_rows:
+        fit = _with_step_gain(fit, args)
+    if args.json:
+        data = {"toml": fit.toml(), "held_out": [dataclasses.asdict(r) for r in rows]}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return 0
+    sys.stdout.write(fit.toml() + "\n# each shape left out of the fit:\n")
+    for r in rows:
+        sys.stdout.write(
+            f"# heads {r.shape[0]} q {r.shape[1]} kv {r.shape[2]}: picks {r.picked} "
+            f"(best measured {r.best}, {100 * (r.picked_over_best - 1):+.1f} %), gain over 512 "
+            f"predicted {100 * r.predicted_gain:.1f} % measured {100 * r.measured_gain:.1f} %, "
+            f"MAPE {100 * r.mape:.1f} %\n"
+        )
+    return 0
+
+
+def _with_step_gain(fit: TileFit, args: argparse.Namespace) -> TileFit:
+    """``fit`` with ``step_gain`` fitted on ``--step-rows`` (printed pair by pair)."""
+    chip = load_chip(args.generation)
+    model = compute_model_of(chip)
+    table = dataclasses.replace(fit.tiles, step_gain=1.0)
+    model = dataclasses.replace(model, params=dataclasses.replace(model.params, splash_tiles=table))
+    pairs = step_pairs(read_measurements(args.step_rows))
+    gain, predicted = fit_step_gain(pairs, model)
+    for pair, p in predicted:
+        sys.stdout.write(
+            f"# {pair.name}: {pair.tile} measured gain {100 * pair.measured_gain:.1f} %, the "
+            f"sweep's {100 * p:.1f} % (x {gain:.3f}: {100 * gain * p:.1f} %)\n"
+        )
+    source = (
+        f"{fit.tiles.source}; step_gain fitted by the same command with --step-rows "
+        f"{args.step_rows} ({len(pairs)} step pairs measured at a tile and at 512)"
+    )
+    tiles = dataclasses.replace(fit.tiles, step_gain=round(gain, 3), source=source)
+    return dataclasses.replace(fit, tiles=tiles)
+
+
+def _run_conv_relayout(args: argparse.Namespace) -> int:
+    """conv_relayout_passes on the fit rows, then every decode's Stage 1 error with it."""
+    cases = decode_cases(read_measurements(args.file), load_chip(args.generation))
+    chosen = None if args.rows is None else {r.strip() for r in args.rows.split(",") if r.strip()}
+    fit = [c for c in cases if chosen is None or c.row_id in chosen]
+    if not fit:
+        raise AoizoraError(f"--rows {args.rows!r} names no vae row of {args.file}")
+    passes = fit_passes(fit)
+    for c in cases:
+        role = "fit " if c in fit else "test"
+        before, after = c.stage1_s / c.measured_s - 1, c.predicted_s(passes) / c.measured_s - 1
+        sys.stdout.write(f"{role} {c.row_id:<22} measured {c.measured_s:.3f} s  Stage 1 "
+                         f"{100 * before:+.1f} % -> {100 * after:+.1f} %\n")  # fmt: skip
+    sys.stdout.write(f"conv_relayout_passes = {passes:.4g}  # fitted on {len(fit)} decodes\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Fit, print, and write the calibrated topology file (unless --dry-run)."""
+    if args.conv_relayout:
+        return _run_conv_relayout(args)
+    if args.tiles:
+        return _run_tiles(args)
     if args.compute:
         return _run_compute(args)
     if args.steps:

@@ -50,8 +50,9 @@ from aoizora.commands.args import (
 )
 from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
 from aoizora.commands.export import EMIT_TARGETS, add_config_argument
-from aoizora.errors import DoesNotFit, ExportError
+from aoizora.errors import DoesNotFit, ExportError, WorkloadError
 from aoizora.software import warn_version_drift
+from sim.splash_tiles import tile_problem
 
 if TYPE_CHECKING:  # types only: the parser is built before jax starts
     from aoizora.plan import Plan
@@ -77,6 +78,14 @@ def register(subparsers: Any) -> None:
         help="Stage 1 also hands over the best-Q1 candidate of every attention kind its "
         "top-K lacks (a wider safety net; off by default)",
     )
+    p.add_argument(
+        "--splash-blocks",
+        default="auto",
+        metavar="auto|Q,KV,KVC",
+        help="the splash kernel's tiles (block_q, block_kv, block_kv_compute): 'auto' (the "
+        "default) plans them per candidate from the chip's measured tiles; e.g. 512,512,512 "
+        "runs maxdiffusion's defaults",
+    )
     p.add_argument("--out", default="plan.json", help="plan file to write (default plan.json)")
     p.add_argument(
         "--exhaustive",
@@ -100,10 +109,29 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def parse_splash_blocks(text: str) -> tuple[int, int, int] | None:
+    """``--splash-blocks``: None for 'auto', else the three blocks (checked).
+
+    >>> parse_splash_blocks("auto"), parse_splash_blocks("512,2048,512")
+    (None, (512, 2048, 512))
+    """
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        blocks = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        blocks = ()
+    problem = tile_problem(blocks)
+    if problem:
+        raise WorkloadError(f"--splash-blocks {text!r}: 'auto', or {problem}")
+    return blocks  # type: ignore[return-value]
+
+
 def run(args: argparse.Namespace) -> int:
     from sim.topology import load_slice
 
     check_search_arguments(args)
+    splash_blocks = parse_splash_blocks(args.splash_blocks)
     resume_from_cache(args.cache_dir)
     check_clip_arguments(args)
     if args.emit is not None and args.emit[0] not in EMIT_TARGETS:
@@ -132,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         max_placements=args.max_placements,
         progress=progress,
+        splash_blocks=splash_blocks,
         **fan_out_options(args),  # type: ignore[arg-type]
     )
     clip = None

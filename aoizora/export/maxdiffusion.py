@@ -14,7 +14,8 @@ maxdiffusion (``generate_wan.py``) reads one YAML config and ``key=value`` overr
   all-gathered), ``ring`` = ``tokamax_ring``, ``ulysses`` = ``ulysses``, ``usp_uU`` =
   ``ulysses_ring`` with ``ulysses_shards=U`` (maxdiffusion splits ``context`` into
   (ring, Ulysses), ring major, as ``usp_uU`` does);
-* ``flash_block_sizes`` (512, AoiZora's splash blocks), the clip (``height``, ``width``,
+* ``flash_block_sizes`` (the plan's splash tiles: ``block_q``, ``block_kv``,
+  ``block_kv_compute``; 512 where it planned none), the clip (``height``, ``width``,
   ``num_frames``) and, for clips shorter than the config's ``flash_min_seq_length``, that
   threshold (else maxdiffusion would fall back to dot-product attention).
 
@@ -197,6 +198,19 @@ def _rules(plan: Plan) -> list[list[Any]]:
     return out
 
 
+def flash_block_sizes(tiles: tuple[int, int, int] | None) -> dict[str, int | bool]:
+    """maxdiffusion's ``flash_block_sizes`` for a plan's splash tiles (None: its 512s); the
+    backward blocks stay at 512 (inference runs no backward pass).
+
+    >>> flash_block_sizes((512, 2048, 512))["block_kv"], flash_block_sizes(None)["block_kv"]
+    (2048, 512)
+    """
+    blocks = dict(FLASH_BLOCK_SIZES)
+    if tiles is not None:
+        blocks |= dict(zip(("block_q", "block_kv", "block_kv_compute"), tiles, strict=True))
+    return blocks
+
+
 def maxdiffusion_export(plan: Plan, *, config_file: str | None = None) -> MaxdiffusionExport:
     """The overrides for ``plan``; raises :class:`ExportError` (the reason) if maxdiffusion
     cannot express it (:func:`refusal_reason`)."""
@@ -213,7 +227,7 @@ def maxdiffusion_export(plan: Plan, *, config_file: str | None = None) -> Maxdif
     overrides.append(("attention", attention[0]))
     if attention[1] is not None:
         overrides.append(("ulysses_shards", attention[1]))
-    overrides.append(("flash_block_sizes", dict(FLASH_BLOCK_SIZES)))
+    overrides.append(("flash_block_sizes", flash_block_sizes(plan.splash_blocks)))
     if plan.clip is not None:
         clip = plan.clip
         overrides += [("height", clip.height), ("width", clip.width), ("num_frames", clip.frames)]

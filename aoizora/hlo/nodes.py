@@ -114,8 +114,9 @@ class OpaqueNode:
     result_shape: Shape
     count: int
     depends_on: tuple[str, ...]
-    # (q block, kv block) a blocked attention kernel says it runs with, () if unsaid
-    blocks: tuple[int, int] | tuple[()] = ()
+    # (q block, kv block, kv compute block) a blocked attention kernel says it runs
+    # with, () if unsaid
+    blocks: tuple[int, int, int] | tuple[()] = ()
 
 
 _BLOCK_RE = {
@@ -124,24 +125,27 @@ _BLOCK_RE = {
 }
 
 
-def kernel_blocks(instr: Instruction) -> tuple[int, int] | tuple[()]:
-    """(q block, kv block) of a Pallas attention kernel, from the ``xprof_metadata`` jax's
-    splash kernel writes into its custom call's ``frontend_attributes``
-    (``"block_q": 512, "block_kv": 512, "block_kv_compute": 512``); () when absent.
+def kernel_blocks(instr: Instruction) -> tuple[int, int, int] | tuple[()]:
+    """(q block, kv block, kv compute block) of a Pallas attention kernel, from the
+    ``xprof_metadata`` jax's splash kernel writes into its custom call's
+    ``frontend_attributes`` (``"block_q": 512, "block_kv": 512, "block_kv_compute":
+    512``); a block it does not say is the kv block's; () when absent.
 
     >>> from aoizora.hlo.shapes import Shape
     >>> meta = ('kernel_metadata={"xprof_metadata":"{\\\\"block_q\\\\": 512, '
-    ...         '\\\\"block_kv\\\\": 256}"}')
+    ...         '\\\\"block_kv\\\\": 2048, \\\\"block_kv_compute\\\\": 512}"}')
     >>> k = Instruction("k", "custom-call", Shape("f32"), (), {"frontend_attributes": meta}, 1)
     >>> kernel_blocks(k)
-    (512, 256)
+    (512, 2048, 512)
     """
     text = instr.attrs.get("frontend_attributes", "")
     found = {k: r.search(text) for k, r in _BLOCK_RE.items()}
-    q, kv = found["block_q"], found["block_kv_compute"] or found["block_kv"]
+    q = found["block_q"]
+    kv = found["block_kv"] or found["block_kv_compute"]
     if q is None or kv is None:
         return ()
-    return int(q.group(1)), int(kv.group(1))
+    kvc = found["block_kv_compute"] or kv
+    return int(q.group(1)), int(kv.group(1)), int(kvc.group(1))
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,8 @@ def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
         else TPU_ATTENTION_KERNEL,
         vae_decode_chunk=vae_decode_chunk(p.workload) if vae else None,
         workload=p.source.spec if p.source is not None else None,
+        # the tiles of the TPU's splash kernel; XLA's attention on a CPU has none
+        splash_blocks=None if cpu else p.splash_blocks,
     )
 
 

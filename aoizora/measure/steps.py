@@ -73,7 +73,8 @@ class StepTarget:
     @property
     def configuration(self) -> tuple[object, ...]:
         p = self.plan
-        return (p.mesh_axis_names, p.mesh_shape, p.logical_rules, p.attention, p.physical_ids)
+        return (p.mesh_axis_names, p.mesh_shape, p.logical_rules, p.attention, p.physical_ids,
+                p.splash_blocks)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,9 @@ def time_step(
     plan = target.plan
     mesh = plan_mesh(plan, devices, backend=backend)
     candidate = Candidate(
-        plan.mesh_axis_names, plan.mesh_shape, plan.rules_name, plan.rules, plan.attention
-    )
+        plan.mesh_axis_names, plan.mesh_shape, plan.rules_name, plan.rules, plan.attention,
+        splash_blocks=plan.splash_blocks,
+    )  # fmt: skip
     t0 = time.perf_counter()
     jitted = jit_step(workload, candidate, mesh, "cpu" if backend == "cpu" else "tpu")
     compiled = jitted.lower(*workload.abstract_args).compile()

@@ -38,6 +38,7 @@ from aoizora.plan.fields import (
 )
 from aoizora.plan.memory import PlanMemory
 from aoizora.workloads.rules import rule_pair_from_json, rule_pairs_to_json
+from sim.splash_tiles import tile_problem
 
 __all__ = ["ALTERNATIVE_ROLES", "PlanAlternative"]
 
@@ -78,11 +79,15 @@ class PlanAlternative:
     physical_ids: tuple[int, ...]
     step_s: float
     memory: PlanMemory | None = None  # its per-device HBM (aoizora.plan.memory)
+    splash_blocks: tuple[int, int, int] | None = None  # its splash tiles (None: the 512)
 
     def __post_init__(self) -> None:
         where = f"alternative {self.name!r}"
         if self.memory is not None and not isinstance(self.memory, PlanMemory):
             raise PlanError(f"{where}: memory must be a PlanMemory, got {self.memory!r}")
+        if self.splash_blocks is not None and tile_problem(tuple(self.splash_blocks)):
+            problem = tile_problem(tuple(self.splash_blocks))
+            raise PlanError(f"{where}: splash_blocks {self.splash_blocks!r}: {problem}")
         if self.role not in ALTERNATIVE_ROLES:
             raise PlanError(
                 f"{where}: role {self.role!r} is not one of {list(ALTERNATIVE_ROLES)}, e.g. "
@@ -121,26 +126,32 @@ class PlanAlternative:
             physical_ids=tuple(order.physical_ids),
             step_s=step_s,
             memory=memory,
+            splash_blocks=candidate.splash_blocks,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return ({} if self.memory is None else {"memory": self.memory.to_json()}) | {
-            "role": self.role,
-            "name": self.name,
-            "candidate": self.candidate_id,
-            "placement": self.placement_id,
-            "mesh": {"axis_names": list(self.mesh_axis_names), "shape": list(self.mesh_shape)},
-            "rules_name": self.rules_name,
-            "rules": rule_pairs_to_json(self.logical_rules),
-            "attention": self.attention,
-            "device_order": {"physical_ids": list(self.physical_ids)},
-            "predicted_step_s": self.step_s,
-        }
+        tiles = {} if self.splash_blocks is None else {"splash_blocks": list(self.splash_blocks)}
+        return (
+            ({} if self.memory is None else {"memory": self.memory.to_json()})
+            | tiles
+            | {
+                "role": self.role,
+                "name": self.name,
+                "candidate": self.candidate_id,
+                "placement": self.placement_id,
+                "mesh": {"axis_names": list(self.mesh_axis_names), "shape": list(self.mesh_shape)},
+                "rules_name": self.rules_name,
+                "rules": rule_pairs_to_json(self.logical_rules),
+                "attention": self.attention,
+                "device_order": {"physical_ids": list(self.physical_ids)},
+                "predicted_step_s": self.step_s,
+            }
+        )
 
     @classmethod
     def from_json(cls, value: Any, where: str) -> PlanAlternative:
         data = json_object(value, where, None)
-        check_keys(data, _KEYS, where, ("memory",))
+        check_keys(data, _KEYS, where, ("memory", "splash_blocks"))
         mesh = json_object(data["mesh"], f"{where}.mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], f"{where}.device_order", ("physical_ids",))
         rules = []
@@ -183,5 +194,8 @@ class PlanAlternative:
             step_s=data["predicted_step_s"],
             memory=PlanMemory.from_json(data["memory"], f"{where}.memory")
             if "memory" in data
+            else None,
+            splash_blocks=tuple(json_list(data["splash_blocks"], f"{where}.splash_blocks"))
+            if "splash_blocks" in data
             else None,
         )

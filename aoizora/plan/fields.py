@@ -24,10 +24,11 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from aoizora.errors import PlanError
+from aoizora.errors import PlanError, WorkloadError
 from aoizora.placement.device_order import Coord
 from aoizora.software import aoizora_commit, aoizora_version
 from aoizora.workloads.base import Workload
+from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import is_logical_axes, rule_pair_from_json
 from sim.topology import Chip, Slice, topologies_dir
 
@@ -42,6 +43,7 @@ __all__ = [
     "check_positive_int",
     "check_text",
     "compute_model_json",
+    "json_clip",
     "json_list",
     "json_object",
     "json_rules",
@@ -277,6 +279,17 @@ def check_keys(
         raise PlanError(f"{where} lacks field(s) {missing}; a plan has {sorted(allowed)}")
     if unknown:
         raise PlanError(f"{where} has unknown field(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def json_clip(value: Any, *, required: bool) -> Clip | None:
+    """A plan's ``clip`` object (None where the plan may have none)."""
+    if value is None and not required:
+        return None
+    clip = json_object(value, "clip", ("frames", "height", "width"))
+    try:
+        return Clip(width=clip["width"], height=clip["height"], frames=clip["frames"])
+    except WorkloadError as exc:  # a bad field of the plan file, reported as such
+        raise PlanError(str(exc)) from None
 
 
 def json_object(value: Any, field: str, keys: Sequence[str] | None) -> dict[str, Any]:

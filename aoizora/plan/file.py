@@ -70,7 +70,7 @@ import numpy as np
 from jax.sharding import PartitionSpec
 
 from aoizora.atomic import write_atomic
-from aoizora.errors import AoizoraError, PlanError, WorkloadError
+from aoizora.errors import AoizoraError, PlanError
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.plan.alternatives import PlanAlternative
 from aoizora.plan.clip_latency import CLIP_KEYS, ClipLatency
@@ -83,6 +83,7 @@ from aoizora.plan.fields import (
     check_keys,
     check_positive_int,
     check_text,
+    json_clip,
     json_list,
     json_object,
     json_rules,
@@ -94,6 +95,7 @@ from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import Rules, logical_to_pspec, rule_pairs_to_json
 from sim.errors import TopologyError
+from sim.splash_tiles import tile_problem
 from sim.topology import Slice, load_slice
 
 __all__ = [
@@ -130,7 +132,8 @@ _PROVENANCE_KEYS = ("aoizora", "jax", "jaxlib", "libtpu")  # and optionally aoiz
 # Keys a plan may hold or leave out (docs/plan.schema.json): the runners-up and baselines
 # with their configurations (aoizora.plan.alternatives), a clip's latency, the VAE's plan,
 # the compute model.
-_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "memory", "vae", "workload_source")
+_OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "memory", "vae", "workload_source",
+                  "splash_blocks")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,7 @@ class Plan:
     vae: Plan | None = None
     memory: PlanMemory | None = None  # the winner's per-device HBM (aoizora.plan.memory)
     source: WorkloadSource | None = None  # a --workload plan's spec and program fingerprint
+    splash_blocks: tuple[int, int, int] | None = None  # the planned splash tiles (None: 512)
 
     def __post_init__(self) -> None:
         self._check_optional()
@@ -207,6 +211,10 @@ class Plan:
             raise PlanError(f"workload_source must be a WorkloadSource, got {self.source!r}")
         if self.latency is not None and not isinstance(self.latency, ClipLatency):
             raise PlanError(f"the clip latency must be a ClipLatency, got {self.latency!r}")
+        if self.splash_blocks is not None and tile_problem(tuple(self.splash_blocks)):
+            raise PlanError(
+                f"splash_blocks {self.splash_blocks!r}: {tile_problem(self.splash_blocks)}"
+            )
         if self.vae is None:
             return
         if not isinstance(self.vae, Plan) or self.vae.vae is not None:
@@ -309,6 +317,7 @@ class Plan:
             physical_ids=tuple(order.physical_ids),
             predicted=PredictedLatencies(winner_s=alternative.step_s),
             alternatives=(),
+            splash_blocks=alternative.splash_blocks,
         )
 
     # --- views --------------------------------------------------------------
@@ -357,6 +366,7 @@ class Plan:
         alternatives: Sequence[PlanAlternative] = (),
         compute_model: Mapping[str, Any] | None = None,
         memory: PlanMemory | None = None,
+        splash_blocks: tuple[int, int, int] | None = None,
     ) -> Plan:
         """A plan from planner values; ``provenance`` defaults to the installed versions."""
         return cls(
@@ -379,6 +389,7 @@ class Plan:
             alternatives=tuple(alternatives),
             compute_model=_canonical(compute_model),
             memory=memory,
+            splash_blocks=splash_blocks,
         )
 
     # --- the mesh -------------------------------------------------------------
@@ -441,6 +452,7 @@ class Plan:
             "compute_model": json.loads(self.compute_model) if self.compute_model else None,
             "memory": None if self.memory is None else self.memory.to_json(),
             "workload_source": None if self.source is None else self.source.to_json(),
+            "splash_blocks": None if self.splash_blocks is None else list(self.splash_blocks),
         }
         return {k: v for k, v in optional.items() if v} | {
             "schema": PLAN_SCHEMA,
@@ -527,7 +539,7 @@ class Plan:
         return cls(
             model=model,
             workload=model if old else json_text(data["workload"], "workload"),
-            clip=_clip(data["clip"], required=old),
+            clip=json_clip(data["clip"], required=old),
             inputs=tuple(PlanInput.from_json(v, f"inputs[{i}]") for i, v in enumerate(inputs)),
             slice_name=json_text(data["slice"], "slice"),
             mesh_axis_names=tuple(json_list(mesh["axis_names"], "mesh.axis_names")),
@@ -561,6 +573,9 @@ class Plan:
             source=WorkloadSource.from_json(data["workload_source"])
             if "workload_source" in data
             else None,
+            splash_blocks=tuple(json_list(data["splash_blocks"], "splash_blocks"))
+            if "splash_blocks" in data
+            else None,
             **_clip_fields(cls, data),
         )
 
@@ -581,16 +596,6 @@ def _clip_fields(cls: type[Plan], data: dict[str, Any]) -> dict[str, Any]:
         except PlanError as exc:
             raise PlanError(f"vae: {exc}") from None
     return out
-
-
-def _clip(value: Any, *, required: bool) -> Clip | None:
-    if value is None and not required:
-        return None
-    clip = json_object(value, "clip", ("frames", "height", "width"))
-    try:
-        return Clip(width=clip["width"], height=clip["height"], frames=clip["frames"])
-    except WorkloadError as exc:  # a bad field of the plan file, reported as such
-        raise PlanError(str(exc)) from None
 
 
 def load_plan(path: str | Path) -> Plan:

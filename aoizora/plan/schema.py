@@ -116,6 +116,18 @@ _MEMORY: dict[str, Any] = {
     }
 }
 
+# The splash kernel's tiles a configuration runs (aoizora/stage1/tiles.py); absent: 512 each.
+_SPLASH: dict[str, Any] = {
+    "splash_blocks": {
+        "type": "array",
+        "prefixItems": [{"type": "integer", "minimum": 128, "multipleOf": 128}] * 3,
+        "items": False,
+        "minItems": 3,
+        "description": "optional: the splash attention tiles [block_q, block_kv, "
+        "block_kv_compute] the plan runs (maxdiffusion's flash_block_sizes); absent: 512 each",
+    }
+}
+
 # The runners-up and baselines with their configurations (aoizora/plan/alternatives.py).
 _ALTERNATIVES: dict[str, Any] = {
     "alternatives": {
@@ -134,7 +146,7 @@ _ALTERNATIVES: dict[str, Any] = {
                 "device_order": _object({"physical_ids": {"type": "array", "items": _COUNT}}),
                 "predicted_step_s": _SECONDS,
             },
-            optional=_MEMORY,
+            optional={**_MEMORY, **_SPLASH},
         ),
     }
 }
@@ -186,7 +198,7 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
                 },
             ),
         },
-        optional={**_RESERVED, **_ALTERNATIVES, **_MEMORY},
+        optional={**_RESERVED, **_ALTERNATIVES, **_MEMORY, **_SPLASH},
     ),
 }
 

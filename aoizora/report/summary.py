@@ -15,6 +15,7 @@ from typing import Any
 from aoizora.plan.fields import compute_model_json
 from aoizora.planner import PlanOutcome, SearchSummary
 from aoizora.workloads.base import expert_steps, experts_summary
+from sim.splash_tiles import BASE_TILE as DEFAULT_TILES
 from sim.topology import Chip
 
 __all__ = [
@@ -228,10 +229,12 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
     ``placements`` how many placements Stage 2 weighed for it (the placement family
     the search covered: simulated, proven worse or left open by a deadline);
     ``memory_bytes_per_chip`` Stage 1's per-device HBM estimate and, once compiled,
-    ``memory`` the compiled program's (:mod:`aoizora.plan.memory`).
+    ``memory`` the compiled program's (:mod:`aoizora.plan.memory`); ``splash_blocks`` the
+    splash tiles Stage 1 planned for it (``block_q``, ``block_kv``, ``block_kv_compute``).
     """
     q1 = {e.candidate_id: e.q1_s for e in outcome.stage1.estimates}
     mem = {e.candidate_id: e.memory_bytes_per_chip for e in outcome.stage1.estimates}
+    tiles = _tiles_by_id(outcome)
     picks = set(outcome.stage1_picks)
     compiled = set(outcome.compiled_ids)
     scored = {s.candidate.id: s for s in outcome.scored}
@@ -246,11 +249,23 @@ def candidate_rows(outcome: PlanOutcome) -> list[dict[str, Any]]:
                 "compiled": cid in compiled,
                 "best_q2_s": s.best.q2_s if s is not None else None,
                 "memory_bytes_per_chip": mem.get(cid),
+                "splash_blocks": tiles.get(cid),
                 **(_memory_json(outcome, s.compile) if s is not None else {}),
                 "placements": (s.num_placements or len(s.placements)) if s is not None else 0,
             }
         )
     return rows
+
+
+def _tiles_by_id(outcome: PlanOutcome) -> dict[str, dict[str, int]]:
+    """Each scored candidate's splash tiles by maxdiffusion's names (the 512s where Stage 1
+    planned none), for the candidates whose program calls the splash kernel."""
+    names = ("block_q", "block_kv", "block_kv_compute")
+    return {
+        e.candidate_id: dict(zip(names, e.splash_blocks or DEFAULT_TILES, strict=True))
+        for e in outcome.stage1.estimates
+        if e.splash_calls
+    }
 
 
 def _memory_json(outcome: PlanOutcome, result: Any) -> dict[str, Any]:
@@ -268,6 +283,7 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "candidate": outcome.winner.candidate.id,
             "placement": outcome.winner_placement.placement_id,
             "q2_s": outcome.winner_q2_s,
+            "splash_blocks": _tiles_by_id(outcome).get(outcome.winner.candidate.id),
             **_memory_json(outcome, outcome.winner.compile),
         },
         "baselines": [

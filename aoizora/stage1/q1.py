@@ -44,8 +44,9 @@ from aoizora.stage1.memory import MEMORY_MARGIN
 from aoizora.stage1.prediction import Node, PredictionDag
 from aoizora.stage1.schedule import makespan_s
 from aoizora.stage1.shardy import ShardyModule, Stage1Error, read_lowered
+from aoizora.stage1.tiles import SplashCall, best_tile
 from aoizora.stage1.windowed import DotTimes
-from sim.compute import compute_model_of
+from sim.compute import ComputeModel, compute_model_of
 from sim.costs import COLLECTIVE_KINDS, best_box
 from sim.costs import collective_time_s as sim_collective_time_s
 from sim.topology import Slice
@@ -56,6 +57,7 @@ __all__ = [
     "Stage1Ranking",
     "axis_phases",
     "collective_time_s",
+    "conv_relayout_s",
     "estimate",
     "estimate_from_json",
     "estimate_module",
@@ -166,6 +168,11 @@ class Stage1Estimate:
     hbm_traffic_bytes_per_chip: float = 0.0
     argument_bytes_per_chip: int = 0
     warnings: tuple[str, ...] = field(default=())
+    # The splash tile Stage 1 plans (aoizora.stage1.tiles), None: the 512 tile; q1_s and
+    # compute_s are at that tile.
+    splash_blocks: tuple[int, int, int] | None = None
+    splash_gain_s: float = 0.0  # that tile's seconds over the 512 tile's (<= 0)
+    splash_calls: tuple[SplashCall, ...] = ()  # the program's splash call shapes
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +187,9 @@ class Stage1Estimate:
             "argument_bytes_per_chip": self.argument_bytes_per_chip,
             "hbm_traffic_bytes_per_chip": self.hbm_traffic_bytes_per_chip,
             "warnings": list(self.warnings),
+            "splash_blocks": None if self.splash_blocks is None else list(self.splash_blocks),
+            "splash_gain_s": self.splash_gain_s,
+            "splash_calls": [list(c) for c in self.splash_calls],
             "nodes": [n.to_json_dict() for n in self.nodes],
         }
 
@@ -211,7 +221,14 @@ def estimate_from_json(data: Mapping[str, Any]) -> Stage1Estimate:
         hbm_traffic_bytes_per_chip=data["hbm_traffic_bytes_per_chip"],
         argument_bytes_per_chip=data["argument_bytes_per_chip"],
         warnings=tuple(data["warnings"]),
-    )
+        splash_blocks=None if data.get("splash_blocks") is None
+        else tuple(data["splash_blocks"]),
+        splash_gain_s=float(data.get("splash_gain_s", 0.0)),
+        splash_calls=tuple(
+            (int(a), int(b), int(c), int(d), int(e), float(n))
+            for a, b, c, d, e, n in data.get("splash_calls", ())
+        ),
+    )  # fmt: skip
 
 
 def _check_axes(module: ShardyModule, mesh_axis_sizes: Mapping[str, int]) -> None:
@@ -262,8 +279,9 @@ def estimate_module(
     durations: dict[int, float] = {}
     for n in dag.nodes:
         if n.kind == "compute":
-            # The compute model, as the replay prices a compiled kernel.
-            t_node = model.time_s(n.work)
+            # The compute model, as the replay prices a compiled kernel, and the relayouts
+            # XLA puts around a convolution (conv_relayout_s).
+            t_node = model.time_s(n.work) + conv_relayout_s(n, model)
             durations[n.node_id] = t_node
             compute_s += n.count * t_node
             flops += n.count * n.flops_per_chip
@@ -284,10 +302,16 @@ def estimate_module(
     comm_s = sum(time_axis.values())
     # Overlap: async collectives run under independent compute (schedule.py).
     q1_s = makespan_s(dag.nodes, durations, regions=dag.regions)
+    # The tile changes only the splash calls' time, which runs on the compute path.
+    calls = _splash_calls(dag.nodes)
+    tile, tile_gain_s = best_tile(calls, model)
     return Stage1Estimate(
         candidate_id=candidate_id,
-        q1_s=q1_s,
-        compute_s=compute_s,
+        q1_s=q1_s + tile_gain_s,
+        compute_s=compute_s + tile_gain_s,
+        splash_blocks=tile,
+        splash_gain_s=tile_gain_s,
+        splash_calls=calls,
         comm_s=comm_s,
         flops_per_chip=flops,
         comm_bytes_per_axis=tuple(sorted(bytes_axis.items())),
@@ -298,6 +322,38 @@ def estimate_module(
         argument_bytes_per_chip=dag.argument_bytes_per_chip,
         warnings=dag.warnings,
     )
+
+
+def conv_relayout_s(node: Node, model: ComputeModel) -> float:
+    """The relayouts XLA adds around a convolution, for one execution of ``node``.
+
+    The compiled programs of the Wan VAE decoders (validation/v5e/profiles/*-vae.hlo)
+    split every convolution's W axis into 8 tiles: a ``pad`` of its input to the tiles'
+    halo, a ``copy`` into the tiled layout and a ``copy`` of its (f32) result back --
+    about a fifth of a decode on v5e (0.40 s of 1.44 s at 832x480x21). Layouts are
+    assigned after Stage 1 reads the program, so it prices them as ``conv_relayout_passes``
+    more HBM passes over the convolution's bytes (fitted to measured decodes:
+    ``aoizora calibrate ROWS --generation G --conv-relayout``, aoizora/studies/vae_fit.py).
+    """
+    passes = model.params.conv_relayout_passes
+    if not passes or not node.op.endswith("convolution"):
+        return 0.0
+    return (
+        passes
+        * node.hbm_bytes_per_chip
+        / (model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency)
+    )
+
+
+def _splash_calls(nodes: Sequence[Node]) -> tuple[SplashCall, ...]:
+    """Every splash kernel call shape of the DAG and its executions per step (sorted)."""
+    count: dict[tuple[int, int, int, int, int], float] = {}
+    for n in nodes:
+        if n.kind == "compute" and "splash" in n.reason:
+            for a in n.work.attention:
+                key = (int(a.lead), a.q_length, a.kv_length, a.head_dim, a.value_dim)
+                count[key] = count.get(key, 0.0) + n.count
+    return tuple((*k, v) for k, v in sorted(count.items()))
 
 
 def estimate(

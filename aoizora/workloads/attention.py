@@ -137,20 +137,24 @@ def local_attention(
     *,
     kernel: Kernel,
     with_lse: bool,
+    tiles: tuple[int, int, int] | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Softmax attention on one chip: ``(b, h, sq, d) x (b, h, skv, d) -> (b, h, sq, d)``.
 
     ``kv_valid`` is a boolean ``(skv,)`` mask of real key positions (``None``: all
     real). Returns the output (f32 when ``with_lse``, else q's dtype) and, with
     ``with_lse``, the log-sum-exp ``(b, h, sq)`` in f32 for merging partial results.
+    ``tiles``: the splash kernel's (q, kv, kv compute) blocks (None: 512 each,
+    :data:`aoizora.workloads.splash.DEFAULT_BLOCKS`); XLA attention has none.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     if kernel == "xla":
         return _xla_attention(q, k, v, kv_valid, scale=scale, with_lse=with_lse)
     if kernel in ("splash", "opaque_splash"):
         return splash_attention(
-            q, k, v, kv_valid, scale=scale, with_lse=with_lse, body=kernel == "splash"
-        )
+            q, k, v, kv_valid, scale=scale, with_lse=with_lse, body=kernel == "splash",
+            tiles=tiles,
+        )  # fmt: skip
     raise WorkloadError(
         f"attention kernel {kernel!r} is unknown; use 'splash', 'opaque_splash' or 'xla'"
     )
@@ -243,6 +247,7 @@ class _Call:
     needs_mask: bool
     seq_name: str | tuple[str, ...]
     n_seq: int
+    tiles: tuple[int, int, int] | None = None
 
     def per_chip(
         self, body: Callable[..., jax.Array], *in_specs: PartitionSpec
@@ -255,7 +260,9 @@ class _Call:
     def full(self, ql: jax.Array, kl: jax.Array, vl: jax.Array) -> jax.Array:
         """Attention over every key position 0..S-1, local: mask those past kv_valid_len."""
         valid = jnp.arange(kl.shape[2]) < self.kv_valid_len if self.needs_mask else None
-        out, _ = local_attention(ql, kl, vl, valid, kernel=self.kernel, with_lse=False)
+        out, _ = local_attention(
+            ql, kl, vl, valid, kernel=self.kernel, with_lse=False, tiles=self.tiles
+        )
         return out
 
 
@@ -287,7 +294,7 @@ def _ring(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
         def attend(chunk: tuple[jax.Array, ...], step: jax.Array | int) -> _Partial:
             valid = chunk[2] < call.kv_valid_len if needs_mask else None
             o_s, l_s = local_attention(
-                ql, chunk[0], chunk[1], valid, kernel=call.kernel, with_lse=True
+                ql, chunk[0], chunk[1], valid, kernel=call.kernel, with_lse=True, tiles=call.tiles
             )
             assert l_s is not None
             return o_s, l_s
@@ -330,7 +337,7 @@ def _usp(call: _Call, q: jax.Array, k: jax.Array, v: jax.Array, ulysses: int) ->
                 start = ((r - step) % r_deg) * block
                 valid = start + jnp.arange(block) < call.kv_valid_len
             o_s, l_s = local_attention(
-                ql, chunk[0], chunk[1], valid, kernel=call.kernel, with_lse=True
+                ql, chunk[0], chunk[1], valid, kernel=call.kernel, with_lse=True, tiles=call.tiles
             )
             assert l_s is not None
             return o_s, l_s
@@ -370,12 +377,14 @@ def sharded_attention(
     kind: str,
     kernel: Kernel,
     kv_valid_len: int,
+    tiles: tuple[int, int, int] | None = None,
 ) -> jax.Array:
     """Attention of ``(B, H, S, D)`` global arrays split over ``mesh`` as ``q_spec`` says.
 
     ``q_spec`` shards (batch, heads, seq, head_dim); its seq entry names the
     sequence-parallel mesh axes the ``kind`` communicates over. K/V positions
-    ``>= kv_valid_len`` are masked. The result is sharded like ``q``.
+    ``>= kv_valid_len`` are masked. The result is sharded like ``q``. ``tiles``: the
+    splash kernel's blocks (:func:`local_attention`).
     """
     if len(q_spec) != 4 or q_spec[3] is not None:
         raise WorkloadError(
@@ -398,6 +407,7 @@ def sharded_attention(
         needs_mask=kv_valid_len < k.shape[2],
         seq_name=seq_axes[0] if len(seq_axes) == 1 else seq_axes,
         n_seq=math.prod(int(mesh.shape[a]) for a in seq_axes),
+        tiles=tiles,
     )
     if kind == "gather_kv" or call.n_seq == 1:
         kv_spec = PartitionSpec(b_e, h_e, None, None)

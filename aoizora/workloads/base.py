@@ -70,7 +70,8 @@ class BuildContext:
     (``"none"`` for workloads without attention); ``backend`` the compile target:
     ``"tpu"`` uses Pallas kernels, ``"cpu"`` plain XLA ops. ``kernel_bodies=False``
     lowers Pallas kernels without their bodies (:mod:`aoizora.workloads.opaque`): a
-    program to read (Stage 1), not to compile.
+    program to read (Stage 1), not to compile. ``splash_blocks``: the attention kernel's
+    tiles, which a builder that runs splash attention passes on (Wan's does).
     """
 
     mesh: jax.sharding.Mesh
@@ -78,6 +79,9 @@ class BuildContext:
     attention: str
     backend: Backend
     kernel_bodies: bool = True
+    # The splash kernel's (block_q, block_kv, block_kv_compute) the candidate runs with;
+    # None: maxdiffusion's 512 (aoizora.workloads.splash.DEFAULT_BLOCKS).
+    splash_blocks: tuple[int, int, int] | None = None
 
     @property
     def mesh_sizes(self) -> dict[str, int]:

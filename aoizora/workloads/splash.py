@@ -32,13 +32,18 @@ import numpy as np
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask_info as mi
 
+from aoizora.errors import WorkloadError
 from aoizora.workloads.opaque import KernelFree, trace_without_kernel_bodies
+from sim.splash_tiles import BASE_TILE, LANES, tile_problem
 
-__all__ = ["block_size", "full_mask_info", "splash_attention"]
+__all__ = ["DEFAULT_BLOCKS", "block_size", "call_blocks", "check_blocks", "full_mask_info",
+           "splash_attention"]  # fmt: skip
 
-# Splash tile sizes: maxdiffusion's base_wan_14b.yml uses 512 for every block on v5e.
-_MAX_BLOCK = 512
-_MIN_BLOCK = 128  # the kernel's lane width; shorter sequences are padded up to it
+# Splash tile sizes: maxdiffusion's base_wan_14b.yml uses 512 for every block on v5e
+# (block_q, block_kv, block_kv_compute): the tiles a plan starts from and its baselines run.
+DEFAULT_BLOCKS: tuple[int, int, int] = BASE_TILE
+_MAX_BLOCK = DEFAULT_BLOCKS[0]
+_MIN_BLOCK = LANES  # the kernel's lane width; shorter sequences are padded up to it
 
 
 def _round_up(n: int, m: int) -> int:
@@ -53,6 +58,48 @@ def block_size(length: int) -> int:
     (512, 384, 128)
     """
     return min(_MAX_BLOCK, _round_up(length, _MIN_BLOCK))
+
+
+def check_blocks(blocks: tuple[int, ...]) -> tuple[int, int, int]:
+    """``(block_q, block_kv, block_kv_compute)`` checked (:func:`sim.splash_tiles.tile_problem`).
+
+    >>> check_blocks((512, 2048, 512))
+    (512, 2048, 512)
+    >>> check_blocks((512, 1024, 768))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    aoizora.errors.WorkloadError: splash blocks (512, 1024, 768): block_kv_compute 768 ...
+    """
+    problem = tile_problem(tuple(blocks))
+    if problem:
+        raise WorkloadError(f"splash blocks {tuple(blocks)}: {problem}")
+    bq, bkv, bkvc = blocks
+    return bq, bkv, bkvc
+
+
+def call_blocks(
+    blocks: tuple[int, int, int], q_length: int, kv_length: int
+) -> tuple[int, int, int]:
+    """The blocks one call of lengths ``q_length`` x ``kv_length`` runs with under a
+    program's ``blocks``: each no longer than its sequence rounded up -- to 128 lanes up
+    to 512 (as :func:`block_size` does), to a multiple of 512 beyond -- and the compute
+    block the kv block's when it no longer divides it. Stage 1 reads a sequence padded
+    to 512 and prices a tile with this rule (``aoizora.stage1.tiles``): rounding to 512
+    first gives it the blocks the program runs.
+
+    >>> call_blocks((512, 2048, 512), 9360, 512), call_blocks((1024, 1024, 512), 300, 300)
+    ((512, 512, 512), (384, 384, 384))
+    >>> call_blocks((512, 2048, 512), 1728, 1728)
+    (512, 2048, 512)
+    """
+    bq = min(blocks[0], _fit_length(q_length))
+    bkv = min(blocks[1], _fit_length(kv_length))
+    bkvc = min(blocks[2], bkv)
+    return bq, bkv, bkvc if bkv % bkvc == 0 else bkv
+
+
+def _fit_length(length: int) -> int:
+    return _round_up(length, _MIN_BLOCK if length <= _MAX_BLOCK else _MAX_BLOCK)
 
 
 def full_mask_info(q_length: int, kv_length: int, block_q: int, block_kv: int) -> mi.MaskInfo:
@@ -176,6 +223,7 @@ def splash_attention(
     with_lse: bool,
     body: bool = True,
     block_sizes: tuple[int, ...] | None = None,
+    tiles: tuple[int, int, int] | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Softmax attention ``(b, h, sq, d) x (b, h, skv, d) -> (b, h, sq, d)`` by splash.
 
@@ -184,11 +232,16 @@ def splash_attention(
     ``with_lse``, the log-sum-exp ``(b, h, sq)``. ``body=False`` lowers the kernel
     without its body (see the module docstring): for reading only. ``block_sizes``:
     (q block, kv block[, kv compute block]) instead of :func:`block_size`'s (kernel
-    microbenchmarks; the compute block defaults to the kv block, as maxdiffusion's).
+    microbenchmarks: used as given; the compute block defaults to the kv block, as
+    maxdiffusion's). ``tiles``: a program's (q, kv, kv compute) blocks, each call's
+    fitted to its lengths by :func:`call_blocks` (default :data:`DEFAULT_BLOCKS`).
     """
     _, heads, sq, _ = q.shape
     skv = k.shape[2]
-    given = (block_size(sq), block_size(skv)) if block_sizes is None else tuple(block_sizes)
+    if block_sizes is None:
+        given: tuple[int, ...] = call_blocks(tiles or DEFAULT_BLOCKS, sq, skv)
+    else:
+        given = tuple(block_sizes)
     bq, bkv = given[0], given[1]
     bkvc = given[2] if len(given) > 2 else bkv
     sq_p, skv_p = _round_up(sq, bq), _round_up(skv, bkv)

@@ -286,7 +286,7 @@ def _self_attention(
     q, k, v = (shard(st.heads_split(t), _QKV) for t in (q, k, v))
     a = sharded_attention(
         q, k, v, mesh=st.ctx.mesh, q_spec=st.q_spec, kind=st.ctx.attention, kernel=st.kernel,
-        kv_valid_len=st.n_tok,
+        kv_valid_len=st.n_tok, tiles=st.ctx.splash_blocks,
     )  # fmt: skip
     a = shard(st.heads_merge(a), _HIDDEN)
     y = _linear(a, p["sa_o_w"], p["sa_o_b"])
@@ -308,7 +308,7 @@ def _cross_attention(
     # q is sharded like self-attention's; the text K/V are gathered.
     a = sharded_attention(
         q, k, v, mesh=st.ctx.mesh, q_spec=st.q_spec, kind="gather_kv", kernel=st.kernel,
-        kv_valid_len=text.shape[1],
+        kv_valid_len=text.shape[1], tiles=st.ctx.splash_blocks,
     )  # fmt: skip
     a = shard(st.heads_merge(a), _HIDDEN)
     return shard(x + _linear(a, p["ca_o_w"], p["ca_o_b"]), _HIDDEN)

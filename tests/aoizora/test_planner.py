@@ -293,10 +293,19 @@ def test_json_summary_lists_every_candidate(cold: PlanOutcome) -> None:
             "best_q2_s",
             "placements",
             "memory_bytes_per_chip",
+            "splash_blocks",
         }
         and ("memory" in r) == r["compiled"]
         for r in rows
     )
+    # the splash tiles each candidate runs: those its id ends in, else maxdiffusion's 512s
+    # (wan-tiny at 256x256x5 has 512 tokens: no longer tile fits a call)
+    for r in rows:
+        suffix = r["id"].rsplit("/splash", 1)[1] if "/splash" in r["id"] else "512x512x512"
+        tiles = tuple(int(b) for b in suffix.split("x"))
+        if r["q1_s"] is not None:
+            blocks = r["splash_blocks"]
+            assert (blocks["block_q"], blocks["block_kv"], blocks["block_kv_compute"]) == tiles
     kept = [r["id"] for r in rows if r["stage1_kept"]]
     assert sorted(kept) == sorted(cold.stage1_picks) and len(kept) >= 1
     for r in rows:

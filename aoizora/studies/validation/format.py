@@ -108,6 +108,7 @@ COLUMNS: tuple[str, ...] = (
     "other_s",
     "vae_decode_chunk",
     "workload",
+    "splash_blocks",
     "measured_s",
     "spread_s",
     "spread_kind",

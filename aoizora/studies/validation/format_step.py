@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aoizora.studies.validation.cells import cell_error, parse_float, parse_ints
+from sim.splash_tiles import tile_problem
 
 __all__ = ["PHASES", "STEP_COLUMNS", "STEP_REQUIRED", "StepCase", "step_case", "step_cells"]
 
@@ -65,6 +66,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "other_s",
     "vae_decode_chunk",
     "workload",
+    "splash_blocks",
 )
 _CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
 _SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
@@ -103,6 +105,7 @@ class StepCase:
     other_s: float | None = None
     vae_decode_chunk: int | None = None  # a ``vae`` row: latent frames a scan step decodes
     workload: str | None = None  # a model of one's own: its FILE.py:FACTORY (clip empty)
+    splash_blocks: tuple[int, int, int] | None = None  # the splash tiles (None: the 512)
 
     @property
     def configuration(self) -> tuple[object, ...]:
@@ -118,6 +121,7 @@ class StepCase:
             self.attention_kernel,
             self.vae_decode_chunk,
             self.workload,
+            self.splash_blocks,
         )
 
 
@@ -219,7 +223,21 @@ def step_case(
     return StepCase(
         cell["model"], cell["clip"], mesh_shape, axes, cell["rules_id"], order,
         attention, kernel, phase, steps, figure, other, chunk, spec,
+        _tiles(cell.get("splash_blocks", ""), name=name, line=line),
     )  # fmt: skip
+
+
+def _tiles(text: str, *, name: str, line: int) -> tuple[int, int, int] | None:
+    """``QxKVxKVC``, e.g. ``512x2048x512``; empty: the 512 tiles."""
+    if not text:
+        return None
+    parts = text.split("x")
+    blocks = tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else ()
+    problem = tile_problem(blocks)
+    if problem:
+        raise cell_error(name, line, f"splash_blocks={text!r}: write QxKVxKVC, e.g. "
+                                     f"512x2048x512 (empty: 512 each); {problem}")  # fmt: skip
+    return blocks  # type: ignore[return-value]
 
 
 def _chunk(text: str, *, kind: str, name: str, line: int) -> int | None:
@@ -256,4 +274,5 @@ def step_cells(step: StepCase | None) -> dict[str, str]:
         "other_s": _num(step.other_s),
         "vae_decode_chunk": "" if step.vae_decode_chunk is None else str(step.vae_decode_chunk),
         "workload": step.workload or "",
+        "splash_blocks": "x".join(str(b) for b in step.splash_blocks or ()),
     }

@@ -40,7 +40,7 @@ import functools
 import numpy as np
 
 from aoizora.cache import plan_caches
-from aoizora.candidates.space import check_candidate, make_candidate
+from aoizora.candidates.space import check_candidate, make_candidate, with_splash_blocks
 from aoizora.compile import compile_candidate
 from aoizora.errors import AoizoraError, ValidationError
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
@@ -162,12 +162,14 @@ def _compiled(
     chunk: int | None,
     spec: str | None,
     cache_dir: str | None,
+    splash_blocks: tuple[int, int, int] | None = None,
 ) -> tuple[CollectiveGraph, int | None]:
     """One candidate compiled for ``slice_``: its graph and its per-device memory
     (``MemoryUsage.total_bytes`` of the compiled program; None if unreported)."""
     workload = row_workload(model, clip, chunk, workload=spec)
     candidate = make_candidate(workload, mesh_shape, rules_id, attention)
     reasons = check_candidate(workload, candidate)
+    candidate = with_splash_blocks(candidate, splash_blocks)
     if reasons:
         raise ValidationError(
             f"the sharding {candidate.id} is illegal for {workload.name}: {'; '.join(reasons)}"
@@ -193,7 +195,7 @@ def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
     attention = step.attention or (DEFAULT_ATTENTION if step.model in WAN_CONFIGS else "none")
     return (
         step.model, step.clip, row_slice(row), shape, step.rules_id, attention,
-        step.vae_decode_chunk, step.workload, cache_dir,
+        step.vae_decode_chunk, step.workload, cache_dir, step.splash_blocks,
     )  # fmt: skip
 
 

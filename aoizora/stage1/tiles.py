@@ -1,0 +1,90 @@
+"""The splash tile a candidate runs fastest with, chosen by Stage 1.
+
+A splash call's tile changes its time and nothing else in the step (no byte moves
+elsewhere, no collective changes), and one tile serves every call of a program
+(maxdiffusion's ``flash_block_sizes``): so the best tile of a candidate is the one that
+minimises the sum, over its splash calls, of the compute model's price of each call at
+that tile (:meth:`sim.compute.ComputeModel.attention_s`, the chip's measured tiles,
+:mod:`sim.splash_tiles`), each call's blocks fitted to its lengths as the program fits
+them (:func:`aoizora.workloads.splash.call_blocks`). Stage 1 moves the candidate's
+Q1 by the tile's gain; Stage 2 compiles the candidate with the tile and prices it from
+the compiled kernel.
+
+Only tiles whose blocks are multiples of 512 are planned: Stage 1 reads calls whose
+lengths are padded to the 512 tile, and a length rounded up to 512 then to a multiple
+of 512 is the length rounded up to that multiple -- the padding the tile really adds.
+(The 256 tiles are the slowest the chip measured at every shape.) A tile that the
+chip could not compile, or that holds one that could not, is never proposed
+(:meth:`sim.splash_tiles.SplashTiles.plannable`).
+
+>>> from sim.chips import load_chip
+>>> from sim.compute import Attention, compute_model_of
+>>> model = compute_model_of(load_chip("v5e"))
+>>> calls = ((24, 32768, 32768, 128, 128, 30.0),)  # 1.3B 832x480x81, one chip, CFG
+>>> best_tile(calls, model)[0]
+(512, 2048, 512)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from aoizora.workloads.splash import call_blocks
+from sim.compute import Attention, ComputeModel
+from sim.splash_tiles import BASE_TILE
+
+__all__ = ["PLANNED_BLOCK_MULTIPLE", "SplashCall", "best_tile", "tile_call", "tile_gain_s"]
+
+# One splash call shape of a program and how often a step runs it: (lead, q length,
+# kv length, head dim, value dim, executions per step), lengths as Stage 1 reads them.
+SplashCall = tuple[int, int, int, int, int, float]
+
+PLANNED_BLOCK_MULTIPLE = 512
+
+
+def tile_call(call: Attention, tile: tuple[int, int, int], kernel: str) -> Attention:
+    """``call`` at ``tile``: its blocks fitted to its lengths, its lengths padded to them.
+
+    >>> tile_call(Attention(12, 9728, 512, 128, 128), (512, 2048, 512), "splash").tile
+    (512, 512, 512)
+    """
+    bq, bkv, bkvc = call_blocks(tile, call.q_length, call.kv_length)
+    return replace(
+        call, q_length=math.ceil(call.q_length / bq) * bq,
+        kv_length=math.ceil(call.kv_length / bkv) * bkv,
+        block_q=bq, block_kv=bkv, block_kv_compute=bkvc, kernel=kernel,
+    )  # fmt: skip
+
+
+def _total_s(calls: Sequence[SplashCall], model: ComputeModel, tile: tuple[int, int, int]) -> float:
+    kernel = model.params.splash_tiles.kernel if model.params.splash_tiles else "splash"
+    return sum(
+        n * model.attention_s(tile_call(Attention(lead, sq, skv, d, dv), tile, kernel))
+        for lead, sq, skv, d, dv, n in calls
+    )
+
+
+def tile_gain_s(
+    calls: Sequence[SplashCall], model: ComputeModel, tile: tuple[int, int, int]
+) -> float:
+    """The step's seconds at ``tile`` over the 512 tile's (< 0: faster)."""
+    if not calls or tuple(tile) == BASE_TILE:
+        return 0.0
+    return _total_s(calls, model, tile) - _total_s(calls, model, BASE_TILE)
+
+
+def best_tile(
+    calls: Sequence[SplashCall], model: ComputeModel
+) -> tuple[tuple[int, int, int] | None, float]:
+    """(the best tile, its seconds over the 512 tile's: <= 0) for ``calls``; (None, 0.0)
+    when the 512 tile is best, there is no call, or the chip measured no tiles."""
+    tiles = model.params.splash_tiles
+    if tiles is None or not calls:
+        return None, 0.0
+    options = [t for t in tiles.plannable() if all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in t)]
+    timed = sorted((tile_gain_s(calls, model, t), t) for t in options if t != BASE_TILE)
+    if not timed or timed[0][0] >= 0.0:
+        return None, 0.0
+    return timed[0][1], timed[0][0]
