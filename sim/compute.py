@@ -174,6 +174,9 @@ class Work:
     hbm_bytes: float = 0.0
     onchip_bytes: float = 0.0  # bytes read and written in the core's on-chip memory
     onchip_copy_bytes: float = 0.0  # the same, by a copy or transpose (a relayout)
+    # (row length, output elements) of each reduce-window spanning a whole row (a
+    # softmax's row max as XLA lowers it; counted in other_flops as one op an element)
+    row_windows: tuple[tuple[int, float], ...] = ()
 
     @property
     def flops(self) -> float:
@@ -192,6 +195,7 @@ class Work:
             self.hbm_bytes + other.hbm_bytes,
             self.onchip_bytes + other.onchip_bytes,
             self.onchip_copy_bytes + other.onchip_copy_bytes,
+            self.row_windows + other.row_windows,
         )
 
 
@@ -218,6 +222,10 @@ class ComputeParams:
     attention_grid: tuple[tuple[str, float, float], ...] = ()
     # A generation's measured splash tiles (sim.splash_tiles): their rates and which compile
     splash_tiles: SplashTiles | None = None
+    # A reduce-window over rows of at least row_window_slow_from elements runs XLA's
+    # naive emitter: row_window_tap_s per output element and window tap (0: unmeasured)
+    row_window_slow_from: float = math.inf
+    row_window_tap_s: float = 0.0
     # HBM passes over a convolution's bytes that XLA's relayouts around it add (pads and
     # copies into W tiles and back): what Stage 1, reading the program before layout
     # assignment, adds per convolution (0: unmeasured)
@@ -296,6 +304,8 @@ class ComputeParams:
             self.attention_kernel_pinned,
             self.splash_tiles,
             self.conv_relayout_passes,
+            self.row_window_slow_from,
+            self.row_window_tap_s,
         )
 
 
@@ -368,10 +378,19 @@ class ComputeModel:
             + work.onchip_copy_bytes / p.onchip_copy_bandwidth_bytes_per_s
         )
 
+    def row_window_s(self, work: Work) -> float:
+        """The naive emitter's time of ``work``'s whole-row reduce-windows over rows of at
+        least ``row_window_slow_from``: ``elements x (2n - 1) taps x row_window_tap_s``
+        (v5e, measured: a softmax over rows of 8,192 f32 took 406 ps an element, over
+        rows of 4,096 17 ps; validation/README.md, section 10)."""
+        p = self.params
+        return sum(e * (2 * n - 1) * p.row_window_tap_s
+                   for n, e in work.row_windows if n >= p.row_window_slow_from)  # fmt: skip
+
     def time_s(self, work: Work) -> float:
         """``max(mxu_s + vector_s, hbm_s, onchip_s) + kernel overhead``: one kernel, bound
         by compute, HBM or on-chip memory, plus its fixed cost."""
-        vector_s = work.other_flops / self.peak_flops_per_s
+        vector_s = work.other_flops / self.peak_flops_per_s + self.row_window_s(work)
         bound = max(self.mxu_s(work) + vector_s, self.hbm_s(work), self.onchip_s(work))
         return bound + self.params.kernel_overhead_s
 
@@ -468,6 +487,8 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         tile, mm, hbm, tuple(eff), kernel, tuple(sources),
         kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
         conv_relayout_passes=measured.get("conv_relayout_passes", 0.0),
+        row_window_slow_from=measured.get("row_window_slow_from", math.inf),
+        row_window_tap_s=measured.get("row_window_tap_s", 0.0),
         onchip_bandwidth_bytes_per_s=measured.get("onchip_bandwidth_bytes_per_s", math.inf),
         onchip_copy_bandwidth_bytes_per_s=measured.get(
             "onchip_copy_bandwidth_bytes_per_s", math.inf
@@ -481,6 +502,8 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
 # profiled steps adds to the roofline (docs/simulator.md, "Compute model").
 _OPTIONAL_KEYS = (
     "conv_relayout_passes",
+    "row_window_slow_from",
+    "row_window_tap_s",
     "kernel_overhead_s",
     "onchip_bandwidth_bytes_per_s",
     "onchip_copy_bandwidth_bytes_per_s",

@@ -15,7 +15,8 @@ What is counted (per device, one execution); :mod:`sim.compute` prices it:
   the per-group input feature count, so ``feature_group_count`` needs no extra factor.
 - element-wise arithmetic and transcendental ops: one flop per output element;
   ``reduce``: one per input element; ``reduce-window``: output elements times
-  window size. Data movement (copy, slice, transpose, broadcast, ...) has 0 flops.
+  window size (a window spanning a whole dimension counts 1 there: :func:`window_taps`).
+  Data movement (copy, slice, transpose, broadcast, ...) has 0 flops.
   These are approximations; dots and convolutions carry nearly all flops of a
   transformer step.
 - HBM bytes of a top-level instruction: operands read plus result written.
@@ -114,7 +115,6 @@ _SLICERS = frozenset({"dynamic-slice", "slice", "gather"})
 # (docs/simulator.md, "On-chip memory").
 _RELAYOUTS = frozenset({"copy", "transpose"})
 _MARKER_TARGETS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
-_WINDOW_SIZE_RE = re.compile(r"size=([\dx]+)")
 
 
 def hbm_size_bytes(shape: Shape) -> int:
@@ -162,6 +162,46 @@ def _window(instr: Instruction, rank: int) -> dict[str, list[int]]:
         else:
             out[key] = [int(p) for p in parts]
     return out
+
+
+def window_taps(instr: Instruction) -> int:
+    """Operations per output element of a ``reduce-window``: its window's size, but a
+    window spanning a whole dimension (size ``2n-1``, ``n-1`` padded low, stride 1 over a
+    dimension of ``n``: every output sees the whole row) counts 1 there -- XLA's TPU
+    emitter reduces such a row once and broadcasts it (how it lowers a softmax's
+    ``max(x, axis, keepdims=True)``: the whole softmax fusion -- that reduce-window, the
+    subtract, exp and sum -- over 2x12x4096x4096 f32 took 7.0 ms on a v5e chip
+    (validation/v5e/workloads/profiles/m-6204a10677-winner), where 8,191 taps an element
+    are 3.3 PFLOP, 17 ms at the chip's peak).
+
+    >>> from aoizora.hlo.shapes import Shape
+    >>> rw = Instruction("rw", "reduce-window", Shape("f32", (2, 4096)), (),
+    ...                  {"window": "{size=1x8191 pad=0_0x4095_4095}"}, 1)
+    >>> window_taps(rw), window_taps(Instruction("p", "reduce-window", Shape("f32", (8, 8)),
+    ...                                          (), {"window": "{size=1x3 pad=0_0x1_1}"}, 1))
+    (1, 3)
+    """
+    dims = instr.shape.dims
+    win = _window(instr, len(dims))
+    taps = 1
+    for n, size, low, stride in zip(dims, win["size"], win["pad"], win["stride"], strict=True):
+        whole_row = n > 1 and size == 2 * n - 1 and low == n - 1 and stride == 1
+        taps *= 1 if whole_row else size
+    return taps
+
+
+def row_windows(instr: Instruction) -> tuple[tuple[int, float], ...]:
+    """``((row length, output elements),)`` of a reduce-window spanning a whole row (see
+    :func:`window_taps`), else ``()``: what :meth:`sim.compute.ComputeModel.row_window_s`
+    prices where XLA's emitter is slow."""
+    if instr.opcode != "reduce-window":
+        return ()
+    dims = instr.shape.dims
+    win = _window(instr, len(dims))
+    rows = [n for n, size, low, stride in zip(dims, win["size"], win["pad"], win["stride"],
+                                               strict=True)
+            if n > 1 and size == 2 * n - 1 and low == n - 1 and stride == 1]  # fmt: skip
+    return ((max(rows), float(instr.shape.num_elements)),) if rows else ()
 
 
 def _conv_matmul(comp: Computation, instr: Instruction) -> Matmul:
@@ -234,6 +274,7 @@ class FusionSummary:
     param_onchip_bytes: tuple[int, ...] = ()
     output_onchip_bytes: int = 0
     param_logical_bytes: tuple[int, ...] = ()
+    row_windows: tuple[tuple[int, float], ...] = ()  # sim.compute.Work.row_windows
 
     @property
     def flops(self) -> float:
@@ -246,7 +287,7 @@ class FusionSummary:
         onchip = sum(self.param_onchip_bytes) + self.output_onchip_bytes
         return Work(
             matmuls=self.matmuls, other_flops=self.other_flops, hbm_bytes=hbm,
-            onchip_bytes=onchip,
+            onchip_bytes=onchip, row_windows=self.row_windows,
         )  # fmt: skip
 
 
@@ -287,9 +328,7 @@ class CostModel:
             half = max(1, len(instr.operands) // 2)
             return (), float(sum(comp.by_name[o].shape.num_elements for o in instr.operands[:half]))
         if op == "reduce-window":
-            m = _WINDOW_SIZE_RE.search(instr.attrs.get("window", ""))
-            window = math.prod(int(v) for v in m.group(1).split("x")) if m else 1
-            return (), float(instr.shape.num_elements * window)
+            return (), float(instr.shape.num_elements * window_taps(instr))
         return (), 0.0
 
     def flops(self, comp: Computation, instr: Instruction) -> float:
@@ -326,6 +365,7 @@ class CostModel:
         return Work(
             matmuls=matmuls, other_flops=other, hbm_bytes=sum(h for h, _ in parts),
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
+            row_windows=row_windows(instr),
         )  # fmt: skip
 
     def fusion(self, instr: Instruction) -> FusionSummary:
@@ -343,6 +383,7 @@ class CostModel:
         collectives: list[tuple[Computation, Instruction]] = []
         markers: set[str] = set()
         custom: list[Instruction] = []
+        rows: list[tuple[int, float]] = []
         users: dict[str, list[Instruction]] = {}
         for instr in comp.instructions:
             for operand in instr.operands:
@@ -354,6 +395,7 @@ class CostModel:
                 collectives.extend(inner.collectives)
                 markers |= inner.markers
                 custom.extend(inner.custom_calls)
+                rows.extend(inner.row_windows)
             elif collective_base(instr.opcode) is not None:
                 collectives.append((comp, instr))
             elif instr.opcode == "custom-call":
@@ -366,6 +408,7 @@ class CostModel:
                 own, flops = self._own(comp, instr)
                 matmuls.extend(own)
                 other += flops
+                rows.extend(row_windows(instr))
         root = comp.root
         logical: list[int] = []
         split: list[tuple[int, int]] = []
@@ -389,6 +432,7 @@ class CostModel:
             param_onchip_bytes=tuple(c for _, c in split),
             output_onchip_bytes=out_onchip,
             param_logical_bytes=tuple(logical),
+            row_windows=tuple(rows),
         )
 
     def _param_read(
