@@ -59,14 +59,11 @@ from aoizora.rank.search import DEFAULT_SEARCH_BUDGET, DEFAULT_SEARCH_GAP, Searc
 from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import Stage1Ranking, rank_stage1
 from aoizora.stage1.recall import ExhaustiveCheck, exhaustive_check
-from aoizora.stage1.sweep import Stage1Sweep, score_candidates
-from aoizora.stage1.tiles import tile_gain_s
+from aoizora.stage1.sweep import score_candidates, with_tiles
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
-from sim.compute import compute_model_of
-from sim.splash_tiles import BASE_TILE
 from sim.topology import Slice
 
 __all__ = [
@@ -233,6 +230,10 @@ class PlanOutcome:
         """The plan file's ``alternatives``: every other compiled sharding at its best
         placement (Q2 order), then every baseline with a Q2 (by name)."""
         by_id = {s.candidate.id: s for s in self.scored}
+        for s in self.scored:  # a baseline priced from its sharding's tiled compile
+            if s.candidate.splash_blocks is not None:
+                by_id.setdefault(s.candidate.sharding_id, replace(
+                    s, candidate=with_splash_blocks(s.candidate, None)))  # fmt: skip
         ranked = sorted(self.scored, key=lambda s: (s.best.q2_s, s.candidate.id))
         return (*(
             PlanAlternative.of("runner-up", s.candidate.id, s.candidate,
@@ -283,7 +284,7 @@ def _run_stage1(
             cache=caches.stage1 if caches else None, modules=caches.shardy if caches else None,
             target=lowering_target,
         )  # fmt: skip
-    sweep, by_id = _with_tiles(sweep, space, slice_, splash_blocks)
+    sweep, by_id = with_tiles(sweep, space, slice_, splash_blocks)
     failed = list(sweep.failed)
     if not sweep.estimates and not sweep.over_hbm:
         raise PlanError(
@@ -301,31 +302,6 @@ def _run_stage1(
             f"budget on {slice_.name}: {ranking.dropped_infeasible[0][1]}; try a bigger slice"
         )
     return ranking, failed, by_id
-
-
-def _with_tiles(
-    sweep: Stage1Sweep,
-    space: CandidateSpace,
-    slice_: Slice,
-    fixed: tuple[int, int, int] | None,
-) -> tuple[Stage1Sweep, dict[str, Candidate]]:
-    """The sweep with each estimate under its tiled candidate's id, and those candidates
-    (the legal ones Stage 1 did not score keep their own). A ``fixed`` tile replaces the
-    one Stage 1 planned, and its Q1 that tile's."""
-    legal = {c.id: c for c in space.legal}
-    tiled: dict[str, Candidate] = {}
-    estimates = []
-    model = compute_model_of(slice_.chip.per_device())
-    for e in sweep.estimates:
-        if fixed is not None:
-            gain_s = tile_gain_s(e.splash_calls, model, fixed) - e.splash_gain_s
-            tile = None if fixed == BASE_TILE or not e.splash_calls else fixed
-            e = replace(e, q1_s=e.q1_s + gain_s, compute_s=e.compute_s + gain_s,
-                        splash_blocks=tile, splash_gain_s=e.splash_gain_s + gain_s)  # fmt: skip
-        tiled[e.candidate_id] = with_splash_blocks(legal[e.candidate_id], e.splash_blocks)
-        estimates.append(replace(e, candidate_id=tiled[e.candidate_id].id))
-    by_id = {(c := tiled.get(cid, legal[cid])).id: c for cid in legal}  # in the space's order
-    return replace(sweep, estimates=tuple(estimates)), by_id
 
 
 def _stage1_picks(
@@ -360,12 +336,15 @@ def _to_compile(
     *,
     exhaustive: bool,
 ) -> list[Candidate]:
-    """Stage 1's picks (every feasible candidate when exhaustive), then the baselines'."""
+    """Stage 1's picks (every feasible candidate when exhaustive), then the baselines' --
+    but a baseline whose sharding a pick runs at planned tiles, whose compile prices it at
+    the 512s (:func:`_baseline_scores`)."""
     ids = list(picks)
     if exhaustive:
         ids += [e.candidate_id for e in ranking.dropped_weak if e.candidate_id not in ids]
+    tiled = {by_id[i].sharding_id for i in ids if i in by_id}
     for b in baselines:
-        if b.candidate.id not in ids:
+        if b.candidate.id not in ids and b.candidate.id not in tiled:
             ids.append(b.candidate.id)
     extra = {b.candidate.id: b.candidate for b in baselines}
     return [by_id[i] if i in by_id else extra[i] for i in ids]
@@ -497,9 +476,14 @@ def _baseline_scores(
     scored: Sequence[CandidateScores],
     logical_best: Candidate,
     slice_: Slice,
+    tile_gain_s: Mapping[str, float],
 ) -> list[BaselineScore]:
-    """The baselines and logical search, ranked by the same Q2 (their default order)."""
+    """The baselines and logical search, ranked by the same Q2 (their default order). A
+    baseline whose sharding was compiled only at planned splash tiles is that compile's Q2
+    less the tiles' gain over the 512s as Stage 1 prices the same calls (``tile_gain_s``
+    by candidate id): the tile changes the splash calls' time and nothing else."""
     scored_by_id = {s.candidate.id: s for s in scored}
+    tiled = {s.candidate.sharding_id: s for s in scored if s.candidate.splash_blocks}
     out: list[BaselineScore] = []
     for b in baselines:
         s = scored_by_id.get(b.candidate.id)
@@ -507,7 +491,12 @@ def _baseline_scores(
             b.device_order, mesh_shape=b.candidate.mesh_shape, slice_=slice_
         )
         q2 = s.score_of(DEFAULT_ORDER_LABEL).q2_s if s is not None else None
-        out.append(BaselineScore(b.name, b.candidate.id, order, q2, b.note))
+        note = b.note
+        t = tiled.get(b.candidate.id) if s is None else None
+        if t is not None and t.candidate.id in tile_gain_s:
+            q2 = t.score_of(DEFAULT_ORDER_LABEL).q2_s - tile_gain_s[t.candidate.id]
+            note += f"; at the 512 tiles: {t.candidate.id}'s compile less its tiles' gain"
+        out.append(BaselineScore(b.name, b.candidate.id, order, q2, note))
     s = scored_by_id.get(logical_best.id)
     if s is not None:
         p = s.score_of(DEFAULT_ORDER_LABEL)
@@ -612,10 +601,10 @@ def run_plan(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "
             f"failures: {'; '.join(f'{c}: {r}' for c, r in failed[:3])}"
         )
-    # One Q2 ranks every compile, so a baseline's sharding may win too (the report
-    # says whether the winner came from Stage 1's top-K).
+    # One Q2 ranks every compile: a baseline's sharding may win too (the report says so).
     winner = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id, s.best.placement_id))
     logical_best = by_id[ranking.kept[0].candidate_id]
+    gains = {e.candidate_id: e.splash_gain_s for e in (*ranking.kept, *ranking.dropped_weak)}
     timings.append(("total", time.perf_counter() - t_start))
     # The winner's own compile: this run's, or the one that filled the cache.
     timings.append(("winner_compile", winner.compile.first_compile_s))
@@ -633,7 +622,7 @@ def run_plan(
         failed=tuple(failed),
         winner=winner,
         winner_placement=winner.best,
-        baselines=tuple(_baseline_scores(baselines, scored, logical_best, slice_)),
+        baselines=tuple(_baseline_scores(baselines, scored, logical_best, slice_, gains)),
         exhaustive=exhaustive_check(ranking, scored, picks=picks) if exhaustive else None,
         timings_s=tuple(timings),
         warnings=tuple(sorted({w for _, r in compiled for w in r.warnings})),

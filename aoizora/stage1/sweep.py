@@ -45,11 +45,17 @@ import base64
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aoizora.cache import JsonCache, shardy_key, stage1_key
-from aoizora.candidates.space import Candidate, argument_bytes_per_chip, candidate_to_json
+from aoizora.candidates.space import (
+    Candidate,
+    CandidateSpace,
+    argument_bytes_per_chip,
+    candidate_to_json,
+    with_splash_blocks,
+)
 from aoizora.errors import AoizoraError
 from aoizora.fanout import FanOut
 from aoizora.stage1.program import ShardyModule
@@ -67,7 +73,10 @@ from aoizora.stage1.shardy import (
     read_bytecode,
     read_mlir_module,
 )
+from aoizora.stage1.tiles import tile_gain_s
 from aoizora.workloads.base import Workload
+from sim.compute import compute_model_of
+from sim.splash_tiles import BASE_TILE
 from sim.topology import Slice
 
 __all__ = [
@@ -77,6 +86,7 @@ __all__ = [
     "over_hbm_reason",
     "score_candidate",
     "score_candidates",
+    "with_tiles",
 ]
 
 # How to trace and lower one candidate for a slice, no compile: the planner passes
@@ -320,3 +330,29 @@ def score_candidates(
         cache_hits=hits,
         module_hits=module_hits,
     )
+
+
+def with_tiles(
+    sweep: Stage1Sweep,
+    space: CandidateSpace,
+    slice_: Slice,
+    fixed: tuple[int, int, int] | None,
+) -> tuple[Stage1Sweep, dict[str, Candidate]]:
+    """``sweep`` with each estimate under its tiled candidate's id (the splash tile
+    Stage 1 planned, :mod:`aoizora.stage1.tiles`), and every legal candidate by id, in the
+    space's order (those Stage 1 did not score keep their own). A ``fixed`` tile replaces
+    the planned one, and its Q1 that tile's."""
+    legal = {c.id: c for c in space.legal}
+    tiled: dict[str, Candidate] = {}
+    estimates = []
+    model = compute_model_of(slice_.chip.per_device())
+    for e in sweep.estimates:
+        if fixed is not None:
+            gain_s = tile_gain_s(e.splash_calls, model, fixed) - e.splash_gain_s
+            tile = None if fixed == BASE_TILE or not e.splash_calls else fixed
+            e = replace(e, q1_s=e.q1_s + gain_s, compute_s=e.compute_s + gain_s,
+                        splash_blocks=tile, splash_gain_s=e.splash_gain_s + gain_s)  # fmt: skip
+        tiled[e.candidate_id] = with_splash_blocks(legal[e.candidate_id], e.splash_blocks)
+        estimates.append(replace(e, candidate_id=tiled[e.candidate_id].id))
+    by_id = {(c := tiled.get(cid, legal[cid])).id: c for cid in legal}  # in the space's order
+    return replace(sweep, estimates=tuple(estimates)), by_id
