@@ -121,8 +121,11 @@ def search_line(search: SearchSummary, best_s: float) -> str:
 
 
 def _hbm_cell(outcome: PlanOutcome, candidate_id: str) -> str:
-    """A compiled candidate's per-device HBM and its share of the budget, or n/a."""
-    scored = {s.candidate.id: s for s in outcome.scored}.get(candidate_id)
+    """A compiled candidate's per-device HBM and its share of the budget, or n/a (a
+    baseline priced from its sharding's tiled compile holds what that compile holds)."""
+    by_id = {s.candidate.sharding_id: s for s in outcome.scored if s.candidate.splash_blocks}
+    by_id |= {s.candidate.id: s for s in outcome.scored}
+    scored = by_id.get(candidate_id)
     memory = None if scored is None else outcome.memory(scored.compile)
     if memory is None:
         return "n/a"
