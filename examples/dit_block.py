@@ -94,6 +94,21 @@ def make_h128_s8192() -> Workload:
     return dit_workload(batch=1, length=8192, embed=1024, heads=8, head_dim=128, mlp=4096)
 
 
+def make_h128_s6144() -> Workload:
+    """Head dim 128: 1 sequence of 6144 tokens, 8 heads of 128, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=6144, embed=1024, heads=8, head_dim=128, mlp=4096)
+
+
+def make_h64_s6144() -> Workload:
+    """Head dim 64: 1 sequence of 6144 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=6144, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h128_s5120() -> Workload:
+    """Head dim 128: 1 sequence of 5120 tokens, 8 heads of 128, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=5120, embed=1024, heads=8, head_dim=128, mlp=4096)
+
+
 def make_small() -> Workload:
     """The same block at CI sizes: compiles in about a second."""
     return dit_workload(batch=2, length=128, embed=128, heads=4, head_dim=32, mlp=512)

@@ -381,8 +381,8 @@ class ComputeModel:
     def row_window_s(self, work: Work) -> float:
         """The naive emitter's time of ``work``'s whole-row reduce-windows over rows of at
         least ``row_window_slow_from``: ``elements x (2n - 1) taps x row_window_tap_s``
-        (v5e, measured: a softmax over rows of 8,192 f32 took 406 ps an element, over
-        rows of 4,096 17 ps; validation/README.md, section 10)."""
+        (v5e, measured: a softmax over rows of 6,144 and 8,192 f32 took 269 and 406 ps an
+        element, over rows of up to 5,120 3-18 ps; validation/README.md, section 10)."""
         p = self.params
         return sum(e * (2 * n - 1) * p.row_window_tap_s
                    for n, e in work.row_windows if n >= p.row_window_slow_from)  # fmt: skip

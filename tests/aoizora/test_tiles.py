@@ -246,17 +246,18 @@ def test_the_shipped_step_gain_is_the_fit_of_the_shipped_step_pairs() -> None:
 
 
 def test_tiles_measured_after_the_fit_are_predicted_and_the_planned_one_is_best() -> None:
-    """rows-b.csv, measured after step_gain was fitted: two more clips at their planned
-    tile and at 512, and other tiles than the planned one at 81 frames (1.3B, TI2V-5B).
+    """rows-b.csv and rows-c.csv, measured after step_gain was fitted: two more clips at
+    their planned tile and at 512, and other tiles than the planned one at 81 frames (1.3B,
+    TI2V-5B).
     Every gain over 512 is predicted within 2 points, and at 81 frames the planned tile
     (rows-a.csv) is the fastest of every tile measured."""
-    rows = read_measurements(STEP_ROWS) + read_measurements(STEP_ROWS.with_name("rows-b.csv"))
+    rows = sum((read_measurements(STEP_ROWS.with_name(f"rows-{k}.csv")) for k in "abc"), ())
     fitted = {p.name for p in step_pairs(read_measurements(STEP_ROWS))}
     gain, predicted = fit_step_gain(step_pairs(rows), MODEL)
     tiles = MODEL.params.splash_tiles
     assert tiles is not None
     held = [(pair, p) for pair, p in predicted if pair.name not in fitted]
-    assert len(held) == 6
+    assert len(held) == 7
     for pair, p in held:
         assert abs(tiles.step_gain * p - pair.measured_gain) < 0.02, pair.name
     # the planned tile, measured at 81 frames, against the other tiles measured there
