@@ -53,6 +53,8 @@ __all__ = [
     "estimated_temp_bytes",
     "held_bytes",
     "host_available_bytes",
+    "own_held_bytes",
+    "reserved_bytes",
     "program_memory",
     "require_fit",
 ]
@@ -236,3 +238,38 @@ def held_bytes(devices: Sequence[Any]) -> int | None:
             return None
         held.append(int(stats["bytes_in_use"]) + int(stats.get("bytes_reserved", 0)))
     return max(held, default=None)
+
+
+def reserved_bytes(devices: Sequence[Any]) -> int | None:
+    """The runtime's ``bytes_reserved`` on the busiest device (None without statistics).
+
+    >>> class D:
+    ...     def memory_stats(self): return {"bytes_in_use": 30, "bytes_reserved": 70}
+    >>> reserved_bytes([D()]), reserved_bytes([object()])
+    (70, None)
+    """
+    out = []
+    for d in devices:
+        stats = d.memory_stats() if hasattr(d, "memory_stats") else None
+        if not stats or "bytes_in_use" not in stats:
+            return None
+        out.append(int(stats.get("bytes_reserved", 0)))
+    return max(out, default=None)
+
+
+def own_held_bytes(
+    held: int | None, reserved_before: int | None, reserved_after: int | None
+) -> int | None:
+    """What one target held (:func:`held_bytes`), or None when it cannot be told apart from an
+    earlier program's: the runtime keeps a program's reservation for temporaries after it
+    ends, so a later, smaller program measured in the same process fits inside it and the
+    reading is the earlier one's (measured on a v5e chip: a DiT step analysed at 2.23 GB
+    read 4.38 GB after one of 4.37 GB; validation/README.md, section 10). A reservation that
+    grew while the target ran is the target's own; one that did not may not be.
+
+    >>> own_held_bytes(500, 0, 300), own_held_bytes(500, 400, 450), own_held_bytes(500, 400, 400)
+    (500, 500, None)
+    """
+    if held is None or reserved_before is None or reserved_after is None:
+        return held
+    return held if reserved_before == 0 or reserved_after > reserved_before else None

@@ -31,7 +31,7 @@ from aoizora.compile import jit_step
 from aoizora.errors import AoizoraError, MeasureError
 from aoizora.measure.capture import capture_profile
 from aoizora.measure.devices import plan_mesh
-from aoizora.measure.memory import held_bytes
+from aoizora.measure.memory import held_bytes, own_held_bytes, reserved_bytes
 from aoizora.measure.timing import Clock, Timing, time_calls
 from aoizora.plan import Plan, WorkloadSource
 from aoizora.workloads.base import Workload
@@ -232,6 +232,7 @@ def time_step(
     program before any input is made and may raise to refuse it (a memory check)."""
     plan = target.plan
     mesh = plan_mesh(plan, devices, backend=backend)
+    before = reserved_bytes(list(mesh.devices.flat))  # an earlier target's, if any
     candidate = Candidate(
         plan.mesh_axis_names, plan.mesh_shape, plan.rules_name, plan.rules, plan.attention,
         splash_blocks=plan.splash_blocks,
@@ -247,7 +248,14 @@ def time_step(
     timing = time_calls(lambda: compiled(*args), warmup=warmup, repeats=repeats, clock=clock)
     out = compiled(*args)  # one more call, its outputs alive: what the step holds at most
     jax.block_until_ready(out)
-    timing = dataclasses.replace(timing, peak_hbm_bytes=held_bytes(list(mesh.devices.flat)))
+    flat = list(mesh.devices.flat)
+    held = own_held_bytes(held_bytes(flat), before, reserved_bytes(flat))
+    if held is None and before and say is not None:
+        say(
+            f"memory not read: an earlier program's reservation ({before / 2**30:.2f} GiB) "
+            "holds this one's temporaries; measure it in a process of its own for peak_hbm_bytes"
+        )
+    timing = dataclasses.replace(timing, peak_hbm_bytes=held)
     del out
     if profile is not None:
         # the text of the program that ran: a profile names its ops by this module's names
