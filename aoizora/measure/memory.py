@@ -231,13 +231,23 @@ def held_bytes(devices: Sequence[Any]) -> int | None:
     >>> held_bytes([D(), D()]), held_bytes([object()])
     (100, None)
     """
-    held = []
+    stats = _device_stats(devices)
+    if stats is None:
+        return None
+    return max(
+        (int(x["bytes_in_use"]) + int(x.get("bytes_reserved", 0)) for x in stats), default=None
+    )
+
+
+def _device_stats(devices: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """Every device's ``memory_stats()``, or None where one keeps no statistics (CPU)."""
+    out = []
     for d in devices:
         stats = d.memory_stats() if hasattr(d, "memory_stats") else None
         if not stats or "bytes_in_use" not in stats:
             return None
-        held.append(int(stats["bytes_in_use"]) + int(stats.get("bytes_reserved", 0)))
-    return max(held, default=None)
+        out.append(stats)
+    return out
 
 
 def reserved_bytes(devices: Sequence[Any]) -> int | None:
@@ -248,13 +258,12 @@ def reserved_bytes(devices: Sequence[Any]) -> int | None:
     >>> reserved_bytes([D()]), reserved_bytes([object()])
     (70, None)
     """
-    out = []
-    for d in devices:
-        stats = d.memory_stats() if hasattr(d, "memory_stats") else None
-        if not stats or "bytes_in_use" not in stats:
-            return None
-        out.append(int(stats.get("bytes_reserved", 0)))
-    return max(out, default=None)
+    stats = _device_stats(devices)
+    return (
+        None
+        if stats is None
+        else max((int(x.get("bytes_reserved", 0)) for x in stats), default=None)
+    )
 
 
 def own_held_bytes(
