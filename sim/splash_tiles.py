@@ -42,6 +42,7 @@ that ran out of VMEM would too). A generation without the table plans the 512 ti
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,13 +96,21 @@ class SplashTiles:
         """The sweep's time of a call at ``tile`` (lengths padded to its blocks); None
         for a tile not measured."""
         bq, bkv, _ = tile
-        step = dict(((a, b, c), s) for a, b, c, s in self.compiled).get(tuple(tile))  # type: ignore[arg-type]
+        step = self._step_s.get(tuple(tile))  # type: ignore[arg-type]
         if step is None:
             return None
         q_blocks = lead * math.ceil(q_length / bq)
-        return q_blocks * math.ceil(kv_length / bkv) * step + q_blocks * dict(self.q_block).get(
+        return q_blocks * math.ceil(kv_length / bkv) * step + q_blocks * self._q_block_s.get(
             bq, 0.0
         )
+
+    @functools.cached_property
+    def _step_s(self) -> dict[Tile, float]:
+        return {(a, b, c): s for a, b, c, s in self.compiled}
+
+    @functools.cached_property
+    def _q_block_s(self) -> dict[int, float]:
+        return dict(self.q_block)
 
     def scale(self, lead: float, q_length: int, kv_length: int, tile: Tile) -> float:
         """A call's price at ``tile`` over its price at 512: ``1 - step_gain * (1 - t(call,

@@ -16,13 +16,12 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aoizora.candidates.space import make_candidate
 from aoizora.compile import lower_to_read
 from aoizora.errors import ValidationError
 from aoizora.stage1.sweep import score_candidate
 from aoizora.stage1.tiles import SplashCall, tile_gain_s
 from aoizora.studies.validation.format import Measurement
-from aoizora.studies.validation.step import canonical_mesh, row_slice, row_workload
+from aoizora.studies.validation.step import row_program, row_slice
 from sim.compute import ComputeModel
 
 __all__ = ["StepPair", "fit_step_gain", "step_pairs"]
@@ -60,11 +59,9 @@ def step_pairs(rows: Sequence[Measurement]) -> tuple[StepPair, ...]:
         assert s is not None
         if s.splash_blocks is None or _key(r) not in base:
             continue
-        slice_ = row_slice(r)
-        workload = row_workload(s.model, s.clip)
-        shape, _ = canonical_mesh(s)
-        cand = make_candidate(workload, shape, s.rules_id, s.attention or "gather_kv")
-        est = score_candidate(workload, cand, slice_, lower=lower_to_read)
+        # Stage 1 reads the 512 program: the calls' lengths are padded to 512 (tiles.py)
+        workload, cand = row_program(base[_key(r)])
+        est = score_candidate(workload, cand, row_slice(r), lower=lower_to_read)
         out.append(StepPair(r.row_id, s.splash_blocks, r.measured_s, base[_key(r)].measured_s,
                             est.splash_calls))  # fmt: skip
     if not out:

@@ -15,12 +15,11 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aoizora.candidates.space import make_candidate
 from aoizora.compile import lower_to_read
 from aoizora.errors import ValidationError
 from aoizora.stage1.sweep import score_candidate
 from aoizora.studies.validation.format import Measurement
-from aoizora.studies.validation.step import canonical_mesh, row_slice, row_workload
+from aoizora.studies.validation.step import row_program, row_slice
 from sim.chips import Chip
 from sim.compute import compute_model_of
 
@@ -51,10 +50,8 @@ def decode_cases(rows: Sequence[Measurement], chip: Chip) -> tuple[DecodeCase, .
         if r.kind != "vae" or s is None:
             continue
         slice_ = row_slice(r).with_chip(bare)
-        workload = row_workload(s.model, s.clip, s.vae_decode_chunk)
-        shape, _ = canonical_mesh(s)
-        est = score_candidate(workload, make_candidate(workload, shape, s.rules_id, "none"),
-                              slice_, lower=lower_to_read)  # fmt: skip
+        workload, candidate = row_program(r)
+        est = score_candidate(workload, candidate, slice_, lower=lower_to_read)
         model = compute_model_of(slice_.chip.per_device())
         rate = model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency
         conv_bytes = sum(n.count * n.hbm_bytes_per_chip for n in est.nodes

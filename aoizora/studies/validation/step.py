@@ -40,7 +40,12 @@ import functools
 import numpy as np
 
 from aoizora.cache import plan_caches
-from aoizora.candidates.space import check_candidate, make_candidate, with_splash_blocks
+from aoizora.candidates.space import (
+    Candidate,
+    check_candidate,
+    make_candidate,
+    with_splash_blocks,
+)
 from aoizora.compile import compile_candidate
 from aoizora.errors import AoizoraError, ValidationError
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
@@ -63,6 +68,7 @@ __all__ = [
     "predict_step",
     "predict_step_memory",
     "row_chip_slice",
+    "row_program",
     "row_workload",
     "step_clip",
     "step_graph",
@@ -187,6 +193,16 @@ def _compiled(
         )
     memory = None if result.memory is None else int(result.memory.total_bytes)
     return graph_from_text(result.hlo_text), memory
+
+
+def row_program(row: Measurement) -> tuple[Workload, Candidate]:
+    """The program ``row`` ran and its candidate (mesh on the planner's axes, the rules, the
+    attention -- empty: maxdiffusion's -- and the splash tiles), as :func:`predict_step`
+    compiles it."""
+    model, clip, _, shape, rules_id, attention, chunk, spec, _, tiles = _row_key(row, None)
+    workload = row_workload(model, clip, chunk, workload=spec)  # type: ignore[arg-type]
+    candidate = make_candidate(workload, shape, rules_id, attention)  # type: ignore[arg-type]
+    return workload, with_splash_blocks(candidate, tiles)  # type: ignore[arg-type]
 
 
 def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
