@@ -139,7 +139,8 @@ def test_conv_matmul_keeps_the_flops_and_streams_sliding_positions(
     dims: list[tuple[int, int, int]], batch: int, cin: int, cout: int
 ) -> None:
     """A convolution on the MXU: the FLOPs of :func:`conv_flops`; the output positions of
-    every sliding dimension, times the batch, are the matmul's rows."""
+    every sliding dimension, times the batch, are the matmul's rows; a window covering its
+    whole input once joins the contraction."""
     conv = [ConvDim(n, n - k + 1 + 2 * p, k, padding_low=p) for n, k, p in dims if n >= k]
     assume(conv)
     mm = conv_matmul(batch=batch, input_features=cin, output_features=cout, dims=conv)
@@ -148,7 +149,22 @@ def test_conv_matmul_keeps_the_flops_and_streams_sliding_positions(
     flops = conv_flops(batch=batch, input_features=cin, output_features=cout, positions=positions)
     assert mm.flops == pytest.approx(flops)
     rows = math.prod(d.output_size for d in conv if d.input_size > 1)
-    assert mm.m == batch * rows and (mm.k, mm.n) == (cin, cout)
+    covering = math.prod(d.input_size for d in conv if d.contracts)
+    assert all(d.output_size == 1 and d.padding_low == 0 for d in conv if d.contracts)
+    assert mm.m == batch * rows and (mm.k, mm.n) == (cin * covering, cout)
+
+
+def test_a_window_over_the_whole_input_is_a_contraction() -> None:
+    """``blhd,hde->ble`` compiled: a window over 16 heads of 64, one output. On a v5e chip
+    it ran at 0.82 of the peak, which sixteen 64-deep taps (half of a 128-row MXU) cannot:
+    one 1,024-deep contraction, the same FLOPs (validation/README.md, section 10)."""
+    heads = (ConvDim(4, 4, 1), ConvDim(16, 1, 16))
+    mm = conv_matmul(batch=2048, input_features=64, output_features=1024, dims=heads)
+    assert (mm.m, mm.k, mm.n) == (8192, 1024, 1024)
+    assert mm.flops == 2 * 4 * 2048 * 16 * 64 * 1024
+    assert mm.padded_flops(128) == mm.flops  # a per-tap k of 64 would pad to twice this
+    # a window that slides (two outputs) or meets padding stays taps
+    assert not ConvDim(16, 2, 15).contracts and not ConvDim(16, 1, 17, padding_low=1).contracts
 
 
 def test_a_dot_written_as_a_convolution_stays_a_batch_of_products() -> None:
