@@ -101,7 +101,9 @@ class SearchLimits:
 
 @dataclass(frozen=True)
 class PlacementScore:
-    """Q2 of one placement of one compiled candidate."""
+    """Q2 of one placement of one compiled candidate: ``q2_s`` is the figure a plan
+    gives, one call as ``aoizora measure`` times it -- the replay's step and the host's
+    launch (the generation's ``program_launch_s``; 0 where unmeasured)."""
 
     placement_id: str
     order: DeviceOrder
@@ -441,6 +443,9 @@ def _rank_all(
         per_job=per_candidate, deadline_s=search.seconds, gap_tolerance=search.gap,
         budget=search.budget, progress=say,
     )  # fmt: skip
+    # A plan's figure is one call as it is timed: the device's step (the search's Q2, the
+    # same launch under every placement, so left out of the search) and the host's launch.
+    launch = slice_.chip.compute.program_launch_s
     scored = []
     for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
         placements = tuple(
@@ -449,7 +454,7 @@ def _rank_all(
                 order=DeviceOrder.from_physical_ids(
                     sc.leaf.physical_ids, mesh_shape=cand.mesh_shape, slice_=slice_
                 ),
-                q2_s=sc.q2_s,
+                q2_s=sc.q2_s + launch,
                 num_raw=sc.num_raw,
                 aliases=sc.aliases,
             )
@@ -460,7 +465,7 @@ def _rank_all(
                 candidate=cand, compile=result, placements=placements,
                 graph_collectives=len(g.collectives), replay_s=report.seconds,
                 in_top_k=cand.id in picks, num_placements=jr.num_placements,
-                proven_worse=jr.proven_worse, open=jr.open, bound_s=jr.bound_s,
+                proven_worse=jr.proven_worse, open=jr.open, bound_s=jr.bound_s + launch,
             )
         )  # fmt: skip
         say(
@@ -468,7 +473,8 @@ def _rank_all(
             f"{jr.open} open of {jr.num_placements}; best {placements[0].q2_s * 1e3:.2f} ms "
             f"({placements[0].placement_id})"
         )
-    return scored, SearchSummary.of(report, fan_out=pool.label, budget=search.budget)
+    summary = SearchSummary.of(report, fan_out=pool.label, budget=search.budget, launch_s=launch)
+    return scored, summary
 
 
 def _baseline_scores(

@@ -18,6 +18,15 @@ make_h64_s8192       1     8192   1024    16       64     4096
 make_h128_s2048      2     2048   1536    12      128     6144
 make_h128_s4096      2     4096   1536    12      128     6144
 make_h128_s8192      1     8192   1024     8      128     4096
+make_h128_s6144      1     6144   1024     8      128     4096
+make_h64_s6144       1     6144   1024    16       64     4096
+make_h128_s5120      1     5120   1024     8      128     4096
+make_h64_s2048       4     2048   1024    16       64     4096
+make_h128_s1024      8     1024   2048    16      128     8192
+make_h128_s3072      2     3072   1536    12      128     6144
+make_h128_s4608      1     4608   1024     8      128     4096
+make_h64_s5120       1     5120   1024    16       64     4096
+make_h64_s7168       1     7168   1024    16       64     4096
 make_small           2      128    128     4       32      512
 =================  =====  ======  =====  =====  ========  ====
 
@@ -107,6 +116,36 @@ def make_h64_s6144() -> Workload:
 def make_h128_s5120() -> Workload:
     """Head dim 128: 1 sequence of 5120 tokens, 8 heads of 128, embed 1024, MLP 4096."""
     return dit_workload(batch=1, length=5120, embed=1024, heads=8, head_dim=128, mlp=4096)
+
+
+def make_h64_s2048() -> Workload:
+    """Head dim 64: 4 sequences of 2048 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=4, length=2048, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h128_s1024() -> Workload:
+    """Head dim 128: 8 sequences of 1024 tokens, 16 heads of 128, embed 2048, MLP 8192."""
+    return dit_workload(batch=8, length=1024, embed=2048, heads=16, head_dim=128, mlp=8192)
+
+
+def make_h128_s3072() -> Workload:
+    """Head dim 128: 2 sequences of 3072 tokens, 12 heads of 128, embed 1536, MLP 6144."""
+    return dit_workload(batch=2, length=3072, embed=1536, heads=12, head_dim=128, mlp=6144)
+
+
+def make_h128_s4608() -> Workload:
+    """Head dim 128: 1 sequence of 4608 tokens, 8 heads of 128, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=4608, embed=1024, heads=8, head_dim=128, mlp=4096)
+
+
+def make_h64_s5120() -> Workload:
+    """Head dim 64: 1 sequence of 5120 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=5120, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h64_s7168() -> Workload:
+    """Head dim 64: 1 sequence of 7168 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=7168, embed=1024, heads=16, head_dim=64, mlp=4096)
 
 
 def make_small() -> Workload:

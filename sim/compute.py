@@ -226,6 +226,12 @@ class ComputeParams:
     # naive emitter: row_window_tap_s per output element and window tap (0: unmeasured)
     row_window_slow_from: float = math.inf
     row_window_tap_s: float = 0.0
+    # Below it, such a window alone in its kernel (not fused into the matmul that makes its
+    # rows) streams them from HBM at row_window_stream_s per output element (0: unmeasured)
+    row_window_stream_s: float = 0.0
+    # One call of a compiled program timed to its outputs' readiness, less the device's
+    # busy time: the host's launch and wait, paid once a call (0: unmeasured)
+    program_launch_s: float = 0.0
     # HBM passes over a convolution's bytes that XLA's relayouts around it add (pads and
     # copies into W tiles and back): what Stage 1, reading the program before layout
     # assignment, adds per convolution (0: unmeasured)
@@ -306,6 +312,8 @@ class ComputeParams:
             self.conv_relayout_passes,
             self.row_window_slow_from,
             self.row_window_tap_s,
+            self.row_window_stream_s,
+            self.program_launch_s,
         )
 
 
@@ -379,13 +387,31 @@ class ComputeModel:
         )
 
     def row_window_s(self, work: Work) -> float:
-        """The naive emitter's time of ``work``'s whole-row reduce-windows over rows of at
-        least ``row_window_slow_from``: ``elements x (2n - 1) taps x row_window_tap_s``
-        (v5e, measured: a softmax over rows of 6,144 and 8,192 f32 took 269 and 406 ps an
-        element, over rows of up to 5,120 3-18 ps; validation/README.md, section 10)."""
+        """The time of ``work``'s whole-row reduce-windows beyond their one op an element.
+
+        Over rows of at least ``row_window_slow_from`` XLA's naive emitter runs:
+        ``elements x (2n - 1) taps x row_window_tap_s``. Below that, a window in a kernel
+        without a matmul (its rows read from HBM, not made in place by the score matmul)
+        costs ``elements x row_window_stream_s``. v5e, measured: a softmax over rows of
+        6,144 and 8,192 f32 took 269 and 406 ps an element; over rows of 4,096 and 5,120,
+        alone in its kernel, 17.4 and 17.6 ps; fused with its matmul, 3-6 ps, the HBM
+        rate of the matmul's output (validation/README.md, section 10).
+
+        >>> m = ComputeModel(1.0, 1.0, ComputeParams(row_window_slow_from=100,
+        ...                  row_window_tap_s=1.0, row_window_stream_s=0.5))
+        >>> m.row_window_s(Work(row_windows=((100, 2.0), (50, 4.0))))  # 2 x 199 + 4 x 0.5
+        400.0
+        >>> m.row_window_s(Work(matmuls=(Matmul(1, 1, 1, 1),), row_windows=((50, 4.0),)))
+        0.0
+        """
         p = self.params
-        return sum(e * (2 * n - 1) * p.row_window_tap_s
-                   for n, e in work.row_windows if n >= p.row_window_slow_from)  # fmt: skip
+        total = 0.0
+        for n, elements in work.row_windows:
+            if n >= p.row_window_slow_from:
+                total += elements * (2 * n - 1) * p.row_window_tap_s
+            elif not work.matmuls:
+                total += elements * p.row_window_stream_s
+        return total
 
     def time_s(self, work: Work) -> float:
         """``max(mxu_s + vector_s, hbm_s, onchip_s) + kernel overhead``: one kernel, bound
@@ -489,6 +515,8 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         conv_relayout_passes=measured.get("conv_relayout_passes", 0.0),
         row_window_slow_from=measured.get("row_window_slow_from", math.inf),
         row_window_tap_s=measured.get("row_window_tap_s", 0.0),
+        row_window_stream_s=measured.get("row_window_stream_s", 0.0),
+        program_launch_s=measured.get("program_launch_s", 0.0),
         onchip_bandwidth_bytes_per_s=measured.get("onchip_bandwidth_bytes_per_s", math.inf),
         onchip_copy_bandwidth_bytes_per_s=measured.get(
             "onchip_copy_bandwidth_bytes_per_s", math.inf
@@ -504,6 +532,8 @@ _OPTIONAL_KEYS = (
     "conv_relayout_passes",
     "row_window_slow_from",
     "row_window_tap_s",
+    "row_window_stream_s",
+    "program_launch_s",
     "kernel_overhead_s",
     "onchip_bandwidth_bytes_per_s",
     "onchip_copy_bandwidth_bytes_per_s",

@@ -101,20 +101,29 @@ class SearchSummary:
 
     @classmethod
     def of(
-        cls, report: SearchReport, *, fan_out: str, budget: SearchBudget | None = None
+        cls,
+        report: SearchReport,
+        *,
+        fan_out: str,
+        budget: SearchBudget | None = None,
+        launch_s: float = 0.0,
     ) -> SearchSummary:
-        """The totals of a :class:`~aoizora.rank.search.SearchReport`."""
+        """The totals of a :class:`~aoizora.rank.search.SearchReport`; ``launch_s`` (the
+        host's launch of a call, the same for every placement) is added to the bound and
+        the winner the gap is taken over, as to every figure of a plan."""
         jobs = report.jobs
+        best = report.winner.q2_s + launch_s
+        bound = report.bound_s + launch_s
         return cls(
             num_placements=sum(j.num_placements for j in jobs),
             simulated=sum(j.simulated for j in jobs),
             repeats=sum(j.repeats for j in jobs),
             proven_worse=sum(j.proven_worse for j in jobs),
             open=sum(j.open for j in jobs),
-            bound_s=report.bound_s, gap=report.gap, seconds=report.seconds,
-            nodes_bounded=report.nodes_bounded, fan_out=fan_out, cached=report.cached,
-            work=report.work, budget=None if budget is None else budget.work,
-            stopped_by=report.stopped_by,
+            bound_s=bound, gap=0.0 if bound >= best or best <= 0 else (best - bound) / best,
+            seconds=report.seconds, nodes_bounded=report.nodes_bounded, fan_out=fan_out,
+            cached=report.cached, work=report.work,
+            budget=None if budget is None else budget.work, stopped_by=report.stopped_by,
         )  # fmt: skip
 
     def to_json_dict(self) -> dict[str, Any]:

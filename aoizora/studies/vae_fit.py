@@ -3,7 +3,8 @@
 
 Stage 1 prices a decode from the program before XLA assigns layouts, so the pads and
 copies XLA puts around each convolution are not in it (``aoizora.stage1.q1.conv_relayout_s``).
-For each decode row: Stage 1's figure without them ``q`` and the seconds one more HBM
+For each decode row: Stage 1's figure without them ``q`` (with the host's launch of the
+call, ``program_launch_s``, as the plan's decode figure has it) and the seconds one more HBM
 pass over every convolution's bytes takes ``b``; the passes ``k`` minimise the relative
 error ``sum(((q + k b) / t - 1)^2)`` over the fit rows, in closed form:
 ``k = sum(b/t (1 - q/t)) / sum((b/t)^2)``.
@@ -56,7 +57,8 @@ def decode_cases(rows: Sequence[Measurement], chip: Chip) -> tuple[DecodeCase, .
         rate = model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency
         conv_bytes = sum(n.count * n.hbm_bytes_per_chip for n in est.nodes
                          if n.kind == "compute" and n.op.endswith("convolution"))  # fmt: skip
-        out.append(DecodeCase(r.row_id, r.measured_s, est.q1_s, conv_bytes / rate))
+        figure = est.q1_s + slice_.chip.compute.program_launch_s  # one call, as timed
+        out.append(DecodeCase(r.row_id, r.measured_s, figure, conv_bytes / rate))
     if not out:
         raise ValidationError("no row of kind 'vae': measure decodes with aoizora measure PLAN")
     return tuple(out)

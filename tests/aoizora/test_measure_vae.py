@@ -130,7 +130,9 @@ def test_validate_predicts_a_vae_row_by_compiling_the_decode(
     result = compile_candidate(workload, candidate, load_slice(SLICE), cache=cache)
     order = DeviceOrder.from_physical_ids(VAE_IDS, mesh_shape=(1, 4), slice_=load_slice(SLICE))
     expected = replay(graph_from_text(result.hlo_text), load_slice(SLICE), order).step_time_s
-    assert predicted == pytest.approx(expected, rel=1e-12)
+    # a timed call (phase step) holds the host's launch once
+    launch = load_slice(SLICE).chip.compute.program_launch_s
+    assert launch > 0 and predicted == pytest.approx(expected + launch, rel=1e-12)
 
 
 @pytest.mark.slow

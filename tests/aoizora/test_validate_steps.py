@@ -11,6 +11,7 @@ plan cache, shared with the planner tests (each sharding compiles once).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -90,7 +91,8 @@ def _canonical_coords(axes: str, order: tuple[int, ...]) -> list[tuple[int, int]
 
 @pytest.fixture(scope="module")
 def expected(plan_cache_dir: Path) -> dict[str, float]:
-    """Every row's step time from compile_candidate + graph_from_text + replay directly."""
+    """Every row's step time from compile_candidate + graph_from_text + replay directly,
+    and the host's launch a timed call (phase ``step``) holds."""
     workload = wan_workload(MODEL, parse_resolution("256x256", frames=5))
     slice_ = load_slice(SLICE)
     baselines: dict[str, Baseline] = {b.name: b for b in baseline_candidates(workload, slice_)}
@@ -105,7 +107,7 @@ def expected(plan_cache_dir: Path) -> dict[str, float]:
         mesh = DeviceOrder.from_coords(
             _canonical_coords(axes, order), mesh_shape=cand.mesh_shape, slice_=slice_
         )
-        out[row_id] = replay(graph, slice_, mesh).step_time_s
+        out[row_id] = replay(graph, slice_, mesh).step_time_s + slice_.chip.compute.program_launch_s
     return out
 
 
@@ -126,6 +128,19 @@ def test_each_prediction_equals_the_direct_replay(
     assert expected["cp4-ring"] == expected["cp4-rowmajor"]
     # The same sharding and chips written with the axes swapped is the same deployment.
     assert expected["cp2dp2"] == expected["dp2cp2"]
+
+
+def test_a_profiles_device_time_holds_no_launch(
+    rows: tuple[Measurement, ...], expected: dict[str, float], plan_cache_dir: Path
+) -> None:
+    """Phase ``device`` (a trace's device time, as section 6's v5e rows): the replay alone."""
+    launch = load_slice(SLICE).chip.compute.program_launch_s
+    assert launch > 0
+    for row in rows:
+        assert row.step is not None and row.step.phase == "step"
+        device = dataclasses.replace(row, step=dataclasses.replace(row.step, phase="device"))
+        got = predict_step(device, cache_dir=str(plan_cache_dir))
+        assert got == pytest.approx(expected[row.row_id] - launch, rel=1e-12)
 
 
 def test_rows_sharing_a_sharding_share_one_compiled_graph(

@@ -7,8 +7,12 @@ published ``figure_s`` covers and the parser checks the derivation of
 ``measured_s`` (seconds per step) from it:
 
 ``step``
-    one denoising step; ``measured_s`` is the figure (``steps``, ``figure_s``,
-    ``other_s`` empty).
+    one denoising step, one call timed to its outputs; ``measured_s`` is the figure
+    (``steps``, ``figure_s``, ``other_s`` empty). Its prediction holds the host's
+    launch of the call (the generation's ``program_launch_s``).
+``device``
+    one step's device time, read from a profile's trace (its ops, first to last):
+    no host launch; ``steps``, ``figure_s``, ``other_s`` empty.
 ``denoise``
     the denoising loop of ``steps`` steps: ``measured_s = figure_s / steps``.
 ``generation``
@@ -45,7 +49,7 @@ from sim.splash_tiles import tile_problem
 __all__ = ["PHASES", "STEP_COLUMNS", "STEP_REQUIRED", "StepCase", "step_case", "step_cells"]
 
 # What a published figure covers (module docstring).
-PHASES: tuple[str, ...] = ("step", "denoise", "generation")
+PHASES: tuple[str, ...] = ("step", "device", "denoise", "generation")
 # Columns of step rows; the first six are required, the rest optional (files
 # written before a column existed still parse).
 STEP_REQUIRED: tuple[str, ...] = (
@@ -156,6 +160,7 @@ def _derivation(
     given = [k for k in ("steps", "figure_s", "other_s") if cell.get(k, "")]
     needs = {
         "step": (),
+        "device": (),
         "denoise": ("steps", "figure_s"),
         "generation": ("steps", "figure_s", "other_s"),
     }
@@ -166,7 +171,7 @@ def _derivation(
             f"phase={phase!r} needs exactly {list(needs[phase])} of steps, figure_s, other_s "
             f"(given: {given}); e.g. phase=denoise, steps=40, figure_s=105.3",
         )
-    if phase == "step":
+    if phase in ("step", "device"):
         return None, None, None
     if not cell["steps"].isdigit() or int(cell["steps"]) < 1:
         raise cell_error(name, line, f"steps={cell['steps']!r} must be a positive integer, e.g. 40")

@@ -264,9 +264,16 @@ def predict_step(
         shape, ids = canonical_mesh(step)
         slice_ = row_chip_slice(row, compute=compute)
         order = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=slice_)
-        return replay(graph, slice_, order).step_time_s
+        return replay(graph, slice_, order).step_time_s + launch_s(step, slice_)
     except AoizoraError as exc:
         raise ValidationError(f"row {row.row_id!r} (line {row.line}): {exc}") from exc
+
+
+def launch_s(step: StepCase, slice_: Slice) -> float:
+    """The host's launch a row's figure holds: one call timed (phase ``step``) holds it
+    once; a profile's device time (``device``) does not, nor a loop's step (``denoise``,
+    ``generation``), whose launches overlap the steps before them."""
+    return slice_.chip.compute.program_launch_s if step.phase == "step" else 0.0
 
 
 def _step_of(row: Measurement) -> StepCase:

@@ -32,7 +32,15 @@ SOFTMAX = {
     "m-730af86ce7-winner": ("make_h128_s5120", "fusion.65", 5120),
     "m-77b07cd127-winner": ("make_h128_s6144", "fusion.65", 6144),
     "m-62cdd5af28-winner": ("make_h64_s6144", "fusion.62", 6144),
+    # test rows: planned and measured after the rates were fitted, never fitted
+    "m-9e58a30983-winner": ("make_h64_s2048", "fusion.89", 2048),
+    "m-f9c7e1c649-winner": ("make_h128_s1024", "fusion.80", 1024),
+    "m-6a55dae7d5-winner": ("make_h128_s3072", "fusion.74", 3072),
+    "m-00f6ff5dea-winner": ("make_h128_s4608", "fusion.69", 4608),
+    "m-782293c1ee-winner": ("make_h64_s5120", "fusion.62", 5120),
+    "m-f6e531e379-winner": ("make_h64_s7168", "fusion.62", 7168),
 }
+TEST_ROWS = frozenset(list(SOFTMAX)[-6:])
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +48,20 @@ def steps() -> dict[str, ProfiledStep]:
     return {s.name: s for s in load_profiled_steps(PROFILES)}
 
 
-def test_every_workload_step_is_priced_within_15_percent(steps: dict[str, ProfiledStep]) -> None:
+def test_every_workload_step_is_priced_within_10_percent(steps: dict[str, ProfiledStep]) -> None:
     """The compiled programs priced op by op against their profiles: 2,048 tokens +7.6 %,
-    4,096 -13.7 % (12x128) and +10.3 % (16x64), 5,120 -14.6 %, 6,144 +6.6 % and +6.7 %,
-    8,192 -5.4 % and -5.5 % (the four the slow emitter's rate was fitted to), tiny_block
-    -7.9 %."""
+    4,096 +1.8 % (12x128; -13.7 % before the stream rate) and +9.0 % (16x64; +10.3 % before
+    its output projection's window joined the contraction), 5,120 +2.1 % (-14.6 %), 6,144
+    +6.6 % and +6.7 %, 8,192 -5.4 % and -5.5 % (the four the slow emitter's rate was fitted
+    to), tiny_block -7.7 %; the six test rows +6.1, +5.4, +6.3, +1.5, +1.8 and +2.4 %
+    (MAPE 3.9 %)."""
     assert set(steps) == {*SOFTMAX, "m-2b4c26a776-winner"}
+    errors = {}
     for name, step in steps.items():
         e = explain(step.profile, step.module, op_prices(step.module, V5E.chip))
-        assert e.predicted_s == pytest.approx(e.step_s, rel=0.15), (name, e.predicted_s, e.step_s)
+        errors[name] = e.predicted_s / e.step_s - 1
+        assert abs(errors[name]) < 0.10, (name, e.predicted_s, e.step_s)
+    assert sum(abs(errors[n]) for n in TEST_ROWS) / len(TEST_ROWS) < 0.045
 
 
 @pytest.mark.parametrize("row", sorted(SOFTMAX))
@@ -67,11 +80,17 @@ def test_the_softmax_row_max_is_one_reduce_and_slow_only_over_long_rows(row: str
     slow = model.row_window_s(work)
     if length >= model.params.row_window_slow_from:
         assert slow == pytest.approx(elements * (2 * n - 1) * model.params.row_window_tap_s)
-        # one rate per tap for rows of 6,144 and 8,192: within 7 % of each
+        # one rate per tap for rows of 6,144 and 8,192: within 7 % of each (7,168, a test
+        # row: +2.2 %)
         assert model.time_s(work) == pytest.approx(measured, rel=0.07)
     else:
-        assert slow == 0
-        # at the HBM rate: within 2x of the chip (the window counted as taps: 2.4x to 7.7x)
-        assert 0.5 < model.time_s(work) / measured < 1.1
+        # fused with the score matmul (1,024-3,072 tokens, 4,096 at 16x64): the matmul's
+        # output bounds it, within 8 %; alone (4,096 at 12x128, 5,120): its rows streamed
+        # from HBM at row_window_stream_s, the two it was fitted to within 1 %, the test
+        # rows (4,608; 5,120 at 16x64) within 3 %
+        alone = not work.matmuls
+        assert slow == pytest.approx(elements * model.params.row_window_stream_s if alone else 0)
+        tolerance = (0.03 if row in TEST_ROWS else 0.01) if alone else 0.08
+        assert model.time_s(work) == pytest.approx(measured, rel=tolerance)
         taps = dataclasses.replace(work, other_flops=work.other_flops + elements * (2 * n - 2))
-        assert model.time_s(taps) / measured > 2.3
+        assert model.time_s(taps) / measured > 1.9  # 1.9x at 1,024 tokens, 2.4-7.7x from 2,048
