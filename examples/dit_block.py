@@ -27,6 +27,9 @@ make_h128_s3072      2     3072   1536    12      128     6144
 make_h128_s4608      1     4608   1024     8      128     4096
 make_h64_s5120       1     5120   1024    16       64     4096
 make_h64_s7168       1     7168   1024    16       64     4096
+make_h64_s256       32      256   1024    16       64     4096
+make_h64_s1024       8     1024   1024    16       64     4096
+make_h128_s1024_b4   4     1024   1536    12      128     6144
 make_small           2      128    128     4       32      512
 =================  =====  ======  =====  =====  ========  ====
 
@@ -146,6 +149,21 @@ def make_h64_s5120() -> Workload:
 def make_h64_s7168() -> Workload:
     """Head dim 64: 1 sequence of 7168 tokens, 16 heads of 64, embed 1024, MLP 4096."""
     return dit_workload(batch=1, length=7168, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h64_s256() -> Workload:
+    """Head dim 64: 32 sequences of 256 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=32, length=256, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h64_s1024() -> Workload:
+    """Head dim 64: 8 sequences of 1024 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=8, length=1024, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h128_s1024_b4() -> Workload:
+    """Head dim 128: 4 sequences of 1024 tokens, 12 heads of 128, embed 1536, MLP 6144."""
+    return dit_workload(batch=4, length=1024, embed=1536, heads=12, head_dim=128, mlp=6144)
 
 
 def make_small() -> Workload:

@@ -21,7 +21,7 @@ def format_s(seconds: float | None) -> str:
 
 def _vae_lines(cp: ClipPlan) -> tuple[str, list[str]]:
     """The VAE phase's note and the lines on its plan: the choice, its figure's source,
-    the baselines by Stage 1's Q1 (none of them compiled)."""
+    the baselines by Stage 1 (none of them compiled; each one call, Q1 and the launch)."""
     vae = cp.vae
     cand = vae.winner.candidate.id
     if vae.source == "simulated":
@@ -36,10 +36,10 @@ def _vae_lines(cp: ClipPlan) -> tuple[str, list[str]]:
         )
         head = f"VAE decode plan: {cand} @ {vae.placement_id} {format_ms(vae.decode_s)} by Stage 1"
     base = ", ".join(
-        f"{b.name} {format_ms(b.q1_s)}{' (over HBM by Stage 1)' if b.over_hbm else ''}"
+        f"{b.name} {format_ms(vae.figure_of(b))}{' (over HBM by Stage 1)' if b.over_hbm else ''}"
         for b in vae.baselines
     )
-    lines = [f"{head}; baselines by Stage 1's Q1: {base or 'none'}"]
+    lines = [f"{head}; baselines by Stage 1: {base or 'none'}"]
     if vae.memory is not None:
         chunk = vae.workload.info.get("chunk", 1)
         lines.append(f"VAE decode memory (vae_decode_chunk {chunk}): {vae.memory.line()}")

@@ -109,15 +109,20 @@ class VaePlan:
     warnings: tuple[str, ...] = ()
     memory: PlanMemory | None = None  # the choice's per-device HBM: Stage 1's or compiled
 
+    def figure_of(self, baseline: VaeBaseline) -> float | None:
+        """A baseline's decode figure, one call as the choice's: Stage 1's Q1 and the
+        host's launch (``program_launch_s``); None where Stage 1 could not score it."""
+        if baseline.q1_s is None:
+            return None
+        return baseline.q1_s + self.slice_.chip.compute.program_launch_s
+
     def plan(self) -> Plan:
         """The plan file of the decoder (the step's plan file holds it under ``vae``).
         Its ``predicted_latency_s.source`` is :attr:`source`; the baselines are listed
         where their figures are of the same kind (Stage 1's)."""
         cand, wl = self.winner.candidate, self.workload
         same = self.source == STAGE1_SOURCE
-        # each figure one call, as the choice's: Stage 1's Q1 and the host's launch
-        launch = self.slice_.chip.compute.program_launch_s
-        base = [(b, b.q1_s + launch) for b in self.baselines if same and b.q1_s is not None]
+        base = [(b, f) for b in self.baselines if same and (f := self.figure_of(b)) is not None]
         return Plan.create(
             model=wl.model, workload=wl.name, clip=wl.clip, inputs=plan_inputs(wl),
             mesh_axis_names=cand.mesh_axis_names, order=self.order, rules=cand.rules,

@@ -6,9 +6,9 @@ launch and wait of one call (``program_launch_s`` in topologies/v5e.toml).
 
     python validation/v5e/launch.py launch.json     # on a TPU VM, jax installed
 
-validation/v5e/launch.json holds its first run (2026-12-06). That run stopped at the
-512 MB output, 40 of which were in flight at once (out of HBM), so the cases after it
-did not run; pipelined outputs are now capped at 2 GiB in flight.
+validation/v5e/launch.json holds two runs (2026-12-06): the first stopped at the 512 MB
+output, 40 of which were in flight at once (out of HBM); pipelined outputs are now capped
+at 2 GiB in flight, and the second run is complete.
 """
 
 from __future__ import annotations
