@@ -341,7 +341,7 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
     return {
         "model": (
             "sim.compute: MXU-tile padding, achieved matmul, attention, HBM and on-chip "
-            "rates, kernel launch"
+            "rates, kernel launch, the host's launch of a call"
         ),
         "generation": chip.generation,
         "parameter_file": f"topologies/{path.name}" if shipped else str(path),
@@ -354,6 +354,8 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         # Measured on v5e (docs/simulator.md, "Compute model"); neutral elsewhere: 0 s,
         # and null for an on-chip rate the generation has not measured (bytes as HBM).
         "kernel_overhead_s": p.kernel_overhead_s,
+        # the host's launch and wait of one call, in every step and decode figure
+        "program_launch_s": p.program_launch_s,
         "onchip_bandwidth_bytes_per_s": _finite_or_none(p.onchip_bandwidth_bytes_per_s),
         "onchip_copy_bandwidth_bytes_per_s": _finite_or_none(p.onchip_copy_bandwidth_bytes_per_s),
         "attention_grid": {

@@ -42,9 +42,13 @@ def compute_model_line(chip: Chip) -> str:
 
 
 def _launch(m: dict[str, Any]) -> str:
-    """', launch 0.71 us' where the generation measured a kernel launch (v5e)."""
-    launch_s = m.get("kernel_overhead_s") or 0.0
-    return f", launch {launch_s * 1e6:.2g} us" if launch_s > 0 else ""
+    """', kernel launch 0.71 us, call launch 0.79 ms' where the generation measured them
+    (v5e): a kernel's fixed cost, and the host's launch of a call in every step figure."""
+    kernel_s = m.get("kernel_overhead_s") or 0.0
+    call_s = m.get("program_launch_s") or 0.0
+    return (f", kernel launch {kernel_s * 1e6:.2g} us" if kernel_s > 0 else "") + (
+        f", call launch {call_s * 1e3:.2g} ms" if call_s > 0 else ""
+    )
 
 
 def format_ms(seconds: float | None) -> str:
