@@ -18,7 +18,8 @@ Stage-2 pipeline (:mod:`aoizora.planner`):
 4. ``graph_from_text`` of the compiled HLO, then ``replay`` on the row's slice
    with ``DeviceOrder.from_physical_ids(device_order)`` and the row's attention
    kernel selected in the compute model (:func:`row_chip_slice`; empty: the
-   generation's default): the prediction is the replay's ``step_time_s``.
+   generation's default): the prediction is the replay's ``step_time_s``, plus the
+   host's launch for a timed call (:func:`launch_s`).
 
 An empty ``attention`` cell means maxdiffusion's default, :data:`DEFAULT_ATTENTION`.
 
@@ -65,6 +66,7 @@ from sim.topology import Slice
 __all__ = [
     "DEFAULT_ATTENTION",
     "canonical_mesh",
+    "launch_s",
     "predict_step",
     "predict_step_memory",
     "row_chip_slice",
@@ -252,7 +254,9 @@ def row_chip_slice(row: Measurement, *, compute: ComputeParams | None = None) ->
 def predict_step(
     row: Measurement, *, cache_dir: str | None = None, compute: ComputeParams | None = None
 ) -> float:
-    """Simulated latency (seconds) of ``row``'s step with its device order: the planner's Q2.
+    """Simulated latency (seconds) of ``row``'s step with its device order: the planner's Q2
+    and, for a timed call (phase ``step``), the host's launch (:func:`launch_s`), as a
+    plan's figure.
 
     ``compute`` replaces the generation's compute parameters (calibration).
     Raises :class:`~aoizora.errors.ValidationError` naming the row when the
