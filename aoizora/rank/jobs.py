@@ -19,7 +19,7 @@ from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.enumerate import enumerate_placements
 from aoizora.placement.space import PlacementSpace
 from aoizora.rank.bounds_of_nodes import collective_shapes, traffic_order
-from aoizora.rank.search import Job, SearchBudget, SearchReport
+from aoizora.rank.search import Job, SearchBudget, SearchReport, relative_gap
 from aoizora.tpu import default_device_order
 from sim.topology import Slice
 
@@ -112,7 +112,6 @@ class SearchSummary:
         host's launch of a call, the same for every placement) is added to the bound and
         the winner the gap is taken over, as to every figure of a plan."""
         jobs = report.jobs
-        best = report.winner.q2_s + launch_s
         bound = report.bound_s + launch_s
         return cls(
             num_placements=sum(j.num_placements for j in jobs),
@@ -120,7 +119,7 @@ class SearchSummary:
             repeats=sum(j.repeats for j in jobs),
             proven_worse=sum(j.proven_worse for j in jobs),
             open=sum(j.open for j in jobs),
-            bound_s=bound, gap=0.0 if bound >= best or best <= 0 else (best - bound) / best,
+            bound_s=bound, gap=relative_gap(report.winner.q2_s + launch_s, bound),
             seconds=report.seconds, nodes_bounded=report.nodes_bounded, fan_out=fan_out,
             cached=report.cached, work=report.work,
             budget=None if budget is None else budget.work, stopped_by=report.stopped_by,

@@ -72,6 +72,7 @@ __all__ = [
     "SearchReport",
     "check_gap_tolerance",
     "program_size",
+    "relative_gap",
     "search_placements",
 ]
 
@@ -232,8 +233,15 @@ class SearchReport:
     @property
     def gap(self) -> float:
         """(best found - bound) / best found; 0 when the search proved the optimum."""
-        q2 = self.winner.q2_s
-        return 0.0 if self.bound_s >= q2 or q2 <= 0 else (q2 - self.bound_s) / q2
+        return relative_gap(self.winner.q2_s, self.bound_s)
+
+
+def relative_gap(best_s: float, bound_s: float) -> float:
+    """``(best_s - bound_s) / best_s``; 0 when the bound reaches the best (proven).
+    >>> relative_gap(2.0, 1.5), relative_gap(2.0, 2.5)
+    (0.25, 0.0)
+    """
+    return 0.0 if bound_s >= best_s or best_s <= 0 else (best_s - bound_s) / best_s
 
 
 @dataclass

@@ -20,7 +20,7 @@ from aoizora.compile import lower_to_read
 from aoizora.errors import ValidationError
 from aoizora.stage1.sweep import score_candidate
 from aoizora.studies.validation.format import Measurement
-from aoizora.studies.validation.step import row_program, row_slice
+from aoizora.studies.validation.step import launch_s, row_program, row_slice
 from sim.chips import Chip
 from sim.compute import compute_model_of
 
@@ -57,7 +57,7 @@ def decode_cases(rows: Sequence[Measurement], chip: Chip) -> tuple[DecodeCase, .
         rate = model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency
         conv_bytes = sum(n.count * n.hbm_bytes_per_chip for n in est.nodes
                          if n.kind == "compute" and n.op.endswith("convolution"))  # fmt: skip
-        figure = est.q1_s + slice_.chip.compute.program_launch_s  # one call, as timed
+        figure = est.q1_s + launch_s(s, slice_)  # one call, as the row timed it
         out.append(DecodeCase(r.row_id, r.measured_s, figure, conv_bytes / rate))
     if not out:
         raise ValidationError("no row of kind 'vae': measure decodes with aoizora measure PLAN")
