@@ -106,6 +106,9 @@ class Shape:
     memory_space: int = field(default=0, compare=False)
     # Elements the layout's first tile pads the array to (0: no tiling printed).
     stored_elements: int = field(default=0, compare=False)
+    # (dimension, tile size) of each dimension the first tile pads, the most minor first
+    # (empty: no tiling printed): what a read of part of the array fetches whole
+    tiling: tuple[tuple[int, int], ...] = field(default=(), compare=False)
 
     @property
     def is_tuple(self) -> bool:
@@ -210,30 +213,43 @@ def parse_shape(text: str, pos: int) -> tuple[Shape, int]:
     space = _MEMORY_SPACE_RE.search(layout) if ":" in layout else None
     memory_space = int(space.group(1)) if space is not None else 0
     dims = _parse_dims(m.group(2))
-    stored = _tiled_elements(dims, layout)
-    return Shape(element_type, dims, memory_space=memory_space, stored_elements=stored), m.end()
+    tiling = _tiling(dims, layout)
+    stored = _tiled_elements(dims, tiling) if tiling else 0
+    shape = Shape(
+        element_type, dims, memory_space=memory_space, stored_elements=stored, tiling=tiling
+    )
+    return shape, m.end()
 
 
-def _tiled_elements(dims: tuple[int, ...], layout: str) -> int:
-    """Elements of ``dims`` padded by the layout's first tile; 0 without one. The tile's
-    last size pads the most minor dimension, the one before it the next, and so on.
+def _tiling(dims: tuple[int, ...], layout: str) -> tuple[tuple[int, int], ...]:
+    """``(dimension, tile size)`` of each dimension the layout's first tile pads, the most
+    minor first; empty without a tile. The tile's last size pads the most minor dimension,
+    the one before it the next, and so on.
 
-    >>> _tiled_elements((6, 60, 104, 96), "{3,2,1,0:T(8,128)(2,1)}")  # 104 rows, 96 lanes
-    4792320
-    >>> _tiled_elements((96, 104), "{0,1:T(8,128)}")  # dim 0 the most minor: 128 x 104
-    13312
-    >>> _tiled_elements((5,), "{0:T(256)}"), _tiled_elements((5,), "{0}")
-    (256, 0)
+    >>> _tiling((6, 60, 104, 96), "{3,2,1,0:T(8,128)(2,1)}")
+    ((3, 128), (2, 8))
+    >>> _tiling((96, 104), "{0,1:T(8,128)}"), _tiling((5,), "{0}")
+    (((0, 128), (1, 8)), ())
     """
     m = _LAYOUT_RE.match(layout)
     if m is None or m.group(2) is None or not m.group(1):
-        return 0
+        return ()
     order = [int(d) for d in m.group(1).split(",")]
     tile = [int(t) for t in m.group(2).split(",")]
     if sorted(order) != list(range(len(dims))) or len(tile) > len(dims):
-        return 0
+        return ()
+    return tuple((order[i], size) for i, size in enumerate(reversed(tile)))
+
+
+def _tiled_elements(dims: tuple[int, ...], tiling: tuple[tuple[int, int], ...]) -> int:
+    """Elements of ``dims`` with each tiled dimension padded up to its tile.
+
+    >>> _tiled_elements((6, 60, 104, 96), ((3, 128), (2, 8)))  # 104 rows, 96 lanes
+    4792320
+    >>> _tiled_elements((96, 104), ((0, 128), (1, 8))), _tiled_elements((5,), ((0, 256),))
+    (13312, 256)
+    """
     padded = list(dims)
-    for i, size in enumerate(reversed(tile)):  # the tile's last size: the most minor dim
-        d = order[i]
+    for d, size in tiling:
         padded[d] = -(-dims[d] // size) * size
     return math.prod(padded)
