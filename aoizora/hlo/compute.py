@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
+from aoizora.hlo.windows import window_traffic_bytes
 from sim.compute import Matmul, Work
 from sim.costs import ConvDim, conv_matmul
 
@@ -383,7 +384,7 @@ class CostModel:
         """The :class:`~sim.compute.Work` of a top-level (non-fused) instruction."""
         op = instr.opcode
         if op == "fusion":
-            return self.fusion(instr).work
+            return self.fusion_work(instr)
         matmuls, other = self._own(comp, instr)
         parts: list[tuple[int, int]] = []  # (HBM, on chip) of each array read or written
         if op in _FREE or collective_base(op) is not None:
@@ -408,6 +409,17 @@ class CostModel:
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
             row_windows=row_windows(instr),
         )  # fmt: skip
+
+    def fusion_work(self, instr: Instruction) -> Work:
+        """The :class:`~sim.compute.Work` of a fusion instruction: its summary's, with a
+        matmul kernel's operand windows read over its grid (:mod:`aoizora.hlo.windows`)."""
+        summary = self.fusion(instr)
+        work = summary.work
+        traffic = window_traffic_bytes(
+            self.module, instr, param_read_bytes=summary.param_read_bytes,
+            output_bytes=summary.output_bytes, once_bytes=int(work.hbm_bytes),
+        )  # fmt: skip
+        return work if traffic <= work.hbm_bytes else replace(work, hbm_bytes=traffic)
 
     def fusion(self, instr: Instruction) -> FusionSummary:
         """Summary of the computation a fusion instruction calls (cached)."""

@@ -486,7 +486,7 @@ class _RegionWalk:
         b = self.b
         summary = b.costs.fusion(instr)
         if not summary.collectives:
-            self.add_compute(instr, summary.work)
+            self.add_compute(instr, b.costs.fusion_work(instr))
             self.frontier[instr.name] = deps
             return
         is_start = "AsyncCollectiveStart" in summary.markers
@@ -516,7 +516,7 @@ class _RegionWalk:
                 if kind == "all-reduce" and _scatters(comp, inner):
                     b.collectives[cid] = replace(b.collectives[cid], scatter=True)
             ids.append(cid)
-        compute = summary.work
+        compute = b.costs.fusion_work(instr)
         if not ids:
             self.add_compute(instr, compute)
             self.frontier[instr.name] = deps
