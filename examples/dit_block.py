@@ -30,6 +30,8 @@ make_h64_s7168       1     7168   1024    16       64     4096
 make_h64_s256       32      256   1024    16       64     4096
 make_h64_s1024       8     1024   1024    16       64     4096
 make_h128_s1024_b4   4     1024   1536    12      128     6144
+make_h128_s2560      2     2560   1536    12      128     6144
+make_h64_s3584       2     3584   1024    16       64     4096
 make_small           2      128    128     4       32      512
 =================  =====  ======  =====  =====  ========  ====
 
@@ -164,6 +166,16 @@ def make_h64_s1024() -> Workload:
 def make_h128_s1024_b4() -> Workload:
     """Head dim 128: 4 sequences of 1024 tokens, 12 heads of 128, embed 1536, MLP 6144."""
     return dit_workload(batch=4, length=1024, embed=1536, heads=12, head_dim=128, mlp=6144)
+
+
+def make_h128_s2560() -> Workload:
+    """Head dim 128: 2 sequences of 2560 tokens, 12 heads of 128, embed 1536, MLP 6144."""
+    return dit_workload(batch=2, length=2560, embed=1536, heads=12, head_dim=128, mlp=6144)
+
+
+def make_h64_s3584() -> Workload:
+    """Head dim 64: 2 sequences of 3584 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=2, length=3584, embed=1024, heads=16, head_dim=64, mlp=4096)
 
 
 def make_small() -> Workload:
