@@ -11,7 +11,7 @@ per row tile when the contraction is split over iterations (the last bound; with
 contraction in one iteration the kernel window stays put while the rows go by). A kernel
 that reads its operands once (:class:`aoizora.hlo.compute.FusionSummary`) undercounts that.
 
-Measured on a TPU v5e chip (validation/README.md, section 10): TI2V-5B's MLP
+Measured on a TPU v5e chip (docs/simulator.md, "Compute model"): TI2V-5B's MLP
 up-projection (``bf16[2,2420,3072] @ [3072,14336]`` with the per-token modulation fused in
 front, a 7 x 5 x 2 x 8 grid of 488 x 384 x 2048 windows) took 2.755 ms a call; priced by
 its FLOPs it was 2.45 ms (-11 %), by its operand windows' bytes at the fitted HBM rate
