@@ -76,12 +76,11 @@ def _grid(instr: Instruction) -> dict[str, list[int]] | None:
         return None
     try:
         data: dict[str, Any] = json.loads(window.group(1))
-        keys = ("iteration_bounds", "input_window_bounds", "kernel_window_bounds")
-        grid = {k: [int(v) for v in data[k]] for k in keys}
+        # the iterations and the kernel window's output features are all the count needs
+        grid = {k: [int(v) for v in data[k]] for k in ("iteration_bounds", "kernel_window_bounds")}
     except (KeyError, TypeError, ValueError):
         return None
-    ok = len(grid["input_window_bounds"]) >= 2 and len(grid["kernel_window_bounds"]) >= 2
-    return grid if ok and grid["iteration_bounds"] else None
+    return grid if grid["iteration_bounds"] and grid["kernel_window_bounds"] else None
 
 
 def _plain_matmul(comp: Computation) -> Instruction | None:
@@ -131,12 +130,11 @@ def window_traffic_bytes(
     iteration (module docstring), given the HBM bytes it reads of each parameter once
     (``param_read_bytes``) and writes (``output_bytes``); ``once_bytes`` where its grid
     is not one this module knows, and never less."""
-    once = once_bytes
     grid = _grid(instr)
     comp = module.computations.get(instr.attrs.get("calls", "").strip().lstrip("%"))
     conv = _plain_matmul(comp) if comp is not None and grid is not None else None
     if grid is None or comp is None or conv is None:
-        return once
+        return once_bytes
     number = {p.name: k for k in range(len(param_read_bytes)) if (p := comp.parameter(k))}
     lhs = _feeds(comp, conv.operands[0])
     rhs = _feeds(comp, conv.operands[1]) - lhs
@@ -152,4 +150,4 @@ def window_traffic_bytes(
     lhs_reads = columns
     rhs_reads = max(1, steps // (columns * depth)) if depth > 1 else 1
     traffic = lhs_bytes * lhs_reads + rhs_bytes * rhs_reads + rest + output_bytes
-    return max(once, round(traffic))
+    return max(once_bytes, round(traffic))
