@@ -23,7 +23,11 @@ table ``[compute]``):
   softmax chain on the vector unit, its block sizes), so it is kept per kernel
   version and fitted to measured steps (``aoizora calibrate --steps``).
 * **HBM efficiency** ``eta_hbm``: the fraction of the HBM bandwidth a streaming
-  kernel attains (a public copy microbenchmark per generation).
+  kernel attains (a public copy microbenchmark per generation). A matmul kernel that
+  reads more than it writes (an attention-value product reading f32 probabilities, a
+  projection of a long sequence to a few channels) streams the excess at
+  ``hbm_read_efficiency`` where a chip measured it (v5e: 0.92 of the peak, against
+  0.82 for an element-wise pass that reads and writes alike).
 
 A kernel takes ``max(mxu_s + vector_s, hbm_s)`` (the roofline of Williams, Waterman &
 Patterson, CACM 2009, with each roof at its achieved rate): ``mxu_s`` its padded
@@ -177,6 +181,9 @@ class Work:
     # (row length, output elements) of each reduce-window spanning a whole row (a
     # softmax's row max as XLA lowers it; counted in other_flops as one op an element)
     row_windows: tuple[tuple[int, float], ...] = ()
+    # Of hbm_bytes, a matmul kernel's reads beyond its writes, each read once (its
+    # pipelined operand windows): they stream at ComputeParams.hbm_read_efficiency
+    hbm_read_excess_bytes: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -196,6 +203,7 @@ class Work:
             self.onchip_bytes + other.onchip_bytes,
             self.onchip_copy_bytes + other.onchip_copy_bytes,
             self.row_windows + other.row_windows,
+            self.hbm_read_excess_bytes + other.hbm_read_excess_bytes,
         )
 
 
@@ -236,6 +244,9 @@ class ComputeParams:
     # copies into W tiles and back): what Stage 1, reading the program before layout
     # assignment, adds per convolution (0: unmeasured)
     conv_relayout_passes: float = 0.0
+    # The fraction of the HBM bandwidth a matmul kernel's reads beyond its writes attain
+    # (Work.hbm_read_excess_bytes; 0: unmeasured, they move at hbm_efficiency)
+    hbm_read_efficiency: float = 0.0
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
     attention_kernel_pinned: bool = False
@@ -314,6 +325,7 @@ class ComputeParams:
             self.row_window_tap_s,
             self.row_window_stream_s,
             self.program_launch_s,
+            self.hbm_read_efficiency,
         )
 
 
@@ -366,16 +378,27 @@ class ComputeModel:
         return mm / (self.peak_flops_per_s * p.matmul_efficiency) + att
 
     def hbm_s(self, work: Work) -> float:
-        """The time of ``work``'s HBM traffic at the achieved bandwidth. A generation whose
-        on-chip rates were never measured moves its on-chip bytes at this rate too (the
-        model before on-chip memory was measured, which its other values were fitted with)."""
+        """The time of ``work``'s HBM traffic at the achieved bandwidth: its reads beyond its
+        writes at ``hbm_read_efficiency`` (where measured), the rest at ``hbm_efficiency``.
+        A generation whose on-chip rates were never measured moves its on-chip bytes at
+        the latter too (the model before on-chip memory was measured, which its other
+        values were fitted with).
+
+        >>> m = ComputeModel(1.0, 100.0, ComputeParams(hbm_efficiency=0.5,
+        ...                  hbm_read_efficiency=0.8))
+        >>> m.hbm_s(Work(hbm_bytes=100.0, hbm_read_excess_bytes=80.0))  # 20/50 + 80/80
+        1.4
+        """
         p = self.params
         nbytes = work.hbm_bytes
         if math.isinf(p.onchip_bandwidth_bytes_per_s):
             nbytes += work.onchip_bytes
         if math.isinf(p.onchip_copy_bandwidth_bytes_per_s):
             nbytes += work.onchip_copy_bytes
-        return nbytes / (self.hbm_bandwidth_bytes_per_s * p.hbm_efficiency)
+        excess = min(work.hbm_read_excess_bytes, work.hbm_bytes) if p.hbm_read_efficiency else 0.0
+        return (nbytes - excess) / (self.hbm_bandwidth_bytes_per_s * p.hbm_efficiency) + (
+            excess / (self.hbm_bandwidth_bytes_per_s * p.hbm_read_efficiency) if excess else 0.0
+        )
 
     def onchip_s(self, work: Work) -> float:
         """The time of ``work``'s on-chip traffic: element-wise and copies at their measured
@@ -513,6 +536,8 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         tile, mm, hbm, tuple(eff), kernel, tuple(sources),
         kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
         conv_relayout_passes=measured.get("conv_relayout_passes", 0.0),
+        hbm_read_efficiency=_fraction(measured["hbm_read_efficiency"], "hbm_read_efficiency",
+                                      path) if "hbm_read_efficiency" in measured else 0.0,
         row_window_slow_from=measured.get("row_window_slow_from", math.inf),
         row_window_tap_s=measured.get("row_window_tap_s", 0.0),
         row_window_stream_s=measured.get("row_window_stream_s", 0.0),
@@ -530,6 +555,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
 # profiled steps adds to the roofline (docs/simulator.md, "Compute model").
 _OPTIONAL_KEYS = (
     "conv_relayout_passes",
+    "hbm_read_efficiency",
     "row_window_slow_from",
     "row_window_tap_s",
     "row_window_stream_s",

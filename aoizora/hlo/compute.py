@@ -287,12 +287,16 @@ class FusionSummary:
 
     @property
     def work(self) -> Work:
-        """The fusion as one kernel: its matmuls, other FLOPs, HBM and on-chip bytes."""
-        hbm = sum(self.param_read_bytes) + self.output_bytes
+        """The fusion as one kernel: its matmuls, other FLOPs, HBM and on-chip bytes; a
+        matmul kernel's reads beyond its writes apart (they stream faster on the chip:
+        :attr:`sim.compute.Work.hbm_read_excess_bytes`)."""
+        read = sum(self.param_read_bytes)
         onchip = sum(self.param_onchip_bytes) + self.output_onchip_bytes
         return Work(
-            matmuls=self.matmuls, other_flops=self.other_flops, hbm_bytes=hbm,
-            onchip_bytes=onchip, row_windows=self.row_windows,
+            matmuls=self.matmuls, other_flops=self.other_flops,
+            hbm_bytes=read + self.output_bytes, onchip_bytes=onchip,
+            row_windows=self.row_windows,
+            hbm_read_excess_bytes=max(0, read - self.output_bytes) if self.matmuls else 0,
         )  # fmt: skip
 
 
@@ -404,10 +408,12 @@ class CostModel:
             parts = [_split(s, s.size_bytes) for s in shapes]
         onchip = sum(c for _, c in parts)
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
+        read = sum(h for h, _ in parts[:-1]) if matmuls else 0  # the last part is written
         return Work(
             matmuls=matmuls, other_flops=other, hbm_bytes=sum(h for h, _ in parts),
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
             row_windows=row_windows(instr),
+            hbm_read_excess_bytes=max(0, read - (parts[-1][0] if parts else 0)),
         )  # fmt: skip
 
     def fusion_work(self, instr: Instruction) -> Work:

@@ -16,7 +16,12 @@ isolate it, in this order, each step holding the earlier ones fixed:
    fused epilogues included), the ratio of their padded FLOPs at the peak to their
    measured time less the kernel overhead (a time-weighted mean). The standalone matmul
    kernels are reported beside it: fused step matmuls run slower than bare ones.
-4. ``onchip_bandwidth_bytes_per_s`` and ``onchip_copy_bandwidth_bytes_per_s``: the
+4. ``hbm_read_efficiency``: the matmul ops of the profiled steps bound by HBM whose reads
+   exceed their writes (at least 90 % of their bytes are reads beyond the writes: an
+   attention-value product reading f32 probabilities, a projection to few channels):
+   their reads beyond the writes over their measured time less the kernel overhead and
+   the rest of their bytes at ``hbm_efficiency`` (a time-weighted mean).
+5. ``onchip_bandwidth_bytes_per_s`` and ``onchip_copy_bandwidth_bytes_per_s``: the
    element-wise, copy and pad ops of the profiled steps, the pair on a log grid that
    minimises the mean absolute error of those categories' totals per step.
 
@@ -251,6 +256,38 @@ def _fit_matmul(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
     return flops / seconds, n
 
 
+def _fit_read(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
+    """Time-weighted HBM efficiency of the reads beyond the writes of the steps' matmul
+    ops that HBM bounds and that mostly read (module docstring, step 4)."""
+    p = model.params
+    rate = model.hbm_bandwidth_bytes_per_s
+    moved = seconds = 0.0
+    n = 0
+    for op in ops:
+        w = op.work
+        excess = w.hbm_read_excess_bytes
+        if op.category != "matmul" or w.attention or excess < _READ_SHARE * w.hbm_bytes:
+            continue
+        if _hbm_only_s(model, w) < _HBM_BOUND * model.mxu_s(w):
+            continue  # the MXU may bound it: says nothing of the reads
+        rest_s = (w.hbm_bytes - excess) / (rate * p.hbm_efficiency)
+        left_s = op.seconds - p.kernel_overhead_s - rest_s
+        if left_s <= 0:
+            continue
+        moved += excess / rate * op.count
+        seconds += left_s * op.count
+        n += 1
+    if n == 0:
+        raise MeasureError(
+            "the profiled steps hold no HBM-bound matmul op that mostly reads: cannot fit "
+            "hbm_read_efficiency (profile a step with an output projection or a long "
+            "attention-value product)"
+        )
+    return moved / seconds, n
+
+
+_READ_SHARE = 0.9  # of an op's HBM bytes, read beyond its writes, for the read fit
+_HBM_BOUND = 1.5  # an op's HBM time over its MXU time for it to count as HBM-bound
 _MEMORY_CATEGORIES = ("elementwise/reduce", "copy/transpose", "pad")
 
 
@@ -312,6 +349,9 @@ def fit_compute(
     eta_mm, n_mm = _fit_matmul(model, ops)
     params = replace(params, matmul_efficiency=eta_mm)
     model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
+    eta_read, n_read = _fit_read(model, ops)
+    params = replace(params, hbm_read_efficiency=eta_read)
+    model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
     rate, copy_rate, err = _fit_onchip(model, ops)
     params = replace(params, onchip_bandwidth_bytes_per_s=rate,
                      onchip_copy_bandwidth_bytes_per_s=copy_rate)  # fmt: skip
@@ -330,6 +370,8 @@ def fit_compute(
         "attention_grid.splash.q_block_overhead_s": "the same splash fit",
         "matmul_efficiency": f"{n_mm} MXU-bound fused matmul ops of the steps (bare matmul "
         f"kernels of >= 16M outputs and k >= 1024 reach {span} of the peak)",
+        "hbm_read_efficiency": f"{n_read} HBM-bound matmul ops of the steps whose reads "
+        "beyond their writes are >= 90 % of their bytes (the rest at hbm_efficiency)",
         "onchip_bandwidth_bytes_per_s": "element-wise, copy and pad ops of the steps (mean "
         f"category error {100 * err:.1f} %)",
         "onchip_copy_bandwidth_bytes_per_s": "the same on-chip fit",
@@ -338,7 +380,8 @@ def fit_compute(
         "hbm_efficiency": eta_hbm, "kernel_overhead_s": overhead_s,
         "attention_efficiency.splash": eta_att, "attention_grid.splash.step_overhead_s": step_s,
         "attention_grid.splash.q_block_overhead_s": q_block_s, "matmul_efficiency": eta_mm,
-        "onchip_bandwidth_bytes_per_s": rate, "onchip_copy_bandwidth_bytes_per_s": copy_rate,
+        "hbm_read_efficiency": eta_read, "onchip_bandwidth_bytes_per_s": rate,
+        "onchip_copy_bandwidth_bytes_per_s": copy_rate,
     }  # fmt: skip
     values = tuple(FittedValue(k, float(v), f"{said[k]} {where}") for k, v in fitted.items())
     notes = (f"{len(ops)} priced ops in {len(steps)} steps", f"{len(kernels)} kernels")

@@ -52,19 +52,44 @@ def steps() -> dict[str, ProfiledStep]:
 
 
 def test_every_workload_step_is_priced_within_10_percent(steps: dict[str, ProfiledStep]) -> None:
-    """The compiled programs priced op by op against their profiles: 2,048 tokens +7.6 %,
-    4,096 +1.8 % (12x128; -13.7 % before the stream rate) and +9.0 % (16x64; +10.3 % before
-    its output projection's window joined the contraction), 5,120 +2.1 % (-14.6 %), 6,144
-    +6.6 % and +6.7 %, 8,192 -5.4 % and -5.5 % (the four the slow emitter's rate was fitted
-    to), tiny_block -7.7 %; the nine test rows +6.1, +5.4, +6.3, +1.5, +1.8, +2.4, +5.6,
-    +5.0 and +5.2 % (MAPE 4.4 %)."""
+    """The compiled programs priced op by op against their profiles: 2,048 tokens +3.9 %,
+    4,096 -0.3 % (12x128; -13.7 % before the stream rate) and +3.9 % (16x64; +10.3 % before
+    its output projection's window joined the contraction, +8.6 % before the read rate),
+    5,120 -0.0 % (-14.6 %), 6,144 +6.3 % and +6.4 %, 8,192 -5.6 % and -5.6 % (the four the
+    slow emitter's rate was fitted to), tiny_block -9.0 %; the nine test rows +1.6, +2.5,
+    +2.3, -0.6, -0.3, +2.2, +2.6, +1.1 and +2.0 % (MAPE 1.7 %; 4.4 % before the read rate)."""
     assert set(steps) == {*SOFTMAX, "m-2b4c26a776-winner"}
     errors = {}
     for name, step in steps.items():
         e = explain(step.profile, step.module, op_prices(step.module, V5E.chip))
         errors[name] = e.predicted_s / e.step_s - 1
         assert abs(errors[name]) < 0.10, (name, e.predicted_s, e.step_s)
-    assert sum(abs(errors[n]) for n in TEST_ROWS) / len(TEST_ROWS) < 0.05
+    assert sum(abs(errors[n]) for n in TEST_ROWS) / len(TEST_ROWS) < 0.03
+
+
+@pytest.mark.parametrize("row", sorted(SOFTMAX))
+def test_the_value_product_reads_its_probabilities_at_the_read_rate(row: str) -> None:
+    """The attention-value matmul reads the f32 probabilities once and writes a bf16 output
+    an eighth or less their size: on the chip it streams them at 0.92-0.93 of the HBM peak,
+    which ``hbm_read_efficiency`` (fitted to Wan steps' projections, never to these) prices
+    within 3 %; at ``hbm_efficiency``, the rate of a pass that reads and writes alike, it
+    came out 12-14 % slow."""
+    module = parse_module(read_text_file(PROFILES / f"{row}.hlo.txt.gz"))
+    costs = CostModel(module)
+    model = compute_model_of(V5E.chip)
+    works = {i.name: costs.instruction(module.entry, i) for i in module.entry.instructions
+             if i.opcode == "fusion"}  # fmt: skip
+    name, work = max(works.items(), key=lambda kv: kv[1].hbm_read_excess_bytes)
+    assert work.matmuls and work.hbm_read_excess_bytes >= 0.85 * work.hbm_bytes
+    assert model.hbm_s(work) > 1.3 * model.mxu_s(work)  # the reads bound it, not the MXU
+    measured = load_profile(PROFILES / f"{row}.ops.json.gz").op(name).per_step_s
+    assert model.time_s(work) == pytest.approx(measured, rel=0.03)
+    mixed = compute_model_of(
+        dataclasses.replace(
+            V5E.chip, compute=dataclasses.replace(V5E.chip.compute, hbm_read_efficiency=0.0)
+        )
+    )
+    assert mixed.time_s(work) / measured - 1 > 0.10
 
 
 @pytest.mark.parametrize("row", sorted(SOFTMAX))
