@@ -12,7 +12,8 @@ table ``[compute]``):
   and ``T`` columns with one free dimension, the other operand streams through.
   A matmul ``(m x k) @ (k x n)`` therefore keeps ``k / ceil(k/T)T`` of the rows
   busy, and the better of the two free dimensions (the kernel may latch either
-  operand) ``f / ceil(f/T)T`` of the columns: :func:`mxu_utilisation`. ``T`` is
+  operand, the activations only if the weights stream half a tile of rows through
+  them) ``f / ceil(f/T)T`` of the columns: :func:`mxu_utilisation`. ``T`` is
   jax's ``mxu_column_size`` (``jax/_src/pallas/mosaic/tpu_info.py``: 128 before
   v6e, 256 on v6e and TPU7x). Attention with ``head_dim = 128`` contracts 128 in
   ``Q.K^T``: half the rows of a 256-wide MXU.
@@ -79,20 +80,30 @@ def _pad(n: float, tile: int) -> float:
 def mxu_utilisation(*, m: float, k: float, n: float, tile: int) -> float:
     """The fraction of a ``tile x tile`` MXU a ``(m x k) @ (k x n)`` matmul keeps busy.
 
-    The contraction ``k`` fills the rows; the better free dimension (``m`` or ``n``,
-    whichever operand is latched) fills the columns.
+    The contraction ``k`` fills the rows; the better free dimension fills the columns:
+    ``n`` with the weights ``(k x n)`` latched, or ``m`` with the other operand latched
+    and the weights streamed through it -- which pays only if they stream at least half
+    a tile of rows per latched tile (hiding the next tile's load). A convolution to 3 or
+    12 output channels therefore runs at ``n / tile`` of the columns: on a v5e chip the
+    Wan VAEs' last convolutions ran at 0.018 (3 channels, 96 deep) and 0.094 (12, 256
+    deep) of the peak, while 96 output channels fill the columns as the positions do
+    (validation/README.md, "v5e compute").
 
     >>> mxu_utilisation(m=9472, k=128, n=2048, tile=256)  # Q.K^T, head_dim 128
     0.5
     >>> mxu_utilisation(m=9472, k=2048, n=128, tile=256)  # P.V: latch P, stream V
     1.0
+    >>> mxu_utilisation(m=1612800, k=96, n=3, tile=128)  # 96 channels -> RGB, per tap
+    0.017578125
     >>> mxu_utilisation(m=100, k=100, n=100, tile=128), mxu_utilisation(m=8, k=8, n=8, tile=1)
     (0.6103515625, 1.0)
     """
     if tile <= 1 or min(m, k, n) <= 0:
         return 1.0
     rows = k / _pad(k, tile)
-    cols = max(m / _pad(m, tile), n / _pad(n, tile))
+    cols = n / _pad(n, tile)
+    if n >= tile / 2:
+        cols = max(cols, m / _pad(m, tile))
     return rows * cols
 
 

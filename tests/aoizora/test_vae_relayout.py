@@ -41,8 +41,8 @@ def test_the_shipped_passes_are_the_fit_of_three_decodes(cases: dict) -> None:
         assert before < -0.15  # without the relayouts Stage 1 was 15-34 % under the chip
         if rid == CHUNK_2:  # its program grows every category; Stage 1 sees 15 % of it
             assert -0.25 < after < -0.15
-        else:  # the Wan 2.2 decode at 640x352x41 the farthest, -4.3 %
-            assert abs(after) < 0.045, rid
+        else:  # the Wan 2.2 decode at 832x480x21 the farthest, -4.7 %
+            assert abs(after) < 0.05, rid
 
 
 def test_only_convolutions_pay_the_relayouts() -> None:
@@ -50,7 +50,7 @@ def test_only_convolutions_pay_the_relayouts() -> None:
     rate = model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency
     node = Node(0, "compute", "", (), (), 1, 0, 0.0, 1e9, 1, (), "stablehlo.convolution", "k",
                 work=Work(hbm_bytes=1e9))  # fmt: skip
-    assert conv_relayout_s(node, model) == pytest.approx(1e9 * 1.295 / rate, rel=1e-3)
+    assert conv_relayout_s(node, model) == pytest.approx(1e9 * 1.167 / rate, rel=1e-3)
     assert conv_relayout_s(dataclasses.replace(node, op="stablehlo.dot_general"), model) == 0
     bare = dataclasses.replace(
         model, params=dataclasses.replace(model.params, conv_relayout_passes=0.0)
