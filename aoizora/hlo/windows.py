@@ -18,13 +18,10 @@ its FLOPs it was 2.45 ms (-11 %), by its operand windows' bytes at the fitted HB
 2.80 ms (+1.7 %). Wan 2.1's and the DiTs' projections stay MXU-bound: their windows' bytes
 take less time than their FLOPs.
 
-Only the grids whose window layout is checked here are priced this way (the emitters
-``EmitAllBatchInSublanes`` and ``EmitAllInputFeatureInSublanesOutputBatchInSublanesXposeReuse``
-over a plain matmul: one convolution without spatial taps, features the most minor
-dimension of its input and output, the kernel's output features its most minor); any other
-kernel keeps its read-once bytes. The second emitter compiled TI2V-5B's MLP up-projection
-at 1024x576x29 (a 7 x 18 x 9 grid of 2048-column kernel windows): 5.57 ms on the chip, -18 %
-by its FLOPs, -7.5 % by its windows (validation/v5e/heldout2).
+Only the grids whose window layout is checked here are priced this way (the emitter
+``EmitAllBatchInSublanes`` over a plain matmul: one convolution without spatial taps,
+features the most minor dimension of its input and output, the kernel's output features
+its most minor); any other kernel keeps its read-once bytes.
 
 >>> from aoizora.hlo.text import parse_module
 >>> from aoizora.hlo.compute import CostModel  # the pricing this module serves
@@ -62,12 +59,9 @@ from aoizora.hlo.text import Computation, HloModule, Instruction
 
 __all__ = ["window_traffic_bytes"]
 
-# The emitters whose window layout (rows and contraction of the input, contraction and
+# The emitter whose window layout (rows and contraction of the input, contraction and
 # output features of the kernel) was checked against compiled Wan and DiT steps.
-_EMITTERS = (
-    "EmitAllBatchInSublanes",
-    "EmitAllInputFeatureInSublanesOutputBatchInSublanesXposeReuse",
-)
+_EMITTER = "EmitAllBatchInSublanes"
 _LANES = 128  # a window's most minor bound counts tiles of 128 lanes
 _WINDOW_RE = re.compile(r'"window_config":(\{[^{}]*\})')
 _EMITTER_RE = re.compile(r'"emitter":"([^"]*)"')
@@ -78,7 +72,7 @@ def _grid(instr: Instruction) -> dict[str, list[int]] | None:
     config = instr.attrs.get("backend_config", "")
     emitter = _EMITTER_RE.search(config)
     window = _WINDOW_RE.search(config)
-    if emitter is None or emitter.group(1) not in _EMITTERS or window is None:
+    if emitter is None or emitter.group(1) != _EMITTER or window is None:
         return None
     try:
         data: dict[str, Any] = json.loads(window.group(1))
