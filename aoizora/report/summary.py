@@ -36,9 +36,15 @@ def compute_model_line(chip: Chip) -> str:
         f"compute model: attention kernel {m['attention_kernel']} at "
         f"{dict(m['attention_efficiency'])[m['attention_kernel']]:.3g} of the padded MXU peak, "
         f"MXU tile {m['mxu_tile']}, matmul {m['matmul_efficiency']:.2g}, HBM "
-        f"{m['hbm_efficiency']:.2g} of peak{_launch(m)} ({m['parameter_file']}; "
+        f"{m['hbm_efficiency']:.2g} of peak{_reads(m)}{_launch(m)} ({m['parameter_file']}; "
         "docs/simulator.md)"
     )
+
+
+def _reads(m: dict[str, Any]) -> str:
+    """' (a matmul's read stream 0.92)' where the generation measured that rate (v5e)."""
+    rate = m.get("hbm_read_efficiency")
+    return f" (a matmul's read stream {rate:.2g})" if rate else ""
 
 
 def _launch(m: dict[str, Any]) -> str:
