@@ -431,5 +431,8 @@ def test_the_compute_model_is_recorded_and_round_trips(tmp_path: Path) -> None:
         recorded["attention_efficiency"][recorded["attention_kernel"]] == chip.compute.attention_eff
     )
     assert recorded["parameter_file"] == "topologies/v5e.toml"
+    # v5e measured a matmul's read stream; a generation that did not says null
+    assert recorded["hbm_read_efficiency"] == chip.compute.hbm_read_efficiency > 0.9
+    assert compute_model_json(load_slice("v6e:2x2").chip)["hbm_read_efficiency"] is None
     # A plan without one (written before the compute model) still loads.
     assert Plan.from_json(_plan().to_json()).compute_model == ""
