@@ -242,9 +242,11 @@ class ComputeParams:
     # A generation's measured splash tiles (sim.splash_tiles): their rates and which compile
     splash_tiles: SplashTiles | None = None
     # A reduce-window over rows of at least row_window_slow_from elements runs XLA's
-    # naive emitter: row_window_tap_s per output element and window tap (0: unmeasured)
+    # naive emitter: row_window_tap_s per output element and window tap at that length
+    # (0: unmeasured), times (row / row_window_slow_from) ** row_window_tap_growth
     row_window_slow_from: float = math.inf
     row_window_tap_s: float = 0.0
+    row_window_tap_growth: float = 0.0
     # Below it, such a window alone in its kernel (not fused into the matmul that makes its
     # rows) streams them from HBM at row_window_stream_s per output element (0: unmeasured)
     row_window_stream_s: float = 0.0
@@ -334,6 +336,7 @@ class ComputeParams:
             self.conv_relayout_passes,
             self.row_window_slow_from,
             self.row_window_tap_s,
+            self.row_window_tap_growth,
             self.row_window_stream_s,
             self.program_launch_s,
             self.hbm_read_efficiency,
@@ -423,8 +426,10 @@ class ComputeModel:
     def row_window_s(self, work: Work) -> float:
         """The time of ``work``'s whole-row reduce-windows beyond their one op an element.
 
-        Over rows of at least ``row_window_slow_from`` XLA's naive emitter runs:
-        ``elements x (2n - 1) taps x row_window_tap_s``. Below that, a window in a kernel
+        Over rows of at least ``row_window_slow_from`` (``n0``) XLA's naive emitter runs:
+        ``elements x (2n - 1) taps x row_window_tap_s x (n / n0) ** row_window_tap_growth``
+        (a tap costs more the longer the row: 21.9, 22.8 and 24.8 fs at 6,144, 7,168 and
+        8,192 on v5e). Below that, a window in a kernel
         without a matmul (its rows read from HBM, not made in place by the score matmul)
         costs ``elements x row_window_stream_s``. v5e, measured: a softmax over rows of
         6,144 and 8,192 f32 took 269 and 406 ps an element; over rows of 4,096 and 5,120,
@@ -435,6 +440,10 @@ class ComputeModel:
         ...                  row_window_tap_s=1.0, row_window_stream_s=0.5))
         >>> m.row_window_s(Work(row_windows=((100, 2.0), (50, 4.0))))  # 2 x 199 + 4 x 0.5
         400.0
+        >>> g = ComputeModel(1.0, 1.0, ComputeParams(row_window_slow_from=100,
+        ...                  row_window_tap_s=1.0, row_window_tap_growth=1.0))
+        >>> g.row_window_s(Work(row_windows=((200, 1.0),)))  # 399 taps at twice the cost
+        798.0
         >>> m.row_window_s(Work(matmuls=(Matmul(1, 1, 1, 1),), row_windows=((50, 4.0),)))
         0.0
         """
@@ -442,7 +451,8 @@ class ComputeModel:
         total = 0.0
         for n, elements in work.row_windows:
             if n >= p.row_window_slow_from:
-                total += elements * (2 * n - 1) * p.row_window_tap_s
+                growth = (n / p.row_window_slow_from) ** p.row_window_tap_growth
+                total += elements * (2 * n - 1) * p.row_window_tap_s * growth
             elif not work.matmuls:
                 total += elements * p.row_window_stream_s
         return total
@@ -551,6 +561,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
                                       path) if "hbm_read_efficiency" in measured else 0.0,
         row_window_slow_from=measured.get("row_window_slow_from", math.inf),
         row_window_tap_s=measured.get("row_window_tap_s", 0.0),
+        row_window_tap_growth=measured.get("row_window_tap_growth", 0.0),
         row_window_stream_s=measured.get("row_window_stream_s", 0.0),
         program_launch_s=measured.get("program_launch_s", 0.0),
         onchip_bandwidth_bytes_per_s=measured.get("onchip_bandwidth_bytes_per_s", math.inf),
@@ -569,6 +580,7 @@ _OPTIONAL_KEYS = (
     "hbm_read_efficiency",
     "row_window_slow_from",
     "row_window_tap_s",
+    "row_window_tap_growth",
     "row_window_stream_s",
     "program_launch_s",
     "kernel_overhead_s",

@@ -55,9 +55,10 @@ def test_every_workload_step_is_priced_within_10_percent(steps: dict[str, Profil
     """The compiled programs priced op by op against their profiles: 2,048 tokens +3.9 %,
     4,096 -0.3 % (12x128; -13.7 % before the stream rate) and +3.9 % (16x64; +10.3 % before
     its output projection's window joined the contraction, +8.6 % before the read rate),
-    5,120 -0.0 % (-14.6 %), 6,144 +6.3 % and +6.4 %, 8,192 -5.6 % and -5.6 % (the four the
-    slow emitter's rate was fitted to), tiny_block -9.0 %; the nine test rows +1.6, +2.5,
-    +2.3, -0.6, -0.3, +2.2, +2.6, +1.1 and +2.0 % (MAPE 1.7 %; 4.4 % before the read rate)."""
+    5,120 -0.0 % (-14.6 %), 6,144 +0.0 % and +0.1 %, 8,192 +0.1 % and +0.1 % (the four the
+    slow emitter's rate and its growth were fitted to; +6.3/+6.4 and -5.6/-5.6 % at one rate),
+    tiny_block -9.0 %; the nine test rows +1.6, +2.5, +2.3, -0.6, -0.3, +2.4, +2.6, +1.1 and
+    +2.0 % (MAPE 1.8 %; 4.4 % before the read rate)."""
     assert set(steps) == {*SOFTMAX, "m-2b4c26a776-winner"}
     errors = {}
     for name, step in steps.items():
@@ -107,10 +108,14 @@ def test_the_softmax_row_max_is_one_reduce_and_slow_only_over_long_rows(row: str
     measured = load_profile(PROFILES / f"{row}.ops.json.gz").op(fusion).per_step_s
     slow = model.row_window_s(work)
     if length >= model.params.row_window_slow_from:
-        assert slow == pytest.approx(elements * (2 * n - 1) * model.params.row_window_tap_s)
-        # one rate per tap for rows of 6,144 and 8,192: within 7 % of each (7,168, a test
-        # row: +2.2 %)
-        assert model.time_s(work) == pytest.approx(measured, rel=0.07)
+        p = model.params
+        growth = (n / p.row_window_slow_from) ** p.row_window_tap_growth
+        assert slow == pytest.approx(elements * (2 * n - 1) * p.row_window_tap_s * growth)
+        # the tap's rate at 6,144 and its growth through 8,192 fitted to those four: each
+        # within 0.1 %; 7,168, a test row, +2.4 % (one rate for every length: +6.7 % and
+        # -5.9 % at 6,144 and 8,192, +2.2 % at 7,168)
+        tolerance = 0.03 if row in TEST_ROWS else 0.001
+        assert model.time_s(work) == pytest.approx(measured, rel=tolerance)
     else:
         # fused with the score matmul (256-3,072 tokens, 4,096 at 16x64): the matmul's
         # output bounds it, within 8 %; alone (4,096 at 12x128, 5,120): its rows streamed
