@@ -35,6 +35,10 @@ make_h64_s3584       2     3584   1024    16       64     4096
 make_h128_s1536      4     1536   1536    12      128     6144
 make_h64_s3072       2     3072   1024    16       64     4096
 make_h128_s7168      1     7168   1024     8      128     4096
+make_h128_s9216      1     9216   1024     8      128     4096
+make_h64_s6656       1     6656   1024    16       64     4096
+make_h128_s2304      2     2304   1536    12      128     6144
+make_h64_s1536       4     1536   1024    16       64     4096
 make_small           2      128    128     4       32      512
 =================  =====  ======  =====  =====  ========  ====
 
@@ -194,6 +198,26 @@ def make_h64_s3072() -> Workload:
 def make_h128_s7168() -> Workload:
     """Head dim 128: 1 sequence of 7168 tokens, 8 heads of 128, embed 1024, MLP 4096."""
     return dit_workload(batch=1, length=7168, embed=1024, heads=8, head_dim=128, mlp=4096)
+
+
+def make_h128_s9216() -> Workload:
+    """Head dim 128: 1 sequence of 9216 tokens, 8 heads of 128, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=9216, embed=1024, heads=8, head_dim=128, mlp=4096)
+
+
+def make_h64_s6656() -> Workload:
+    """Head dim 64: 1 sequence of 6656 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=1, length=6656, embed=1024, heads=16, head_dim=64, mlp=4096)
+
+
+def make_h128_s2304() -> Workload:
+    """Head dim 128: 2 sequences of 2304 tokens, 12 heads of 128, embed 1536, MLP 6144."""
+    return dit_workload(batch=2, length=2304, embed=1536, heads=12, head_dim=128, mlp=6144)
+
+
+def make_h64_s1536() -> Workload:
+    """Head dim 64: 4 sequences of 1536 tokens, 16 heads of 64, embed 1024, MLP 4096."""
+    return dit_workload(batch=4, length=1536, embed=1024, heads=16, head_dim=64, mlp=4096)
 
 
 def make_small() -> Workload:

@@ -20,6 +20,7 @@ from sim.topology import load_slice
 
 HELDOUT = Path(__file__).resolve().parents[3] / "validation" / "v5e" / "heldout"
 HELDOUT2 = HELDOUT.with_name("heldout2")
+HELDOUT3 = HELDOUT.with_name("heldout3")
 V5E = load_slice("v5e:1x1")
 # row id -> (its batch, plan file, the plan's own figure's bound, the program that ran
 # priced op by op: its bound). The first batch: Wan 5 %, a DiT of one's own 10 % (planned
@@ -42,6 +43,11 @@ ROWS = {
     "m-abcf1cc7c1-winner": (HELDOUT2, "dit-make_h128_s1536", 0.05, 0.05),
     "m-3e7887d07c-winner": (HELDOUT2, "dit-make_h64_s3072", 0.10, 0.05),
     "m-e793f56c99-winner": (HELDOUT2, "dit-make_h128_s7168", 0.05, 0.05),
+    # the third: DiTs planned after the row window's tap growth (README section 14)
+    "m-1515271ab0-winner": (HELDOUT3, "dit-make_h128_s2304", 0.05, 0.05),
+    "m-35b48afbd6-winner": (HELDOUT3, "dit-make_h128_s9216", 0.06, 0.06),
+    "m-d5a3b3a41c-winner": (HELDOUT3, "dit-make_h64_s1536", 0.06, 0.05),
+    "m-e79d414765-winner": (HELDOUT3, "dit-make_h64_s6656", 0.05, 0.05),
 }
 
 
@@ -71,19 +77,21 @@ def test_the_plans_figures_hold_on_the_chip() -> None:
     assert sum(wan) / len(wan) <= 0.03
 
 
-def test_the_second_batch_holds_within_5_percent_mape() -> None:
-    """Planned with this model, measured after: the plans' figures -0.8, -1.9, -6.4, -5.8,
-    +0.2, +5.9 and +1.9 % (MAPE 3.3 %); the VAE decodes and the DiTs, which issue 40 holds to
-    5 %, MAPE 3.1 %, every one within 10 %."""
-    rows = {r.row_id: r for r in read_measurements(HELDOUT2 / "rows.csv")}
-    assert set(rows) == set(_batch(HELDOUT2))
-    errors = {}
-    for rid, (_, _, bound, _) in _batch(HELDOUT2).items():
-        errors[rid] = abs(_figure(rid) / rows[rid].measured_s - 1)
-        assert errors[rid] <= bound, (rid, errors[rid])
+@pytest.mark.parametrize("folder", [HELDOUT2, HELDOUT3], ids=lambda f: f.name)
+def test_the_later_batches_hold_within_5_percent_mape(folder: Path) -> None:
+    """Planned with the model of their day, measured after. The second batch: -0.8, -1.9,
+    -6.4, -5.8, +0.2, +5.9 and +1.9 % (MAPE 3.3 %), its decodes and DiTs, which issue 40
+    holds to 5 %, 3.1 %. The third, four DiTs of 2,304 to 9,216 tokens: +1.5, +5.2, +5.7 and
+    +1.2 % (3.4 %; 6,656 tokens runs the slow row window, priced by its growth fitted at
+    6,144 and 8,192)."""
+    rows = {r.row_id: r for r in read_measurements(folder / "rows.csv")}
+    assert set(rows) == set(_batch(folder))
+    errors = {rid: abs(_figure(rid) / rows[rid].measured_s - 1) for rid in rows}
+    for rid, error in errors.items():
+        assert error <= ROWS[rid][2], (rid, error)
     assert sum(errors.values()) / len(errors) <= 0.05
     decode_or_own = [e for rid, e in errors.items() if "vae" in rid or "dit-" in ROWS[rid][1]]
-    assert len(decode_or_own) == 5 and sum(decode_or_own) / 5 <= 0.05
+    assert decode_or_own and sum(decode_or_own) / len(decode_or_own) <= 0.05
 
 
 @pytest.mark.parametrize("row_id", sorted(ROWS))
