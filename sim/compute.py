@@ -409,9 +409,12 @@ class ComputeModel:
             nbytes += work.onchip_bytes
         if math.isinf(p.onchip_copy_bandwidth_bytes_per_s):
             nbytes += work.onchip_copy_bytes
-        excess = min(work.hbm_read_excess_bytes, work.hbm_bytes) if p.hbm_read_efficiency else 0.0
-        return (nbytes - excess) / (self.hbm_bandwidth_bytes_per_s * p.hbm_efficiency) + (
-            excess / (self.hbm_bandwidth_bytes_per_s * p.hbm_read_efficiency) if excess else 0.0
+        rate = self.hbm_bandwidth_bytes_per_s
+        if not p.hbm_read_efficiency:
+            return nbytes / (rate * p.hbm_efficiency)
+        excess = min(work.hbm_read_excess_bytes, work.hbm_bytes)
+        return (nbytes - excess) / (rate * p.hbm_efficiency) + excess / (
+            rate * p.hbm_read_efficiency
         )
 
     def onchip_s(self, work: Work) -> float:

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from aoizora.hlo.shapes import Shape
@@ -73,6 +74,7 @@ __all__ = [
     "FusionSummary",
     "collective_base",
     "hbm_size_bytes",
+    "read_excess_bytes",
     "slice_read_bytes",
 ]
 
@@ -296,11 +298,22 @@ class FusionSummary:
             matmuls=self.matmuls, other_flops=self.other_flops,
             hbm_bytes=read + self.output_bytes, onchip_bytes=onchip,
             row_windows=self.row_windows,
-            hbm_read_excess_bytes=max(0, read - self.output_bytes) if self.matmuls else 0,
+            hbm_read_excess_bytes=read_excess_bytes(read, self.output_bytes, self.matmuls),
         )  # fmt: skip
 
 
 _SLICE_RE = re.compile(r"\[(\d+):(\d+)(?::(\d+))?\]")
+
+
+def read_excess_bytes(read: int, written: int, matmuls: Sequence[Matmul]) -> int:
+    """A matmul kernel's HBM reads beyond its writes (:attr:`sim.compute.Work.
+    hbm_read_excess_bytes`; 0 for any other kernel: element-wise passes that mostly read
+    keep the read-and-write rate, docs/simulator.md).
+
+    >>> read_excess_bytes(900, 100, [Matmul(1, 8, 8, 8)]), read_excess_bytes(900, 100, [])
+    (800, 0)
+    """
+    return max(0, read - written) if matmuls else 0
 
 
 def slice_read_bytes(source: Shape, instr: Instruction) -> int:
@@ -408,12 +421,12 @@ class CostModel:
             parts = [_split(s, s.size_bytes) for s in shapes]
         onchip = sum(c for _, c in parts)
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
-        read = sum(h for h, _ in parts[:-1]) if matmuls else 0  # the last part is written
+        read, written = sum(h for h, _ in parts[:-1]), (parts[-1][0] if parts else 0)
         return Work(
             matmuls=matmuls, other_flops=other, hbm_bytes=sum(h for h, _ in parts),
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
             row_windows=row_windows(instr),
-            hbm_read_excess_bytes=max(0, read - (parts[-1][0] if parts else 0)),
+            hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls),
         )  # fmt: skip
 
     def fusion_work(self, instr: Instruction) -> Work:
