@@ -628,7 +628,7 @@ def build_dag(module: ShardyModule, *, times: DotTimes | None = None) -> Predict
     peak = peak_temp_bytes(
         main.body,
         functions=module.functions,
-        bytes_of=b._bytes,
+        bytes_of=b._stored_bytes,
         transient_bytes={},
         seen=(module.main,),
     )
