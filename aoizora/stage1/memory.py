@@ -34,13 +34,14 @@ __all__ = ["MEMORY_MARGIN", "MEMORY_UNDERESTIMATE", "peak_temp_bytes"]
 # (docs/stage1.md, "Memory"). Kept at 1.6, above the 1.54 of the estimate before the
 # call and view rules, so no candidate the older estimate kept is refused now.
 MEMORY_MARGIN = 1.6
-# The least Stage 1's estimate has been of the compiled figure over the same programs: 0.602,
-# the Wan 2.2 VAE decode of 640x352x41 on v5e:1x1 (4.41 GB by Stage 1, 7.32 GB compiled,
-# 7.32 GB held on the chip: XLA materialises its DupUp3D up-sampling as a 3.7 GB buffer
-# padded to 128 lanes, which Stage 1 takes for a view). A program Stage 1 puts above this
-# share of the budget may not fit: what is planned without a compile (the VAE) is then
-# compiled to decide.
-MEMORY_UNDERESTIMATE = 0.6
+# The least Stage 1's estimate has been of the compiled figure: 0.589, the Wan 2.2 VAE decode
+# of 832x480x61 on v5e:1x1 (6.10 GB by Stage 1, 10.36 GB compiled, 10.35 GB held on the
+# chip; validation/v5e/heldout4), and 0.602 at 640x352x41 (4.41 GB, 7.32 GB compiled and
+# held): XLA materialises their DupUp3D up-sampling as a buffer padded to 128 lanes (3.7 GB
+# at 640x352x41), which Stage 1 takes for a view. A program Stage 1 puts above this share of
+# the budget may not fit: what is planned without a compile (the VAE) is then compiled to
+# decide.
+MEMORY_UNDERESTIMATE = 0.55
 # Ops whose results are what their body returns (a call, a shard_map's manual body).
 _RETURNS_RESULTS = frozenset({"func.call", "call", "sdy.manual_computation"})
 
