@@ -207,6 +207,8 @@ class _RegionWalk:
         self.count = count
         self.steps: list[Step] = []
         self.kernels: list[Work] = []
+        self.issued: list[Work] = []  # every kernel of this execution, in order
+        self.dma_started: dict[str, int] = {}  # copy-start/slice-start -> len(issued) then
         self.names: list[str] = []
         self.seg_first = ""
         self.seg_last = ""
@@ -235,9 +237,11 @@ class _RegionWalk:
         if (
             work.flops <= 0
             and work.hbm_bytes <= 0
-            and work.onchip_bytes + work.onchip_copy_bytes <= 0
+            and work.onchip_bytes + work.onchip_copy_bytes + work.dma_bytes <= 0
         ):
             return
+        if not work.dma_bytes:  # a wait is no kernel another DMA could run beside
+            self.issued.append(work)
         if not self.kernels:
             self.seg_first = instr.name
         self.seg_last = instr.name
@@ -335,6 +339,18 @@ class _RegionWalk:
             )
             self.steps.append(SubRegion("conditional", instr.name, rids, 1))
             self.frontier[instr.name] = deps | {f"r{r}" for r in rids}
+        elif op in ("copy-start", "slice-start"):
+            # a cross-program prefetch is issued as the previous execution ends: no wait
+            if "cross_program_prefetch_index" not in instr.attrs:
+                self.dma_started[instr.name] = len(self.issued)
+            self.frontier[instr.name] = deps
+        elif op in ("copy-done", "slice-done"):
+            # a DMA this execution started: its wait runs beside what was issued since
+            at = self.dma_started.get(instr.operands[0]) if instr.operands else None
+            if at is not None:
+                beside = tuple(self.issued[at:])
+                self.add_compute(instr, Work(dma_bytes=instr.shape.stored_bytes, beside=beside))
+            self.frontier[instr.name] = deps
         elif op == "custom-call":
             target = instr.attrs.get("custom_call_target", "").strip('"')
             if target in _MARKERS or target in _BOOKKEEPING:
