@@ -91,34 +91,11 @@ def peak_temp_bytes(
     live = 0
     peak = 0
     for i, op in enumerate(block.ops):
-        inner = 0
-        for region in op.regions:
-            inner = max(
-                inner,
-                peak_temp_bytes(
-                    region,
-                    functions=functions,
-                    bytes_of=own_bytes,
-                    transient_bytes=transient_bytes,
-                    seen=seen,
-                    memo=memo,
-                ),
-            )
         viewed = bool(op.results) and all(r in views for r in op.results)
-        if op.name in ("func.call", "call") and op.callee not in seen and not viewed:
-            fn = functions.get(op.callee)
-            path = (*seen, op.callee)
-            if fn is not None and path not in memo:
-                memo[path] = peak_temp_bytes(
-                    fn.body,
-                    functions=functions,
-                    bytes_of=own_bytes,
-                    transient_bytes=transient_bytes,
-                    seen=path,
-                    memo=memo,
-                )
-            if fn is not None:
-                inner = memo[path]
+        inner = _inner_peak(
+            op, functions=functions, bytes_of=own_bytes, transient_bytes=transient_bytes,
+            seen=seen, memo=memo, enter_call=not viewed,
+        )  # fmt: skip
         fresh = [r for r in op.results if r not in alias]
         res = sum(bytes_of(r) for r in fresh)
         # A called body's peak holds the results it returns: they are the call's own
@@ -133,6 +110,41 @@ def peak_temp_bytes(
             if last_use.get(v) == i and v in defined:
                 live -= bytes_of(v)
     return peak
+
+
+def _inner_peak(
+    op: Op,
+    *,
+    functions: Mapping[str, Function],
+    bytes_of: Callable[[int], int],
+    transient_bytes: Mapping[int, int],
+    seen: tuple[str, ...],
+    memo: dict[tuple[str, ...], int],
+    enter_call: bool,
+) -> int:
+    """The peak of what ``op`` runs inside: its regions' (the larger), or its callee's
+    (once per call path, :func:`peak_temp_bytes`'s ``memo``) unless ``enter_call`` is off."""
+    inner = 0
+    for region in op.regions:
+        inner = max(
+            inner,
+            peak_temp_bytes(
+                region, functions=functions, bytes_of=bytes_of,
+                transient_bytes=transient_bytes, seen=seen, memo=memo,
+            ),
+        )  # fmt: skip
+    if not enter_call or op.name not in ("func.call", "call") or op.callee in seen:
+        return inner
+    fn = functions.get(op.callee)
+    if fn is None:
+        return inner
+    path = (*seen, op.callee)
+    if path not in memo:
+        memo[path] = peak_temp_bytes(
+            fn.body, functions=functions, bytes_of=bytes_of,
+            transient_bytes=transient_bytes, seen=path, memo=memo,
+        )  # fmt: skip
+    return memo[path]
 
 
 def _views(block: Block, functions: Mapping[str, Function]) -> frozenset[int]:
