@@ -478,7 +478,7 @@ class ComputeModel:
     def dma_wait_s(self, work: Work) -> float:
         """What a ``copy-done`` or ``slice-done`` waits: its DMA streams at the HBM peak in the
         time the kernels beside it leave HBM idle (beyond their HBM traffic's), the done waits
-        for the rest (docs/simulator.md, "Async copies": 70 v5e profiles, 407 vs 340 ms).
+        for the rest (docs/simulator.md, "Async copies": 70 v5e profiles, 404 vs 339 ms).
 
         >>> m = ComputeModel(10.0, 100.0, ComputeParams(hbm_efficiency=0.5))
         >>> busy = Work(other_flops=30.0, hbm_bytes=50.0)  # 3 s, HBM 1 s: idle 2 s
