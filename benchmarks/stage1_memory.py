@@ -37,6 +37,7 @@ DEFAULT = (
     "step:wan2.1-1.3b:832x480x21:v5e:1x1",
     "step:wan2.2-ti2v-5b:1280x704x61:v5e:1x1",
     "vae:wan2.2-ti2v-5b:640x352x41:v5e:1x1",
+    "vae:wan2.2-ti2v-5b:832x480x61:v5e:1x1",
     "step:wan-tiny:256x256x9:v5e:2x4",
 )
 BIG = ("step:wan2.1-14b:1280x720x81:v5e:8x8",)
