@@ -5,8 +5,12 @@
 inputs) stay live for the whole step; the temporary peak is a liveness scan of
 the entry function in program order (a value lives from its definition to its
 last use; a loop, ``shard_map`` or call adds its body's own peak at that point,
-counted once, not per trip; each op adds the resharded copies of its operands,
-e.g. all-gathered weights). A ``while`` result its body passes through unchanged
+counted once, not per trip -- a call or ``shard_map`` the larger of that peak and its
+results, which are the buffers its body returns; each op adds the resharded copies of its
+operands, e.g. all-gathered weights). A value is its tiled footprint (the caller's
+``bytes_of``); one fused into a kernel, or the result of a call that only views its operand
+(a scan's ``dynamic_index_in_dim`` of its stacked weights), takes no buffer unless the block
+returns it. A ``while`` result its body passes through unchanged
 (a ``scan``'s stacked weights and inputs) is no new buffer: XLA keeps the loop state
 in its init operand's buffer (``while`` aliases its operand and result tuples; copy
 insertion adds a copy only where the body writes the state -- openxla/xla
@@ -42,8 +46,9 @@ MEMORY_MARGIN = 1.6
 # the budget may not fit: what is planned without a compile (the VAE) is then compiled to
 # decide.
 MEMORY_UNDERESTIMATE = 0.55
+_CALLS = frozenset({"func.call", "call"})
 # Ops whose results are what their body returns (a call, a shard_map's manual body).
-_RETURNS_RESULTS = frozenset({"func.call", "call", "sdy.manual_computation"})
+_RETURNS_RESULTS = _CALLS | {"sdy.manual_computation"}
 
 
 def peak_temp_bytes(
@@ -133,7 +138,7 @@ def _inner_peak(
                 transient_bytes=transient_bytes, seen=seen, memo=memo,
             ),
         )  # fmt: skip
-    if not enter_call or op.name not in ("func.call", "call") or op.callee in seen:
+    if not enter_call or op.name not in _CALLS or op.callee in seen:
         return inner
     fn = functions.get(op.callee)
     if fn is None:
@@ -153,7 +158,7 @@ def _views(block: Block, functions: Mapping[str, Function]) -> frozenset[int]:
     its consumers, so a scan's layer weights are read from the stacked array in place."""
     out: set[int] = set()
     for op in block.ops:
-        fn = functions.get(op.callee) if op.name in ("func.call", "call") else None
+        fn = functions.get(op.callee) if op.name in _CALLS else None
         if fn is not None and all(
             inner.name in ("func.return", "stablehlo.return")
             or op_class(inner.name) == "transparent"
