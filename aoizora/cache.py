@@ -362,12 +362,14 @@ class PlanCaches:
     search: JsonCache
     links: JsonCache
     shardy: JsonCache
+    buffers: JsonCache
 
 
 def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
     """``stage1/``, ``compiled/`` (gzipped), ``q2/``, ``search/`` (gzipped: a
-    report lists every placement it replayed), ``links/`` and ``shardy/`` (gzipped)
-    under ``cache_dir``."""
+    report lists every placement it replayed), ``links/``, ``shardy/`` (gzipped) and
+    ``buffers/`` (XLA's buffer assignments, :mod:`aoizora.buffer_assignment`) under
+    ``cache_dir``."""
     root = Path(cache_dir)
     return PlanCaches(
         stage1=JsonCache(root / "stage1"),
@@ -376,4 +378,5 @@ def plan_caches(cache_dir: str | os.PathLike[str]) -> PlanCaches:
         search=JsonCache(root / "search", compress=True),
         links=JsonCache(root / "links"),
         shardy=JsonCache(root / "shardy", compress=True),
+        buffers=JsonCache(root / "buffers"),
     )

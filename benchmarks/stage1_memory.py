@@ -1,9 +1,12 @@
-"""Stage 1's per-chip memory against the compiled programs' own memory analysis.
+"""Stage 1's per-chip memory and XLA's buffer assignment against the compiled programs' own
+memory analysis.
 
 For each program (a Wan step or a VAE decode on a slice, its first legal sharding, or
-every third one on a multi-chip slice) it prints Stage 1's ``memory_bytes_per_chip``, the
-compiled program's ``memory_analysis()`` total (arguments + outputs + temporaries + code -
-aliased; libtpu AOT, no TPU) and their ratio, then the largest ratio:
+every third one on a multi-chip slice) it prints Stage 1's ``memory_bytes_per_chip``, XLA's
+buffer assignment read before code generation (:mod:`aoizora.buffer_assignment`, and the
+seconds it took), the compiled program's ``memory_analysis()`` total (arguments + outputs +
+temporaries + code - aliased; libtpu AOT, no TPU) and the ratios to it, then the largest
+Stage 1 ratio:
 ``aoizora.stage1.memory.MEMORY_MARGIN`` must stay above it, or Stage 1 refuses programs
 that fit, and ``MEMORY_UNDERESTIMATE`` below the smallest, or a VAE planned without a compile
 may not fit (docs/stage1.md, "Memory per chip"); the exit code says whether both hold.
@@ -20,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
+from aoizora.buffer_assignment import assigned_memory
 from aoizora.cache import plan_caches
 from aoizora.candidates.space import Candidate, enumerate_candidates
 from aoizora.compile import compile_candidate, lower_to_read
@@ -64,7 +69,8 @@ def main() -> int:
     args = p.parse_args()
     specs = list(args.programs) or [*DEFAULT, *(BIG if args.big else ())]
     cache = plan_caches(args.cache_dir).compiled
-    print(f"{'program':48s} {'candidate':52s} {'stage 1':>9s} {'compiled':>9s} {'ratio':>6s}")
+    print(f"{'program':48s} {'candidate':52s} {'stage 1':>9s} {'assigned':>9s} {'took':>6s} "
+          f"{'compiled':>9s} {'ratio':>6s} {'assigned':>8s}")  # fmt: skip
     worst, least = 0.0, float("inf")
     for spec in specs:
         for workload, cand, slice_ in _programs(spec):
@@ -75,11 +81,15 @@ def main() -> int:
             if not sweep.estimates or result.memory is None:
                 print(f"{spec:48s} {cand.id:52s} (no estimate or no analysis)")
                 continue
+            t0 = time.perf_counter()
+            got = assigned_memory(workload, cand, slice_).total_bytes
+            took = time.perf_counter() - t0
             s1 = sweep.estimates[0].memory_bytes_per_chip
             xla = result.memory.total_bytes
             worst, least = max(worst, s1 / xla), min(least, s1 / xla)
             name = f"{workload.name} ({slice_.name})"
-            print(f"{name:48s} {cand.id:52s} {s1 / 1e9:8.3f}G {xla / 1e9:8.3f}G {s1 / xla:6.3f}")
+            print(f"{name:48s} {cand.id:52s} {s1 / 1e9:8.3f}G {got / 1e9:8.4f}G {took:5.1f}s "
+                  f"{xla / 1e9:8.4f}G {s1 / xla:6.3f} {got / xla:8.4f}")  # fmt: skip
             sys.stdout.flush()
     print(f"largest Stage 1 / compiled: {worst:.3f} (MEMORY_MARGIN {MEMORY_MARGIN})")
     print(f"smallest Stage 1 / compiled: {least:.3f} (MEMORY_UNDERESTIMATE {MEMORY_UNDERESTIMATE})")

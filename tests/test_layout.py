@@ -44,7 +44,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("aoizora.tpu",),
     ("aoizora.candidates",),
     ("aoizora.stage1",),
-    ("aoizora.compile",),
+    ("aoizora.compile", "aoizora.buffer_assignment"),
     ("aoizora.hlo",),
     ("aoizora.placement",),
     ("aoizora.replay",),

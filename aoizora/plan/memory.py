@@ -9,8 +9,11 @@ carry its per-device HBM beside its time, under the same three fields:
 * ``budget_bytes`` -- what the runtime lets one device's programs hold (the generation's
   ``usable_hbm_bytes``, measured where a chip was, else its nominal HBM);
 * ``source`` -- ``"compiled"``: the compiled program's own memory analysis (libtpu AOT,
-  no TPU needed); ``"stage1"``: Stage 1's estimate of the lowered program (its schedule
-  and buffer live ranges, docs/stage1.md "Memory"), for programs that were not compiled.
+  no TPU needed); ``"buffer_assignment"``: XLA's buffer assignment of the program, read
+  before code generation (:mod:`aoizora.buffer_assignment`: arguments + outputs +
+  temporaries, exactly as the compile allocates them, without the generated code);
+  ``"stage1"``: Stage 1's estimate of the lowered program (its schedule and buffer live
+  ranges, docs/stage1.md "Memory"), for programs neither compiled nor assigned.
 
     >>> m = PlanMemory(hbm_bytes_per_chip=8_000_000_000, budget_bytes=16_909_336_064,
     ...                source="stage1")
@@ -29,7 +32,7 @@ from aoizora.plan.fields import json_object
 __all__ = ["MEMORY_SOURCES", "PlanMemory"]
 
 # Where a memory figure comes from: the compiled program's analysis or Stage 1's estimate.
-MEMORY_SOURCES: tuple[str, ...] = ("compiled", "stage1")
+MEMORY_SOURCES: tuple[str, ...] = ("compiled", "buffer_assignment", "stage1")
 _KEYS = ("budget_bytes", "hbm_bytes_per_chip", "source")
 
 

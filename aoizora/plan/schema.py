@@ -108,7 +108,7 @@ _MEMORY: dict[str, Any] = {
             {
                 "hbm_bytes_per_chip": _COUNT,
                 "budget_bytes": _COUNT,
-                "source": {"enum": ["compiled", "stage1"]},
+                "source": {"enum": ["compiled", "buffer_assignment", "stage1"]},
             }
         ),
         "description": "optional: per-device HBM (arguments + outputs + peak temporaries + "

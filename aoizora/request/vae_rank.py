@@ -28,11 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aoizora.buffer_assignment import cached_assigned_memory
 from aoizora.cache import PlanCaches, plan_caches
 from aoizora.candidates.baselines import Baseline, baseline_candidates
 from aoizora.candidates.space import Candidate, CandidateSpace, enumerate_candidates
 from aoizora.compile import lower_to_read, lowering_target
-from aoizora.errors import DoesNotFit, PlanError
+from aoizora.errors import CompileError, DoesNotFit, PlanError
 from aoizora.fanout import fan_out
 from aoizora.interrupts import phase
 from aoizora.placement.device_order import DeviceOrder
@@ -58,6 +59,7 @@ __all__ = [
 ]
 
 STAGE1_SOURCE = "stage1"  # the figure is Stage 1's Q1 (PredictedLatencies.source)
+BUFFERS_SOURCE = "buffer_assignment"  # the memory is XLA's buffer assignment (PlanMemory.source)
 SIMULATED_SOURCE = "simulated"  # Q2 of the compiled program
 DEFAULT_ORDER = "default order"  # the placement of an uncompiled choice: mesh_utils' order
 
@@ -310,10 +312,47 @@ def smallest_fitting_slice(
 STAGE1_TRUE_CHUNK = 1
 
 
+# Stage 1's best shardings whose buffer assignment is read before the decoder is said not
+# to fit (each takes a lowering and XLA's passes, a few seconds).
+_ASSIGN_TRIES = 3
+
+
+def _assigned_choice(
+    workload: Workload, slice_: Slice, r: _Ranked, caches: PlanCaches | None, say: Progress
+) -> tuple[Stage1Estimate, PlanMemory] | None:
+    """Stage 1's best sharding that fits by XLA's buffer assignment
+    (:mod:`aoizora.buffer_assignment`), with that memory; None when the assignment could
+    not be read (the plan then keeps Stage 1's figure). Raises :class:`DoesNotFit` when
+    none of the first :data:`_ASSIGN_TRIES` fits."""
+    hbm = int(slice_.chip.per_device().memory_budget_bytes)
+    cache = caches.buffers if caches is not None else None
+    tried: list[str] = []
+    for est in (*r.ranking.kept, *r.ranking.dropped_weak)[:_ASSIGN_TRIES]:
+        cand = r.space.by_id(est.candidate_id)
+        try:
+            with phase(f"XLA's buffer assignment of the VAE decoder on {slice_.name}"):
+                found = cached_assigned_memory(workload, cand, slice_, cache=cache)
+        except CompileError as exc:
+            say(f"VAE memory stays Stage 1's: {exc}")
+            return None
+        memory = PlanMemory(found.total_bytes, hbm, BUFFERS_SOURCE)
+        say(f"VAE {cand.id}: {memory.line()}")
+        if memory.fits:
+            return est, memory
+        tried.append(f"{cand.id}: {memory.line()}")
+    fits = smallest_fitting_slice(workload, slice_, caches)
+    raise DoesNotFit(
+        f"no sharding of {workload.name} fits on {slice_.name} by XLA's buffer assignment "
+        f"(Stage 1's best {len(tried)}: {'; '.join(tried)})",
+        fits=f"it fits on {fits} by Stage 1" if fits else "",
+    )
+
+
 def _why_compile(workload: Workload, memory: PlanMemory, hbm: float) -> str | None:
     """Why the VAE's choice is compiled to give its plan figure, or None: Stage 1 may put
-    its memory too low near the budget, or its time too low at another chunk."""
-    if memory.hbm_bytes_per_chip > MEMORY_UNDERESTIMATE * hbm:
+    its memory too low near the budget (XLA's buffer assignment, when read, decides
+    instead), or its time too low at another chunk."""
+    if memory.source == "stage1" and memory.hbm_bytes_per_chip > MEMORY_UNDERESTIMATE * hbm:
         return (
             f"the VAE's choice needs {memory.line()} by Stage 1, which may be as little "
             f"as {MEMORY_UNDERESTIMATE:g} of what it allocates: compiling it to decide"
@@ -326,6 +365,16 @@ def _why_compile(workload: Workload, memory: PlanMemory, hbm: float) -> str | No
             "compiling the VAE's choice to simulate it"
         )
     return None
+
+
+def _over_budget(memory: PlanMemory, *, compiled: bool) -> tuple[str, ...]:
+    """The plan's warning when its choice is over the budget (within Stage 1's margin of
+    it, where neither the assignment nor a compile was read: only a compile can tell)."""
+    if memory.fits:
+        return ()
+    by = "its compiled analysis" if memory.source == "compiled" else "Stage 1"
+    tail = "" if compiled else "; --vae-compile decides by the compiled program"
+    return (f"the VAE's chosen sharding needs {memory.line()}: over the budget by {by}{tail}",)
 
 
 def rank_vae(
@@ -352,9 +401,13 @@ def rank_vae(
     t0 = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
     r = _rank(workload, slice_, caches, say)
-    best = r.ranking.kept[0]
-    chosen = r.space.by_id(best.candidate_id)
     timings = [("stage1", time.perf_counter() - t0)]
+    best, hbm = r.ranking.kept[0], slice_.chip.per_device().memory_budget_bytes
+    memory = PlanMemory(best.memory_bytes_per_chip, int(hbm), "stage1")
+    if not compile and (assigned := _assigned_choice(workload, slice_, r, caches, say)):
+        (best, memory), t1 = assigned, sum(t for _, t in timings)
+        timings.append(("buffer_assignment", time.perf_counter() - t0 - t1))
+    chosen = r.space.by_id(best.candidate_id)
     order = DeviceOrder.from_physical_ids(
         default_device_order(chosen.mesh_shape, slice_)[0], mesh_shape=chosen.mesh_shape,
         slice_=slice_,
@@ -362,8 +415,6 @@ def rank_vae(
     # one call as timed: Stage 1's decode and the host's launch (a compiled figure has it)
     figure, source = best.q1_s + slice_.chip.compute.program_launch_s, STAGE1_SOURCE
     placement = DEFAULT_ORDER
-    hbm = slice_.chip.per_device().memory_budget_bytes
-    memory = PlanMemory(best.memory_bytes_per_chip, int(hbm), "stage1")
     warnings: tuple[str, ...] = ()
     compiled: tuple[str, ...] = ()
     reason = None if compile else _why_compile(workload, memory, hbm)
@@ -392,12 +443,7 @@ def rank_vae(
             figure, source, placement, order = b.q2_s, SIMULATED_SOURCE, b.placement_id, b.order
             if scores.compile.memory is not None:
                 memory = PlanMemory.compiled(scores.compile.memory.total_bytes, hbm)
-    if not memory.fits:  # within Stage 1's margin of the budget: only a compile can tell
-        warnings += (
-            f"the VAE's chosen sharding needs {memory.line()}: over the budget by "
-            f"{'its compiled analysis' if memory.source == 'compiled' else 'Stage 1'}"
-            + ("" if compile else "; --vae-compile decides by the compiled program"),
-        )
+    warnings += _over_budget(memory, compiled=compile)
     timings.append(("total", time.perf_counter() - t0))
     say(f"VAE decode: {chosen.id}, {figure * 1e3:.2f} ms ({source}); {timings[-1][1]:.1f} s, "
         f"{len(compiled)} compiled")  # fmt: skip
