@@ -41,6 +41,7 @@ from sim.compute import Work
 
 __all__ = [
     "CATEGORIES",
+    "CATEGORY_FLOOR_S",
     "CategoryRow",
     "Explanation",
     "OpPrice",
@@ -63,6 +64,11 @@ CATEGORIES = (
     "custom calls",
     "other",
 )
+# Under a microsecond a step, measured and predicted, a category holds no kernel: the
+# smallest thing the compute model prices is one kernel's launch (0.71 us on v5e,
+# topologies/v5e.toml); the profiles' compiler bookkeeping (custom calls that launch
+# nothing) sums to nanoseconds, which a percentage would only magnify.
+CATEGORY_FLOOR_S = 1e-6
 _CONTROL = frozenset({"while", "call", "conditional"})
 _COPY = frozenset({"copy", "transpose"})
 _ASYNC = frozenset(
@@ -114,6 +120,11 @@ class CategoryRow:
 
     @property
     def error_percent(self) -> float:
+        """Predicted over measured, in percent; NaN (JSON null, ``-`` in the table) when
+        both are under :data:`CATEGORY_FLOOR_S`: bookkeeping the device times in
+        nanoseconds (an ``AllocateBuffer`` custom call), no kernel to compare."""
+        if max(self.measured_s, self.predicted_s) < CATEGORY_FLOOR_S:
+            return math.nan
         if self.measured_s <= 0:
             return math.inf if self.predicted_s > 0 else 0.0
         return 100.0 * (self.predicted_s - self.measured_s) / self.measured_s

@@ -145,3 +145,25 @@ def test_a_slice_across_a_tile_reads_the_whole_tile(v5e_steps: dict[str, Profile
         assert r.predicted_s == pytest.approx(r.measured_s, rel=0.05), (r.name, r.predicted_s)
     other = next(c for c in e.categories() if c.category == "other")
     assert abs(other.error_percent) <= 5.0, other.error_percent
+
+
+def test_a_category_under_a_microsecond_has_no_percentage(
+    v5e_steps: dict[str, ProfiledStep],
+) -> None:
+    """The Wan steps' custom calls that launch no kernel (sharding and buffer bookkeeping)
+    sum to nanoseconds on the device and are priced 0: no percentage (was -100 %). A
+    category with a kernel's worth of time keeps its error, however wrong."""
+    import math
+
+    from aoizora.studies.explain import CATEGORY_FLOOR_S, CategoryRow
+
+    e = _explained(v5e_steps["m-24893bf72f-winner"])
+    calls = {c.category: c for c in e.categories()}["custom calls"]
+    assert 0 < calls.measured_s < CATEGORY_FLOOR_S and calls.predicted_s == 0
+    assert math.isnan(calls.error_percent)
+    data = {c["category"]: c for c in e.to_json_dict(top=1)["categories"]}
+    assert data["custom calls"]["error_percent"] is None
+    assert CategoryRow("async", 3, 2e-6, 0.0).error_percent == -100.0
+    assert CategoryRow("async", 3, 0.0, 2e-6).error_percent == math.inf
+    assert math.isnan(CategoryRow("other", 1, 4e-7, 6e-7).error_percent)
+    assert CategoryRow("other", 1, 4e-6, 6e-6).error_percent == pytest.approx(50.0)
