@@ -55,7 +55,7 @@ from aoizora.cache import JsonCache, lowered_key
 from aoizora.candidates.space import Candidate, candidate_to_json
 from aoizora.compile import MemoryUsage, lower
 from aoizora.errors import CompileError
-from aoizora.interrupts import on_hard_exit, worker_start
+from aoizora.interrupts import on_hard_exit, pause_point, worker_start
 from aoizora.workloads.base import Workload
 from sim.topology import Slice
 
@@ -198,6 +198,7 @@ def assigned_memory(
     send.close()
     unregister = on_hard_exit(process.kill)
     try:
+        pause_point("buffer assignment")  # a test seam (aoizora.interrupts), a no-op otherwise
         if not receive.poll(timeout_s):
             raise CompileError(
                 f"XLA's buffer assignment of {workload.name} {candidate.id} on {slice_.name} "

@@ -93,13 +93,16 @@ AOIZORA_IN_FOREGROUND = (
 class _Run:
     """``aoizora plan`` as a subprocess, its stderr read line by line as it comes."""
 
-    def __init__(self, cache: Path, out: Path, *, pause: str | None = None) -> None:
+    def __init__(
+        self, cache: Path, out: Path, *, pause: str | None = None, clip: bool = False
+    ) -> None:
+        args = [a for a in PLAN_ARGS if not (clip and a == "--no-clip")]
         env = dict(os.environ)
         env.pop("AOIZORA_PAUSE_AT", None)
         if pause is not None:
             env["AOIZORA_PAUSE_AT"] = pause
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", AOIZORA_IN_FOREGROUND, *PLAN_ARGS, "--cache-dir", str(cache),
+            [sys.executable, "-c", AOIZORA_IN_FOREGROUND, *args, "--cache-dir", str(cache),
              "--out", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
@@ -387,3 +390,27 @@ def test_a_signal_ignored_from_the_start_stays_ignored(ignored: bool) -> None:
         [sys.executable, "-c", script, mode], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == str(ignored)
+
+
+@pytest.mark.slow
+def test_a_signal_during_the_vaes_buffer_assignment_ends_its_process_and_dump(
+    plan_cache_dir: Path, tmp_path: Path
+) -> None:
+    """The clip's VAE memory is read from a compile in a child process (aoizora.
+    buffer_assignment): a signal while it runs ends the command in one line, the child
+    with it, and leaves no dump behind."""
+    import shutil
+    import tempfile
+
+    def dumps() -> set[str]:
+        return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("aoizora-buffers-")}
+
+    before = dumps()
+    out = tmp_path / "plan.json"
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        shutil.rmtree(plan_cache_dir / "buffers", ignore_errors=True)  # read it afresh
+        run = _Run(plan_cache_dir, out, pause="buffer assignment", clip=True)
+        run.wait_for(r"^\[pause\] buffer assignment:")
+        _check_clean_end(run, sig, "XLA's buffer assignment of the VAE decoder on v5e:2x2",
+                         plan_cache_dir)  # fmt: skip
+        assert not out.exists() and dumps() == before, sig
