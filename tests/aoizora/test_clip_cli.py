@@ -151,8 +151,8 @@ def test_a_vae_that_fits_nowhere_keeps_the_step_and_says_what_would_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """The decoder over every budget of the slice: the plan holds the step alone, exit 0,
-    one warning line naming the smallest slice on which the VAE fits by Stage 1; the plan
-    and every compiled configuration carry their per-device memory."""
+    one warning line naming the smallest slice on which the VAE fits (by XLA's buffer
+    assignment); the plan and every compiled configuration carry their per-device memory."""
     import dataclasses
 
     import aoizora.request.vae_rank as vae_rank
@@ -173,7 +173,8 @@ def test_a_vae_that_fits_nowhere_keeps_the_step_and_says_what_would_fit(
     warning = [ln for ln in err.splitlines() if "the clip is left out" in ln]
     assert len(warning) == 1, err[-3000:]
     assert "no sharding of vae-tiny@64x64x9 fits on v5e:2x2" in warning[0]
-    assert "it fits on v5e:2x4 by Stage 1" in warning[0]  # the next bigger slice, real budget
+    # the next bigger slice, whose real budget the best sharding fits by its buffer assignment
+    assert "it fits on v5e:2x4 by XLA's buffer assignment" in warning[0]
     s = json.loads(text)
     assert "clip_s" not in s and "vae" not in s  # the step's plan, as --no-clip
     plan = load_plan(out)
