@@ -106,6 +106,7 @@ def _header(names: list[str], clip: bool) -> tuple[str, ...]:
         "gap",
         "peak link util",
         "mean link util",
+        "HBM/device",
         *(_CLIP_COLUMNS if clip else ()),
         "winner",
     )
@@ -122,7 +123,7 @@ def _clip_cells(row: Any, clip: bool) -> tuple[str, ...]:
 
 def _cells(row: Any, names: list[str], clip: bool) -> tuple[str, ...]:
     if row.error is not None:
-        blank = ("",) * (len(names) + 4 + (len(_CLIP_COLUMNS) if clip else 0))
+        blank = ("",) * (len(names) + 5 + (len(_CLIP_COLUMNS) if clip else 0))
         return (row.spec, _chips(row), "failed", *blank, row.error[:80])
     bound = None if row.search_bound_s is None else min(row.search_bound_s, row.step_s or 0.0)
     return (
@@ -134,6 +135,7 @@ def _cells(row: Any, names: list[str], clip: bool) -> tuple[str, ...]:
         _fmt(row.search_gap, 100, " %"),
         _fmt(row.peak_link_utilisation, 100, " %"),
         _fmt(row.mean_link_utilisation, 100, " %"),
+        "n/a" if getattr(row, "memory", None) is None else row.memory.cell(),
         *_clip_cells(row, clip),
         f"{row.winner} @ {row.placement}",
     )
@@ -192,6 +194,7 @@ def rows_to_csv(rows: Any) -> str:
             "text_encoder_s",
             "denoise_s",
             "vae_decode_s",
+            "hbm_bytes_per_chip",
         ]
     )
     for r in rows:
@@ -219,6 +222,7 @@ def rows_to_csv(rows: Any) -> str:
                     r.latency.clip_s, r.latency.text_encoder_s, r.latency.denoise_s,
                     r.latency.vae_decode_s,
                 )),
+                "" if getattr(r, "memory", None) is None else r.memory.hbm_bytes_per_chip,
             ]
         )  # fmt: skip
     return out.getvalue()

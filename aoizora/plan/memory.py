@@ -88,6 +88,14 @@ class PlanMemory:
         """A compiled program's figure (``MemoryUsage.total_bytes``) against a budget."""
         return cls(int(total_bytes), int(budget_bytes), "compiled")
 
+    def cell(self) -> str:
+        """``7.45 GiB (47 %)``: the tables' memory column.
+
+        >>> PlanMemory(8_000_000_000, 16_909_336_064, "compiled").cell()
+        '7.45 GiB (47 %)'
+        """
+        return f"{self.hbm_bytes_per_chip / 2**30:.2f} GiB ({100 * self.fraction:.0f} %)"
+
     def line(self) -> str:
         """``7.45 GiB of 15.75 GiB per device (47 %, stage1)``: the reports' memory text.
 

@@ -139,7 +139,7 @@ def _hbm_cell(outcome: PlanOutcome, candidate_id: str) -> str:
     memory = None if scored is None else outcome.memory(scored.compile)
     if memory is None:
         return "n/a"
-    return f"{memory.hbm_bytes_per_chip / 2**30:.2f} GiB ({100 * memory.fraction:.0f} %)"
+    return memory.cell()
 
 
 def _winner_table(outcome: PlanOutcome) -> list[str]:

@@ -34,6 +34,7 @@ from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
 from aoizora.plan.clip_latency import ClipLatency
 from aoizora.plan.fields import compute_model_json
+from aoizora.plan.memory import PlanMemory
 from aoizora.planner import PlanOutcome, Progress, run_plan
 from aoizora.replay import ReplayResult, replay, step_link_totals
 from aoizora.request.clip_plan import plan_clip
@@ -65,6 +66,7 @@ class WhatIfRow:
     compute_model: dict[str, Any] | None = field(default=None, compare=False)
     latency: ClipLatency | None = None
     vae_winner: str | None = None
+    memory: PlanMemory | None = None  # the winner's per-device HBM (its compiled analysis)
 
     def speedup_over(self, name: str) -> float | None:
         """Baseline latency / winner latency (None when either is missing)."""
@@ -90,6 +92,7 @@ class WhatIfRow:
             "search_gap": self.search_gap,
             "search_bound_s": self.search_bound_s,
             "compute_model": self.compute_model,
+            "memory": None if self.memory is None else self.memory.to_json(),
             "error": self.error,
             **({} if self.latency is None else self.latency.to_json()),
             **({} if self.vae_winner is None else {"vae_winner": self.vae_winner}),
@@ -142,6 +145,7 @@ def whatif_row(spec: str, outcome: PlanOutcome, *, cache: JsonCache | None = Non
         search_gap=None if outcome.search is None else outcome.search.gap,
         search_bound_s=None if outcome.search is None else outcome.search.bound_s,
         compute_model=compute_model_json(outcome.slice_.chip),
+        memory=outcome.memory(outcome.winner.compile),
     )
 
 

@@ -85,6 +85,8 @@ def test_run_whatif_rows_match_their_plans(plan_cache_dir: Path) -> None:
         outcome = run_plan(workload, parse_slice_spec(spec), top_k=2, cache_dir=str(plan_cache_dir))
         assert row.step_s == outcome.winner_q2_s
         assert row.winner == outcome.winner.candidate.id
+        # what one device holds, as the plan says it: the winner's compiled analysis
+        assert row.memory == outcome.memory(outcome.winner.compile)
         graph = graph_from_text(outcome.winner.compile.hlo_text)
         run = replay(graph, outcome.slice_, outcome.winner_placement.order)
         # Busy time over the whole step: every region's link records times its runs.
@@ -100,6 +102,10 @@ def test_run_whatif_rows_match_their_plans(plan_cache_dir: Path) -> None:
     parsed = list(csv.DictReader(io.StringIO(rows_to_csv(rows))))
     assert [p["slice"] for p in parsed] == specs
     assert float(parsed[0]["step_s"]) == ok.step_s
+    assert ok.memory is not None and ok.memory.source == "compiled" and ok.memory.fits
+    assert int(parsed[0]["hbm_bytes_per_chip"]) == ok.memory.hbm_bytes_per_chip
+    assert v4.memory is None and parsed[2]["hbm_bytes_per_chip"] == ""
+    assert ok.memory.cell() in render_rows(rows)
     assert parsed[2]["error"] == v4.error
 
 
@@ -148,6 +154,7 @@ def test_whatif_cli_json_and_csv(plan_cache_dir: Path, tmp_path: Path) -> None:
     data = json.loads(proc.stdout)
     assert len(data) == 1 and data[0]["slice"] == "v5e:2x2" and data[0]["error"] is None
     assert data[0]["step_s"] > 0
+    assert set(data[0]["memory"]) == {"hbm_bytes_per_chip", "budget_bytes", "source"}
     assert out_csv.read_text().startswith("slice,num_chips,")
 
 
