@@ -84,12 +84,12 @@ from sim.compute import Work
 
 # CollectiveGraph is re-exported: it is what build_graph returns, and callers
 # import it from here beside graph_from_text.
-__all__ = ["CollectiveGraph", "build_graph", "graph_from_text"]
+__all__ = ["BOOKKEEPING_CALLS", "CollectiveGraph", "build_graph", "graph_from_text"]
 
 _MARKERS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
 # Compiler-internal custom calls that launch no kernel (buffer bookkeeping,
 # sharding annotations): not opaque nodes, and free.
-_BOOKKEEPING = frozenset(
+BOOKKEEPING_CALLS = frozenset(
     {
         "AllocateBuffer",
         "ConcatBitcast",
@@ -353,7 +353,7 @@ class _RegionWalk:
             self.frontier[instr.name] = deps
         elif op == "custom-call":
             target = instr.attrs.get("custom_call_target", "").strip('"')
-            if target in _MARKERS or target in _BOOKKEEPING:
+            if target in _MARKERS or target in BOOKKEEPING_CALLS:
                 self.frontier[instr.name] = deps
             else:
                 oid = self.opaque(instr, target, deps)

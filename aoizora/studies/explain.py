@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aoizora.hlo.compute import CostModel, collective_base
-from aoizora.hlo.graph import build_graph
+from aoizora.hlo.graph import BOOKKEEPING_CALLS, build_graph
 from aoizora.hlo.nodes import CollectiveGraph, ComputeSegment, OpaqueCall
 from aoizora.hlo.profile import DeviceProfile
 from aoizora.hlo.text import Computation, HloModule, Instruction
@@ -218,7 +218,10 @@ def category_of(comp: Computation, instr: Instruction, costs: CostModel) -> str:
             return "collectives"
         if summary.matmuls:
             return "matmul"
-        if summary.custom_calls:
+        # a kernel of its own inside; not the compiler's bookkeeping (an AllocateBuffer
+        # that a dynamic-update-slice fills is a data movement, not a custom call)
+        targets = {c.attrs.get("custom_call_target", "").strip('"') for c in summary.custom_calls}
+        if targets - BOOKKEEPING_CALLS:
             return "custom calls"
         return "elementwise/reduce"
     if op in ("dot", "convolution"):

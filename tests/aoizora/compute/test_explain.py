@@ -167,3 +167,20 @@ def test_a_category_under_a_microsecond_has_no_percentage(
     assert CategoryRow("async", 3, 0.0, 2e-6).error_percent == math.inf
     assert math.isnan(CategoryRow("other", 1, 4e-7, 6e-7).error_percent)
     assert CategoryRow("other", 1, 4e-6, 6e-6).error_percent == pytest.approx(50.0)
+
+
+def test_a_fusion_of_compiler_bookkeeping_is_not_a_custom_call() -> None:
+    """A dynamic-update-slice into an ``AllocateBuffer`` (a decode's causal-cache write) is
+    a data movement, element-wise, not a custom call; XLA's ``online-softmax`` kernel in
+    the same decode (the mid block's attention) stays one."""
+    from aoizora.hlo.profile import load_profile, read_text_file
+    from aoizora.hlo.text import parse_module
+    from tests.aoizora.compute.test_heldout import HELDOUT
+
+    base = HELDOUT.with_name("heldout5") / "profiles" / "m-1b1248e7d0-vae"
+    module = parse_module(read_text_file(base.with_name(base.name + ".hlo.txt.gz")))
+    profile = load_profile(base.with_name(base.name + ".ops.json.gz"), module=module.name)
+    rows = explain(profile, module, op_prices(module, V5E.chip)).rows
+    filled = {r.category for r in rows if "constant_dynamic-update-slice_fusion" in r.name}
+    kernels = {r.category for r in rows if r.name.startswith("online-softmax")}
+    assert filled == {"elementwise/reduce"} and kernels == {"custom calls"}
