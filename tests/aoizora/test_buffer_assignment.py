@@ -36,8 +36,13 @@ def _tiny_step() -> Workload:
     return wan_workload("wan-tiny", parse_resolution("64x64", frames=9))
 
 
-def _leftovers() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("aoizora-buffers-")}
+def _own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary directory of this test's own for the dumps (other tests may be reading
+    an assignment beside it, in another worker)."""
+    own = tmp_path / "tmp"
+    own.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own))
+    return own
 
 
 def test_parse_keeps_hbm_and_splits_parameters_outputs_and_temporaries() -> None:
@@ -81,15 +86,20 @@ def _workload(kind: str) -> Workload:
     ],
 )
 def test_the_assignment_is_what_the_compiled_program_allocates(
-    kind: str, slice_name: str, pick: int, plan_cache_dir: Path
+    kind: str,
+    slice_name: str,
+    pick: int,
+    plan_cache_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Steps of a Wan model on each generation, the VAE decoder and a user workload."""
     workload = _workload(kind)
     slice_ = load_slice(slice_name)
     cand = enumerate_candidates(workload, slice_.num_devices).legal[pick]
-    before = _leftovers()
+    own = _own_tmp(tmp_path, monkeypatch)
     found = assigned_memory(workload, cand, slice_)
-    assert _leftovers() == before  # the child removed its dump
+    assert os.listdir(own) == []  # its dump is gone
     full = compile_candidate(workload, cand, slice_, cache=plan_caches(plan_cache_dir).compiled)
     mem = full.memory
     assert full.ok and mem is not None
@@ -122,10 +132,12 @@ def test_a_cached_assignment_starts_no_process(
     assert cached_assigned_memory(workload, cand, slice_, cache=cache) == first
 
 
-def test_a_child_that_overruns_is_ended_and_named() -> None:
+def test_a_child_that_overruns_is_ended_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     workload, slice_ = _tiny_step(), load_slice("v5e:1x1")
     cand = enumerate_candidates(workload, 1).legal[0]
-    before = _leftovers()
+    own = _own_tmp(tmp_path, monkeypatch)
     with pytest.raises(CompileError, match=r"took over 0.01 s \(ASSIGNMENT_TIMEOUT_S\)"):
         assigned_memory(workload, cand, slice_, timeout_s=0.01)
-    assert not [p for p in _leftovers() - before if os.listdir(Path(tempfile.gettempdir()) / p)]
+    assert os.listdir(own) == []  # the child was ended and its dump removed
