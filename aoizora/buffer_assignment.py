@@ -9,7 +9,7 @@ argument, output and temporary, and XLA's dump writes it out then
 :func:`assigned_memory` compiles in a child process with the dump on, reads the
 assignment as soon as the dump is complete, and ends the child before the code
 generation: XLA's figure for about the price of a lowering (Wan 2.1 VAE decode of
-832x480x21 on v5e:1x1: 9 s, where its compile takes minutes).
+832x480x21 on v5e:1x1: 3.7 s, where its compile takes minutes).
 
 :func:`parse_buffer_assignment` reads the dump's allocations: those of the default memory
 space (HBM; a ``color`` other than 0 is VMEM or the DMAs' sync flags), split into
@@ -36,7 +36,6 @@ program's ``memory_analysis()``.
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import re
@@ -51,9 +50,9 @@ from typing import Any
 
 import cloudpickle
 
-from aoizora.cache import JsonCache, lowered_key
-from aoizora.candidates.space import Candidate, candidate_to_json
-from aoizora.compile import MemoryUsage, lower
+from aoizora.cache import JsonCache
+from aoizora.candidates.space import Candidate
+from aoizora.compile import candidate_key, lower
 from aoizora.errors import CompileError
 from aoizora.interrupts import on_hard_exit, pause_point, worker_start
 from aoizora.workloads.base import Workload
@@ -93,14 +92,6 @@ class AssignedMemory:
     @property
     def total_bytes(self) -> int:
         return self.argument_bytes + self.output_bytes + self.temp_bytes
-
-    def usage(self) -> MemoryUsage:
-        """As :class:`aoizora.compile.MemoryUsage`, with no generated code and no alias
-        (an output that aliases a parameter is one allocation, counted as the parameter)."""
-        return MemoryUsage(
-            argument_bytes=self.argument_bytes, output_bytes=self.output_bytes,
-            temp_bytes=self.temp_bytes, alias_bytes=0, generated_code_bytes=0,
-        )  # fmt: skip
 
 
 def parse_buffer_assignment(text: str) -> AssignedMemory:
@@ -234,10 +225,7 @@ def cached_assigned_memory(
     """:func:`assigned_memory` at the default device order, kept in ``cache`` (the
     ``buffers/`` cache of :func:`aoizora.cache.plan_caches`) under the workload's
     ``cache_id``, the candidate and the slice: a warm plan does not start a process."""
-    key = lowered_key(
-        workload=workload.cache_id, candidate=json.dumps(candidate_to_json(candidate),
-        sort_keys=True), slice_name=slice_.name, backend=_CACHE_BACKEND, order=(),
-    )  # fmt: skip
+    key = candidate_key(workload, candidate, slice_, _CACHE_BACKEND, ())
     hit = cache.get(key) if cache is not None else None
     if hit is not None:
         with contextlib.suppress(KeyError, TypeError, ValueError):

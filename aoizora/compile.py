@@ -46,6 +46,7 @@ __all__ = [
     "lower_to_read",
     "lowering_target",
     "cached_compile",
+    "candidate_key",
     "compile_candidate",
     "compiled_hlo",
 ]
@@ -406,9 +407,11 @@ def _lookup(
     return key, hit
 
 
-def _index_key(
+def candidate_key(
     workload: Workload, candidate: Candidate, slice_: Slice, backend: str, order: Sequence[int]
 ) -> str:
+    """A cache key of ``candidate``'s program on ``slice_`` that needs no lowering: the
+    workload's ``cache_id``, the candidate, the slice, ``backend`` and the device order."""
     return lowered_key(
         workload=workload.cache_id,
         candidate=json.dumps(candidate_to_json(candidate), sort_keys=True),
@@ -447,7 +450,7 @@ def cached_compile(
     try:
         mesh = make_mesh(candidate, topology_devices(slice_), order)
         used_order = tuple(int(d.id) for d in mesh.devices.flat)
-        index_key = _index_key(workload, candidate, slice_, backend, used_order)
+        index_key = candidate_key(workload, candidate, slice_, backend, used_order)
         hit = _indexed(cache, index_key, candidate=candidate, hbm=hbm)
         if hit is not None:
             return hit
@@ -493,7 +496,7 @@ def compile_candidate(
     try:
         mesh = make_mesh(candidate, topology_devices(slice_), order)
         used_order = tuple(int(d.id) for d in mesh.devices.flat)
-        index_key = _index_key(workload, candidate, slice_, backend, used_order)
+        index_key = candidate_key(workload, candidate, slice_, backend, used_order)
         if cache is not None:
             hit = _indexed(cache, index_key, candidate=candidate, hbm=hbm)
             if hit is not None:
