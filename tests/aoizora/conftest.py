@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from aoizora.atomic import write_atomic
+from aoizora.cache import JsonCache, plan_caches
 from tests.aoizora.compile_seed import seed_compiles
 from tests.aoizora.maxdiffusion_reader import check_plan_document
 
@@ -42,6 +45,39 @@ def plan_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cache = tmp_path_factory.mktemp("aoizora-plan-cache")
     seed_compiles(cache)  # libtpu's results for what the tests compile: compile_seed.py
     return cache
+
+
+@pytest.fixture
+def compiled_cache(plan_cache_dir: Path) -> JsonCache:
+    """The session's ``compiled/`` cache, for tests that check what libtpu compiles:
+    a program the seed holds is read, not compiled again (``compile_seed.py`` says how
+    the seed is checked against the pinned libtpu)."""
+    return plan_caches(plan_cache_dir).compiled
+
+
+@pytest.fixture
+def fresh_plan_cache(plan_cache_dir: Path, tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Makes plan caches of a test's own (``fresh_plan_cache("name")``): empty but for
+    the session's compile results (the seed's and this session's), so a test that
+    counts what the planner hands its compile step does not wait on libtpu for them.
+    What the test compiles goes back to the session's cache when it ends, where a seed
+    refresh (``compile_seed.py``) finds it."""
+    made: list[Path] = []
+
+    def make(name: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(plan_cache_dir / "compiled", folder / "compiled")
+        made.append(folder)
+        return folder
+
+    yield make
+    shared = plan_cache_dir / "compiled"
+    for folder in made:
+        for entry in sorted((folder / "compiled").glob("*/*.json.gz")):
+            target = shared / entry.parent.name / entry.name
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(target, entry.read_bytes())
 
 
 def _plan_files(directory: Path) -> list[str]:

@@ -56,10 +56,12 @@ def test_lower_is_cheap_and_carries_shardings() -> None:
 
 
 @pytest.mark.slow
-def test_tiny_wan_on_2x2_recipe_baseline() -> None:
+def test_tiny_wan_on_2x2_recipe_baseline(compiled_cache: JsonCache) -> None:
     baselines = baseline_candidates(TINY, load_slice("v5e:2x2"))
     base = {b.name: b for b in baselines}["maxdiffusion recipe"]
-    res = compile_candidate(TINY, base.candidate, load_slice("v5e:2x2"), order=base.device_order)
+    res = compile_candidate(
+        TINY, base.candidate, load_slice("v5e:2x2"), order=base.device_order, cache=compiled_cache
+    )
     assert res.ok and res.error is None and res.backend == "tpu" and res.warnings == ()
     assert res.device_order == (0, 1, 3, 2)
     assert "num_partitions=4" in res.hlo_text
@@ -75,14 +77,16 @@ def test_tiny_wan_on_2x2_recipe_baseline() -> None:
 
 
 @pytest.mark.slow
-def test_tiny_wan_on_2x4_ulysses_and_ring() -> None:
+def test_tiny_wan_on_2x4_ulysses_and_ring(compiled_cache: JsonCache) -> None:
     uly = make_candidate(TINY, (1, 1, 4, 2), "maxdiffusion", "ulysses")
-    res = compile_candidate(TINY, uly, load_slice("v5e:2x4"), order=(7, 6, 5, 4, 3, 2, 1, 0))
+    res = compile_candidate(
+        TINY, uly, load_slice("v5e:2x4"), order=(7, 6, 5, 4, 3, 2, 1, 0), cache=compiled_cache
+    )
     assert res.ok, res.error
     assert res.device_order == (7, 6, 5, 4, 3, 2, 1, 0)
     assert _count(r"all-to-all(-start)?\(", res.hlo_text) >= 2
     ring = make_candidate(TINY, (2, 1, 4, 1), "fsdp", "ring")
-    res = compile_candidate(TINY, ring, load_slice("v5e:2x4"))
+    res = compile_candidate(TINY, ring, load_slice("v5e:2x4"), cache=compiled_cache)
     assert res.ok, res.error
     assert _count(r"collective-permute-start\(", res.hlo_text) >= 2
     # A ring of 4 runs the kernel 4 times for self-attention (the first chunk, two in a
@@ -95,16 +99,16 @@ def test_tiny_wan_on_2x4_ulysses_and_ring() -> None:
 
 
 @pytest.mark.slow
-def test_flops_within_5_percent_of_analytic() -> None:
+def test_flops_within_5_percent_of_analytic(compiled_cache: JsonCache) -> None:
     cfg = WAN_CONFIGS["wan-tiny"]
     full = wan_flops(cfg, TINY_CLIP)
     unrolled = wan_workload("wan-tiny", TINY_CLIP, kernel="xla", scan_layers=False)
     cand = make_candidate(unrolled, (1, 1, 1, 1), "maxdiffusion", "gather_kv")
-    res = compile_candidate(unrolled, cand, load_slice("v5e:1x1"))
+    res = compile_candidate(unrolled, cand, load_slice("v5e:1x1"), cache=compiled_cache)
     assert res.ok, res.error
     assert abs(res.flops / full.total - 1) < 0.05
     # The production step: XLA sees one scan body and no Pallas work.
-    res = compile_candidate(TINY, cand, load_slice("v5e:1x1"))
+    res = compile_candidate(TINY, cand, load_slice("v5e:1x1"), cache=compiled_cache)
     assert res.ok, res.error
     one_layer = wan_flops(replace(cfg, num_layers=1), TINY_CLIP)
     visible = one_layer.total - one_layer.self_attention
@@ -126,18 +130,21 @@ MOE_TINY = replace(
 
 
 @pytest.mark.slow
-def test_wan22_flops_within_5_percent_of_analytic() -> None:
+def test_wan22_flops_within_5_percent_of_analytic(compiled_cache: JsonCache) -> None:
     full = wan_flops(TI2V_TINY, TI2V_CLIP)
     # The per-token time MLP is a large share of this tiny model: leaving it out fails.
     per_sample = wan_flops(replace(TI2V_TINY, per_token_timestep=False), TI2V_CLIP)
     assert full.total / per_sample.total > 1.2
     unrolled = wan_workload("t", TI2V_CLIP, config=TI2V_TINY, kernel="xla", scan_layers=False)
     cand = make_candidate(unrolled, (1, 1, 1, 1), "maxdiffusion", "gather_kv")
-    res = compile_candidate(unrolled, cand, load_slice("v5e:1x1"))
+    res = compile_candidate(unrolled, cand, load_slice("v5e:1x1"), cache=compiled_cache)
     assert res.ok, res.error
     assert abs(res.flops / full.total - 1) < 0.05
     res = compile_candidate(
-        wan_workload("t", TI2V_CLIP, config=TI2V_TINY), cand, load_slice("v5e:1x1")
+        wan_workload("t", TI2V_CLIP, config=TI2V_TINY),
+        cand,
+        load_slice("v5e:1x1"),
+        cache=compiled_cache,
     )
     assert res.ok, res.error
     one_layer = wan_flops(replace(TI2V_TINY, num_layers=1), TI2V_CLIP)
@@ -145,13 +152,13 @@ def test_wan22_flops_within_5_percent_of_analytic() -> None:
 
 
 @pytest.mark.slow
-def test_two_experts_are_both_in_the_compiled_memory() -> None:
+def test_two_experts_are_both_in_the_compiled_memory(compiled_cache: JsonCache) -> None:
     """A14B's idle expert is an argument the step never reads: it stays in the program."""
     s = load_slice("v5e:2x2")
     one = wan_workload("wan-tiny", TINY_CLIP)
     two = wan_workload("moe-tiny", TINY_CLIP, config=MOE_TINY)
     cand = make_candidate(two, (1, 2, 2, 1), "maxdiffusion", "gather_kv")
-    res = compile_candidate(two, cand, s)
+    res = compile_candidate(two, cand, s, cache=compiled_cache)
     assert res.ok and res.memory is not None, res.error
     idle = argument_bytes_per_chip(two, cand) - argument_bytes_per_chip(one, cand)
     # The idle expert is nearly half of the analytic arguments, so a program that dropped

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
+from aoizora.cache import JsonCache
 from aoizora.candidates.baselines import baseline_candidates
 from aoizora.candidates.space import enumerate_candidates, make_candidate
 from aoizora.compile import compile_candidate
@@ -147,14 +148,14 @@ def test_candidates_and_baselines_on_eight_devices() -> None:
 
 
 @pytest.mark.slow
-def test_compiled_program_does_the_analytic_work() -> None:
+def test_compiled_program_does_the_analytic_work(compiled_cache: JsonCache) -> None:
     """The TPU program the planner replays: its matmul work over every region, times how
     often each runs (the scan over latent chunks included), is the analytic work."""
     cfg = VAE_CONFIGS["vae-tiny"]
     clip = Clip(64, 64, 13)  # 4 latent frames: the first alone, then a scan of 3 chunks
     wl = vae_workload(cfg, clip, chunk=1)
     cand = make_candidate(wl, (1, 1), "spatial", "none")
-    res = compile_candidate(wl, cand, load_slice("v5e:1x1"))
+    res = compile_candidate(wl, cand, load_slice("v5e:1x1"), cache=compiled_cache)
     assert res.ok, res.error
     assert any(r.trip_count == 3 for r in graph_from_text(res.hlo_text).regions)
     # At least the real taps; for frames this small the TPU compiler tiles the narrow
