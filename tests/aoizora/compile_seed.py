@@ -7,7 +7,9 @@ an entry is read only for the very program it was compiled from. A changed model
 candidate lowers to another key and is compiled afresh, so a stale seed costs time,
 never a wrong result. ``tests/aoizora/conftest.py`` copies the seed into the session's
 plan cache (:func:`seed_compiles`); ``test_validation.py`` checks that it still serves
-the shipped step gate without a compile. Refresh it from a cache the suite filled::
+the shipped step gate without a compile. Tests with caches of their own
+(``fresh_plan_cache`` in conftest.py) hand what they compiled back to the session's cache,
+so a refresh finds theirs too. Refresh it from a cache the suite filled::
 
     rm -rf /tmp/seed && AOIZORA_TEST_CACHE_DIR=/tmp/seed python -m pytest tests/aoizora
     python -m tests.aoizora.compile_seed /tmp/seed
