@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from sim.errors import TopologyError
 from sim.splash_tiles import BASE_TILE, SplashTiles, parse_splash_tiles
+from sim.tile_gather import Gather, TileGather, parse_tile_gather
 
 __all__ = [
     "IDEAL",
@@ -195,6 +196,9 @@ class Work:
     # Of hbm_bytes, a matmul kernel's reads beyond its writes, each read once (its
     # pipelined operand windows): they stream at ComputeParams.hbm_read_efficiency
     hbm_read_excess_bytes: float = 0.0
+    # Of hbm_bytes, reshapes gathering 8-row tiles out of 2-row ones (sim.tile_gather):
+    # they move at ComputeParams.tile_gather
+    tile_gathers: tuple[Gather, ...] = ()
     # An asynchronous copy's wait (copy-done, slice-done): the bytes its DMA moves, and
     # the kernels issued between its start and its done, which it runs beside
     dma_bytes: float = 0.0
@@ -219,6 +223,7 @@ class Work:
             self.onchip_copy_bytes + other.onchip_copy_bytes,
             self.row_windows + other.row_windows,
             self.hbm_read_excess_bytes + other.hbm_read_excess_bytes,
+            self.tile_gathers + other.tile_gathers,
             self.dma_bytes + other.dma_bytes,
             self.beside + other.beside,
         )
@@ -266,6 +271,7 @@ class ComputeParams:
     # The fraction of the HBM bandwidth a matmul kernel's reads beyond its writes attain
     # (Work.hbm_read_excess_bytes; 0: unmeasured, they move at hbm_efficiency)
     hbm_read_efficiency: float = 0.0
+    tile_gather: TileGather | None = None  # None: a tile gather streams as any HBM pass
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
     attention_kernel_pinned: bool = False
@@ -326,27 +332,8 @@ class ComputeParams:
         return replace(self, attention_efficiency=tuple(eff.items()))
 
     def key(self) -> tuple[object, ...]:
-        """Everything a predicted time depends on (cache keys)."""
-        return (
-            self.mxu_tile,
-            self.matmul_efficiency,
-            self.hbm_efficiency,
-            self.attention_efficiency,
-            self.attention_kernel,
-            self.kernel_overhead_s,
-            self.onchip_bandwidth_bytes_per_s,
-            self.onchip_copy_bandwidth_bytes_per_s,
-            self.attention_grid,
-            self.attention_kernel_pinned,
-            self.splash_tiles,
-            self.conv_relayout_passes,
-            self.row_window_slow_from,
-            self.row_window_tap_s,
-            self.row_window_tap_growth,
-            self.row_window_stream_s,
-            self.program_launch_s,
-            self.hbm_read_efficiency,
-        )
+        """Everything a predicted time depends on (cache keys): every field but ``sources``."""
+        return tuple(getattr(self, f.name) for f in fields(self) if f.compare)
 
 
 # The bare peak roofline: chips built without a [compute] table (synthetic test chips).
@@ -410,17 +397,22 @@ class ComputeModel:
         1.4
         """
         p = self.params
-        nbytes = work.hbm_bytes
+        nbytes, gather_s = work.hbm_bytes, 0.0
+        if p.tile_gather is not None:  # measured: the gathered bytes move at their own rates
+            nbytes -= sum(g[2] for g in work.tile_gathers)
+            gather_s = p.tile_gather.seconds(work.tile_gathers)
         if math.isinf(p.onchip_bandwidth_bytes_per_s):
             nbytes += work.onchip_bytes
         if math.isinf(p.onchip_copy_bandwidth_bytes_per_s):
             nbytes += work.onchip_copy_bytes
         rate = self.hbm_bandwidth_bytes_per_s
         if not p.hbm_read_efficiency:
-            return nbytes / (rate * p.hbm_efficiency)
+            return gather_s + nbytes / (rate * p.hbm_efficiency)
         excess = min(work.hbm_read_excess_bytes, work.hbm_bytes)
-        return (nbytes - excess) / (rate * p.hbm_efficiency) + excess / (
-            rate * p.hbm_read_efficiency
+        return (
+            gather_s
+            + (nbytes - excess) / (rate * p.hbm_efficiency)
+            + excess / (rate * p.hbm_read_efficiency)
         )
 
     def onchip_s(self, work: Work) -> float:
@@ -577,6 +569,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
     }
     grid = _attention_grid(data.get("attention_grid"), dict(eff), path, sources)
     tiles = parse_splash_tiles(data.get("splash_tiles"), tuple(dict(eff)), path, sources)
+    gather = parse_tile_gather(data.get("tile_gather"), path, sources)
     return ComputeParams(
         tile, mm, hbm, tuple(eff), kernel, tuple(sources),
         kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
@@ -594,6 +587,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         ),
         attention_grid=grid,
         splash_tiles=tiles,
+        tile_gather=gather,
     )  # fmt: skip
 
 

@@ -66,6 +66,7 @@ from aoizora.hlo.text import Computation, HloModule, Instruction
 from aoizora.hlo.windows import window_traffic_bytes
 from sim.compute import Matmul, Work
 from sim.costs import ConvDim, conv_matmul
+from sim.tile_gather import Gather
 
 __all__ = [
     "COLLECTIVE_OPCODES",
@@ -350,6 +351,28 @@ def slice_read_bytes(source: Shape, instr: Instruction) -> int:
     return max(nbytes, stored * source.size_bytes // source.stored_bytes)
 
 
+def _tile_gather(comp: Computation, instr: Instruction, hbm_bytes: int) -> Gather | None:
+    """(its source in VMEM, its source's minor dimension a multiple of 512 elements, its
+    HBM bytes) when ``instr`` gathers 8-row tiles out of a bf16 array in 2-row tiles into
+    HBM -- a decoder's up-sampling doubling its rows (:mod:`sim.tile_gather`) -- else None.
+
+    >>> from aoizora.hlo.text import parse_module
+    >>> m = parse_module(\'\'\'HloModule m
+    ... ENTRY %e (p: bf16[4,60,2,104,384]) -> bf16[4,120,104,384] {
+    ...   %p = bf16[4,60,2,104,384]{4,2,1,3,0:T(2,128)(2,1)S(1)} parameter(0)
+    ...   ROOT %r = bf16[4,120,104,384]{3,1,2,0:T(8,128)(2,1)} reshape(%p)
+    ... }\'\'\')
+    >>> _tile_gather(m.entry, m.entry.by_name["r"], 19169280)
+    (True, False, 19169280)
+    """
+    source = comp.by_name[instr.operands[0]].shape
+    rows = [s.tiling[1][1] if len(s.tiling) > 1 else 0 for s in (source, instr.shape)]
+    if source.element_type != "bf16" or rows[0] != 2 or rows[1] < 8 or instr.shape.memory_space:
+        return None
+    aligned = source.dims[source.tiling[0][0]] % 512 == 0
+    return bool(source.memory_space), aligned, hbm_bytes
+
+
 def _split(shape: Shape, nbytes: int) -> tuple[int, int]:
     """``nbytes`` of the payload of an array of ``shape`` as the (HBM, on chip) bytes a
     kernel moves: the tiled footprint of that part (``stored_bytes / size_bytes`` of it;
@@ -419,14 +442,16 @@ class CostModel:
         else:
             shapes = [comp.by_name[o].shape for o in instr.operands] + [instr.shape]
             parts = [_split(s, s.size_bytes) for s in shapes]
-        onchip = sum(c for _, c in parts)
+        onchip, hbm = sum(c for _, c in parts), sum(h for h, _ in parts)
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
         read, written = sum(h for h, _ in parts[:-1]), (parts[-1][0] if parts else 0)
+        gather = _tile_gather(comp, instr, hbm) if op == "reshape" else None
         return Work(
-            matmuls=matmuls, other_flops=other, hbm_bytes=sum(h for h, _ in parts),
+            matmuls=matmuls, other_flops=other, hbm_bytes=hbm,
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
             row_windows=row_windows(instr),
             hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls),
+            tile_gathers=() if gather is None else (gather,),
         )  # fmt: skip
 
     def fusion_work(self, instr: Instruction) -> Work:

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from aoizora.hlo.profile import load_profile, read_text_file
+from aoizora.hlo.text import parse_module
 from aoizora.studies.compute_fit import ProfiledStep, load_profiled_steps
+from aoizora.studies.explain import Explanation, explain, op_prices
+from sim.topology import load_chip
 
 V5E = Path(__file__).resolve().parents[3] / "validation" / "v5e"
 PROFILES = V5E / "profiles"
@@ -39,3 +43,15 @@ VAE_ROWS = {
 def v5e_steps() -> dict[str, ProfiledStep]:
     """Every profiled v5e step, by row id."""
     return {s.name: s for s in load_profiled_steps(PROFILES)}
+
+
+@pytest.fixture(scope="session")
+def decodes_explained() -> dict[str, Explanation]:
+    """Every VAE decode profiled on the chip (validation/v5e/**/profiles), explained op by
+    op, by file name."""
+    chip = load_chip("v5e")
+    out = {}
+    for ops in sorted(V5E.glob("**/profiles/*-vae.ops.json.gz")):
+        hlo = parse_module(read_text_file(str(ops).replace(".ops.json.gz", ".hlo.txt.gz")))
+        out[ops.name] = explain(load_profile(ops, module=hlo.name), hlo, op_prices(hlo, chip))
+    return out

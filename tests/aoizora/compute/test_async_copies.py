@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.hlo.text import parse_module
-from aoizora.studies.explain import explain, op_prices, op_works
+from aoizora.studies.explain import Explanation, op_works
 from sim.compute import ComputeModel, ComputeParams, Work
 from sim.topology import load_slice
 
@@ -67,11 +66,9 @@ def test_compute_bound_kernels_hide_the_dma() -> None:
     assert model.time_s(Work(dma_bytes=300.0)) == pytest.approx(3.0)  # nothing beside
 
 
-def _decodes() -> list[Path]:
-    return sorted(PROFILES.glob("**/profiles/*-vae.ops.json.gz"))
-
-
-def test_the_decodes_waits_are_priced_as_measured() -> None:
+def test_the_decodes_waits_are_priced_as_measured(
+    decodes_explained: dict[str, Explanation],
+) -> None:
     """Over the profiled VAE decodes (5 to 45 ms of waits each, 0.2-2 % of a decode):
     priced 277 ms against 259 ms measured over the 16 the model was built on, 13 within 10 %;
     with the six held out since (validation/v5e/heldout5) 396 against 374 ms over 22, 15
@@ -79,11 +76,9 @@ def test_the_decodes_waits_are_priced_as_measured() -> None:
     -100 %."""
     measured = predicted = 0.0
     close = 0
-    decodes = _decodes()
+    decodes = list(decodes_explained.values())
     assert len(decodes) >= 16
-    for ops in decodes:
-        hlo = parse_module(read_text_file(str(ops).replace(".ops.json.gz", ".hlo.txt.gz")))
-        e = explain(load_profile(ops, module=hlo.name), hlo, op_prices(hlo, V5E.chip))
+    for e in decodes:
         (row,) = [c for c in e.categories() if c.category == "async"]
         measured += row.measured_s
         predicted += row.predicted_s
