@@ -17,6 +17,7 @@ from sim.chips import load_chip
 from sim.compute import Attention, compute_model_of, parse_compute_params
 from sim.errors import TopologyError
 from sim.splash_tiles import BASE_TILE, SplashTiles, parse_splash_tiles, tile_problem
+from tests.sim.tables import compute_table
 
 V5E = load_chip("v5e")
 TILES = V5E.compute.splash_tiles
@@ -127,15 +128,7 @@ def test_the_table_is_parsed_and_checked(tmp_path: Path) -> None:
 
 
 def test_a_compute_table_carries_its_tiles(tmp_path: Path) -> None:
-    good = {
-        "mxu_tile": {"value": 128, "source": "s"},
-        "matmul_efficiency": {"value": 0.9, "source": "s"},
-        "hbm_efficiency": {"value": 0.8, "source": "s"},
-        "attention_kernel": {"value": "splash", "source": "s"},
-        "attention_efficiency": {"splash": {"value": 0.5, "source": "s"}},
-        "splash_tiles": _table(),
-    }
-    params = parse_compute_params(good, tmp_path / "g.toml")
+    params = parse_compute_params(compute_table(splash_tiles=_table()), tmp_path / "g.toml")
     assert params.splash_tiles is not None
     # the tiles are part of what a cached prediction depends on
     assert params.key() != dataclasses.replace(params, splash_tiles=None).key()

@@ -13,6 +13,7 @@ from sim.compute import ComputeModel, ComputeParams, Work, parse_compute_params
 from sim.errors import TopologyError
 from sim.tile_gather import TileGather, parse_tile_gather
 from sim.topology import load_chip
+from tests.sim.tables import compute_table
 
 
 def _table(**change: Any) -> dict[str, Any]:
@@ -67,15 +68,7 @@ def test_the_table_is_parsed_and_checked(tmp_path: Path) -> None:
 
 
 def test_a_compute_table_carries_its_gather_rates(tmp_path: Path) -> None:
-    good = {
-        "mxu_tile": {"value": 128, "source": "s"},
-        "matmul_efficiency": {"value": 0.9, "source": "s"},
-        "hbm_efficiency": {"value": 0.8, "source": "s"},
-        "attention_kernel": {"value": "splash", "source": "s"},
-        "attention_efficiency": {"splash": {"value": 0.5, "source": "s"}},
-        "tile_gather": _table(),
-    }
-    params = parse_compute_params(good, tmp_path / "g.toml")
+    params = parse_compute_params(compute_table(tile_gather=_table()), tmp_path / "g.toml")
     assert params.tile_gather is not None
     # the rates are part of what a cached prediction depends on
     assert params.key() != dataclasses.replace(params, tile_gather=None).key()
