@@ -17,7 +17,12 @@ the steps, into 1-, 2- or 4-row tiles 0.9-1.2e12 in the decoders) but for the de
 2-to-8-row copies (6.3e12 over 294 ops: tiny arrays whose tiled footprint is mostly padding).
 Two rates -- copies between 8-row tiles, and the others -- are the lead; not in the model yet
 (a change to every v5e step's price: the step gate, the DiT rows and the pod-scale what-if
-would be re-run).
+would be re-run). Tried offline on 6 December 2026 with a third, HBM copies out of 2-row bf16
+tiles into 8-row ones at 0.48e12 (the steps' ``copy.65/66``-like relayouts, priced at the
+stream's 0.67e12), all three fitted op by op on the five fit rows: the DiTs' copy category
+from +10..+31 % to -6..+12 % (3 of 8 still over 10 %), the Wan steps' mostly closer (-6.5 to
++0.4 %, -7.9 to -2.2 %) but four further (-3.8 to -9.0 %, -2.6 to +8.9 %), step totals moving
+-0.3 to +0.8 points.
 
     python benchmarks/onchip_relayouts.py
 """
