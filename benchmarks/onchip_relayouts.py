@@ -4,7 +4,7 @@ Every copy or transpose of the profiled v5e programs (``validation/v5e/**/profil
 moves only on-chip bytes (no HBM operand or result): its bytes as the compute model counts
 them (``Work.onchip_copy_bytes``, the arrays' tiled footprints) over its measured time less
 the fixed cost of a kernel, grouped by the tile rows of its source and of its result (2, 4,
-8 ...; 1 for an untiled array). The compute model prices all of them at one fitted rate,
+8 ...; 0 for an array without a 2D tile). The compute model prices all of them at one fitted rate,
 ``onchip_copy_bandwidth_bytes_per_s`` (topologies/v5e.toml, 1.363e12), and the DiTs' one
 on-chip transpose of their input (``bf16[b,S,D]`` from ``{2,1,0}`` to ``{1,2,0}``, 8-row
 tiles both sides, 1.8-2.6e12) is priced 34-99 % over (their copy/transpose category +10 to
@@ -36,7 +36,6 @@ import numpy as np
 
 from aoizora.hlo.compute import CostModel
 from aoizora.hlo.profile import load_profile, read_text_file
-from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import parse_module
 from sim.compute import compute_model_of
 from sim.topology import load_chip
@@ -45,11 +44,6 @@ ROOT = Path(__file__).resolve().parents[1] / "validation" / "v5e"
 # The rows topologies/v5e.toml's [compute] was fitted to (its sources name them).
 FIT_ROWS = ("m-24893bf72f", "m-d0700e072f", "m-db692be5fe", "m-80c6028188", "m-bd44dfa8c7")
 _RELAYOUTS = ("copy", "transpose")
-
-
-def _rows(shape: Shape) -> int:
-    """Rows of the shape's tile (1: untiled or a 1-row tile)."""
-    return shape.tiling[1][1] if len(shape.tiling) > 1 else 1
 
 
 def _relayouts(ops_file: Path, overhead_s: float) -> list[tuple[str, float, float]]:
@@ -68,7 +62,7 @@ def _relayouts(ops_file: Path, overhead_s: float) -> list[tuple[str, float, floa
         if work.onchip_copy_bytes <= 0 or work.hbm_bytes > 0:
             continue
         source = comp.by_name[instr.operands[0]].shape
-        kind = f"{_rows(source)}->{_rows(instr.shape)} rows"
+        kind = f"{source.tile_rows}->{instr.shape.tile_rows} rows"
         seconds = op.per_step_s - overhead_s * op.count_per_step
         out.append((kind, work.onchip_copy_bytes * op.count_per_step, seconds))
     return out

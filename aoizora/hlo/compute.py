@@ -366,8 +366,13 @@ def _tile_gather(comp: Computation, instr: Instruction, hbm_bytes: int) -> Gathe
     (True, False, 19169280)
     """
     source = comp.by_name[instr.operands[0]].shape
-    rows = [s.tiling[1][1] if len(s.tiling) > 1 else 0 for s in (source, instr.shape)]
-    if source.element_type != "bf16" or rows[0] != 2 or rows[1] < 8 or instr.shape.memory_space:
+    out = instr.shape
+    if (
+        source.element_type != "bf16"
+        or source.tile_rows != 2
+        or out.tile_rows < 8
+        or out.memory_space
+    ):
         return None
     aligned = source.dims[source.tiling[0][0]] % 512 == 0
     return bool(source.memory_space), aligned, hbm_bytes

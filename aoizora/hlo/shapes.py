@@ -138,6 +138,16 @@ class Shape:
             return self.size_bytes
         return (self.stored_elements * ELEMENT_BITS[self.element_type] + 7) // 8
 
+    @property
+    def tile_rows(self) -> int:
+        """Rows of the layout's tile: its size along the second-most-minor tiled dimension
+        (8 for ``T(8,128)``, 2 for ``T(2,128)``; 0 without a 2D tile).
+
+        >>> parse_shape("bf16[4,2,384]{2,1,0:T(2,128)(2,1)}", 0)[0].tile_rows
+        2
+        """
+        return self.tiling[1][1] if len(self.tiling) > 1 else 0
+
     def leaves(self) -> tuple[Shape, ...]:
         """The array shapes of a (nested) tuple in order; ``(self,)`` for an array."""
         if not self.is_tuple:
