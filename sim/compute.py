@@ -398,7 +398,7 @@ class ComputeModel:
         """
         p = self.params
         nbytes, gather_s = work.hbm_bytes, 0.0
-        if p.tile_gather is not None:  # measured: the gathered bytes move at their own rates
+        if p.tile_gather is not None and work.tile_gathers:  # measured: their own rates
             nbytes -= sum(g[2] for g in work.tile_gathers)
             gather_s = p.tile_gather.seconds(work.tile_gathers)
         if math.isinf(p.onchip_bandwidth_bytes_per_s):
