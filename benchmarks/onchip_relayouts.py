@@ -1,28 +1,24 @@
-"""Relayouts in VMEM by the tile rows of their source and result: a lead for the copy category.
+"""Relayouts in VMEM by the tile rows of their source and result: what each class runs at.
 
 Every copy or transpose of the profiled v5e programs (``validation/v5e/**/profiles``) that
 moves only on-chip bytes (no HBM operand or result): its bytes as the compute model counts
 them (``Work.onchip_copy_bytes``, the arrays' tiled footprints) over its measured time less
-the fixed cost of a kernel, grouped by the tile rows of its source and of its result (2, 4,
-8 ...; 0 for an array without a 2D tile). The compute model prices all of them at one fitted rate,
-``onchip_copy_bandwidth_bytes_per_s`` (topologies/v5e.toml, 1.363e12), and the DiTs' one
-on-chip transpose of their input (``bf16[b,S,D]`` from ``{2,1,0}`` to ``{1,2,0}``, 8-row
-tiles both sides, 1.8-2.6e12) is priced 34-99 % over (their copy/transpose category +10 to
-+31 %).
+its fixed cost as a kernel in VMEM (``ComputeModel.overhead_s``), grouped by the tile rows
+of its source and of its result (2, 4, 8 ...; 0 for an array without a 2D tile).
 
-On the profiles of 6 December 2026 the copies between 8-row tiles run at 2.0e12 wherever
-they are (1.96e12 over the five fit rows, 36 ops; 1.99e12 over the other steps and DiTs, 124;
-2.19e12 over the decoders, 789), and the rest at 0.7-1.3e12 (out of 2-row tiles 0.73e12 in
-the steps, into 1-, 2- or 4-row tiles 0.9-1.2e12 in the decoders) but for the decoders'
-2-to-8-row copies (6.3e12 over 294 ops: tiny arrays whose tiled footprint is mostly padding).
-Two rates -- copies between 8-row tiles, and the others -- are the lead; not in the model yet
-(a change to every v5e step's price: the step gate, the DiT rows and the pod-scale what-if
-would be re-run). Tried offline on 6 December 2026 with a third, HBM copies out of 2-row bf16
-tiles into 8-row ones at 0.48e12 (the steps' ``copy.65/66``-like relayouts, priced at the
-stream's 0.67e12), all three fitted op by op on the five fit rows: the DiTs' copy category
-from +10..+31 % to -6..+12 % (3 of 8 still over 10 %), the Wan steps' mostly closer (-6.5 to
-+0.4 %, -7.9 to -2.2 %) but four further (-3.8 to -9.0 %, -2.6 to +8.9 %), step totals moving
--0.3 to +0.8 points.
+On the profiles of 6 December 2026 the copies between 8-row tiles ran at 2.0e12 wherever
+they were (1.96e12 over the five fit rows, 36 ops; 1.99e12 over the other steps and DiTs,
+124; 2.19e12 over the decoders, 789: less the 0.71 us of a kernel reading HBM, as priced
+then), and the rest at 0.7-1.3e12 (out of 2-row tiles 0.73e12 in the steps, into 1-, 2- or
+4-row tiles 0.9-1.2e12 in the decoders) but for the decoders' 2-to-8-row copies (6.3e12 over
+294 ops: tiny arrays whose tiled footprint is mostly padding). One fitted rate,
+``onchip_copy_bandwidth_bytes_per_s`` = 1.363e12, priced all of them then, and the DiTs' one
+on-chip transpose of their input (``bf16[b,S,D]`` from ``{2,1,0}`` to ``{1,2,0}``, 8-row
+tiles both sides, 1.8-2.6e12) 34-99 % over. Since 7 December 2026 the model has the two
+rates (topologies/v5e.toml: ``onchip_full_tile_copy_bandwidth_bytes_per_s`` 1.886e12 and
+``onchip_copy_bandwidth_bytes_per_s`` 0.928e12, fitted on the five fit rows by
+``aoizora calibrate --compute``), and this script prints what each class ran at against
+them (docs/simulator.md, "Kernels in VMEM and relayouts").
 
     python benchmarks/onchip_relayouts.py
 """
@@ -37,7 +33,7 @@ import numpy as np
 from aoizora.hlo.compute import CostModel
 from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.hlo.text import parse_module
-from sim.compute import compute_model_of
+from sim.compute import ComputeModel, compute_model_of
 from sim.topology import load_chip
 
 ROOT = Path(__file__).resolve().parents[1] / "validation" / "v5e"
@@ -46,7 +42,7 @@ FIT_ROWS = ("m-24893bf72f", "m-d0700e072f", "m-db692be5fe", "m-80c6028188", "m-b
 _RELAYOUTS = ("copy", "transpose")
 
 
-def _relayouts(ops_file: Path, overhead_s: float) -> list[tuple[str, float, float]]:
+def _relayouts(ops_file: Path, model: ComputeModel) -> list[tuple[str, float, float]]:
     """(kind, on-chip bytes a step, seconds a step less the kernels' fixed cost) of each
     pure on-chip relayout of one profiled program."""
     hlo = parse_module(read_text_file(str(ops_file).replace(".ops.json.gz", ".hlo.txt.gz")))
@@ -63,18 +59,18 @@ def _relayouts(ops_file: Path, overhead_s: float) -> list[tuple[str, float, floa
             continue
         source = comp.by_name[instr.operands[0]].shape
         kind = f"{source.tile_rows}->{instr.shape.tile_rows} rows"
-        seconds = op.per_step_s - overhead_s * op.count_per_step
+        seconds = op.per_step_s - model.overhead_s(work) * op.count_per_step
         out.append((kind, work.onchip_copy_bytes * op.count_per_step, seconds))
     return out
 
 
 def main() -> int:
     model = compute_model_of(load_chip("v5e"))
-    overhead = model.params.kernel_overhead_s
     files = sorted(ROOT.glob("**/profiles/*.ops.json.gz"))
-    rows = {f: _relayouts(f, overhead) for f in files}
-    print(f"priced at onchip_copy_bandwidth_bytes_per_s = "
-          f"{model.params.onchip_copy_bandwidth_bytes_per_s:.3g} B/s")  # fmt: skip
+    rows = {f: _relayouts(f, model) for f in files}
+    p = model.params
+    print(f"priced: between 8-row tiles {p.onchip_full_tile_copy_bandwidth_bytes_per_s:.3g} B/s, "
+          f"the others {p.onchip_copy_bandwidth_bytes_per_s:.3g} B/s")  # fmt: skip
     fit = [f for f in files if f.name[:12] in FIT_ROWS]
     decoders = [f for f in files if "-vae" in f.name]
     others = [f for f in files if f not in fit and f not in decoders]

@@ -10,6 +10,9 @@ measured against 328 ms priced in all -- and no single HBM rate fits them (0.36-
 the peak): a lead for the copy and "other" categories of ``aoizora explain``. Since then the
 up-sampling's reshapes are priced at the rates measured for them (``sim/tile_gather.py``):
 on the 512 such ops of 6 December 2026, 660 ms measured and 560 ms priced, the copies left.
+Since 7 December 2026 the bf16 copies into 8-row tiles in HBM stream at their own fitted
+efficiency (``hbm_retile_copy_efficiency`` 0.596): 695 ms priced, the Wan steps' 1.3B
+``copy.65/66`` -2 to -4 % (-29 to -30 % before), the ops of 1 ms or more -72 to +10 %.
 
     python benchmarks/small_tile_relayouts.py            # every profile under validation/v5e
     python benchmarks/small_tile_relayouts.py DIR ...    # the profiles in these folders

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from sim.chipfile import MAX_COUNT, check_value, is_count, key_lines
-from sim.compute import IDEAL, ComputeModel, ComputeParams, parse_compute_params, sourced_value
+from sim.compute import IDEAL, ComputeModel, ComputeParams
+from sim.compute_table import parse_compute_params, sourced_value
 from sim.errors import TopologyError
 
 __all__ = ["Chip", "generations", "load_chip", "shipped_topologies_dir", "topologies_dir"]

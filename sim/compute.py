@@ -53,12 +53,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any
 
 from sim.errors import TopologyError
-from sim.splash_tiles import BASE_TILE, SplashTiles, parse_splash_tiles
-from sim.tile_gather import Gather, TileGather, parse_tile_gather
+from sim.splash_tiles import BASE_TILE, SplashTiles
+from sim.tile_gather import Gather, TileGather
 
 __all__ = [
     "IDEAL",
@@ -69,8 +68,6 @@ __all__ = [
     "Work",
     "compute_model_of",
     "mxu_utilisation",
-    "parse_compute_params",
-    "sourced_value",
 ]
 
 
@@ -190,12 +187,18 @@ class Work:
     hbm_bytes: float = 0.0
     onchip_bytes: float = 0.0  # bytes read and written in the core's on-chip memory
     onchip_copy_bytes: float = 0.0  # the same, by a copy or transpose (a relayout)
+    # Of onchip_copy_bytes, a relayout's between 8-row tiles on both sides: they move at
+    # ComputeParams.onchip_full_tile_copy_bandwidth_bytes_per_s
+    onchip_copy_full_tile_bytes: float = 0.0
     # (row length, output elements) of each reduce-window spanning a whole row (a
     # softmax's row max as XLA lowers it; counted in other_flops as one op an element)
     row_windows: tuple[tuple[int, float], ...] = ()
     # Of hbm_bytes, a matmul kernel's reads beyond its writes, each read once (its
     # pipelined operand windows): they stream at ComputeParams.hbm_read_efficiency
     hbm_read_excess_bytes: float = 0.0
+    # Of hbm_bytes, a relayout's (copy, transpose) out of 2-row bf16 tiles into 8-row
+    # tiles in HBM: they move at ComputeParams.hbm_retile_copy_efficiency
+    hbm_retile_copy_bytes: float = 0.0
     # Of hbm_bytes, reshapes gathering 8-row tiles out of 2-row ones (sim.tile_gather):
     # they move at ComputeParams.tile_gather
     tile_gathers: tuple[Gather, ...] = ()
@@ -221,8 +224,10 @@ class Work:
             self.hbm_bytes + other.hbm_bytes,
             self.onchip_bytes + other.onchip_bytes,
             self.onchip_copy_bytes + other.onchip_copy_bytes,
+            self.onchip_copy_full_tile_bytes + other.onchip_copy_full_tile_bytes,
             self.row_windows + other.row_windows,
             self.hbm_read_excess_bytes + other.hbm_read_excess_bytes,
+            self.hbm_retile_copy_bytes + other.hbm_retile_copy_bytes,
             self.tile_gathers + other.tile_gathers,
             self.dma_bytes + other.dma_bytes,
             self.beside + other.beside,
@@ -246,8 +251,14 @@ class ComputeParams:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     # Measured on a chip where a table says so (absent: 0 / infinite, the bare roofline).
     kernel_overhead_s: float = 0.0
+    # The fixed cost of a kernel that moves no HBM byte (its operands and result in VMEM):
+    # no DMA pipeline to fill and drain (None: unmeasured, kernel_overhead_s)
+    vmem_kernel_overhead_s: float | None = None
     onchip_bandwidth_bytes_per_s: float = math.inf
     onchip_copy_bandwidth_bytes_per_s: float = math.inf
+    # Relayouts between 8-row tiles (Work.onchip_copy_full_tile_bytes) at their own
+    # measured rate (None: unmeasured, onchip_copy_bandwidth_bytes_per_s)
+    onchip_full_tile_copy_bandwidth_bytes_per_s: float | None = None
     # (kernel, seconds per grid step, seconds per q block) of blocked attention kernels
     attention_grid: tuple[tuple[str, float, float], ...] = ()
     # A generation's measured splash tiles (sim.splash_tiles): their rates and which compile
@@ -271,6 +282,9 @@ class ComputeParams:
     # The fraction of the HBM bandwidth a matmul kernel's reads beyond its writes attain
     # (Work.hbm_read_excess_bytes; 0: unmeasured, they move at hbm_efficiency)
     hbm_read_efficiency: float = 0.0
+    # The fraction of the HBM bandwidth a relayout out of 2-row bf16 tiles into 8-row ones
+    # attains (Work.hbm_retile_copy_bytes; 0: unmeasured, they move at hbm_efficiency)
+    hbm_retile_copy_efficiency: float = 0.0
     tile_gather: TileGather | None = None  # None: a tile gather streams as any HBM pass
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
@@ -398,14 +412,17 @@ class ComputeModel:
         """
         p = self.params
         nbytes, gather_s = work.hbm_bytes, 0.0
+        rate = self.hbm_bandwidth_bytes_per_s
         if p.tile_gather is not None and work.tile_gathers:  # measured: their own rates
             nbytes -= sum(g[2] for g in work.tile_gathers)
             gather_s = p.tile_gather.seconds(work.tile_gathers)
+        if p.hbm_retile_copy_efficiency and work.hbm_retile_copy_bytes:
+            nbytes -= work.hbm_retile_copy_bytes
+            gather_s += work.hbm_retile_copy_bytes / (rate * p.hbm_retile_copy_efficiency)
         if math.isinf(p.onchip_bandwidth_bytes_per_s):
             nbytes += work.onchip_bytes
         if math.isinf(p.onchip_copy_bandwidth_bytes_per_s):
             nbytes += work.onchip_copy_bytes
-        rate = self.hbm_bandwidth_bytes_per_s
         if not p.hbm_read_efficiency:
             return gather_s + nbytes / (rate * p.hbm_efficiency)
         excess = min(work.hbm_read_excess_bytes, work.hbm_bytes)
@@ -419,9 +436,14 @@ class ComputeModel:
         """The time of ``work``'s on-chip traffic: element-wise and copies at their measured
         rates (0 where unmeasured: :meth:`hbm_s` then counts them)."""
         p = self.params
+        full_rate = p.onchip_full_tile_copy_bandwidth_bytes_per_s
+        if full_rate is None:
+            full_rate = p.onchip_copy_bandwidth_bytes_per_s
+        full = work.onchip_copy_full_tile_bytes
         return (
             work.onchip_bytes / p.onchip_bandwidth_bytes_per_s
-            + work.onchip_copy_bytes / p.onchip_copy_bandwidth_bytes_per_s
+            + (work.onchip_copy_bytes - full) / p.onchip_copy_bandwidth_bytes_per_s
+            + full / full_rate
         )
 
     def row_window_s(self, work: Work) -> float:
@@ -465,7 +487,28 @@ class ComputeModel:
             return self.dma_wait_s(work)
         vector_s = work.other_flops / self.peak_flops_per_s + self.row_window_s(work)
         bound = max(self.mxu_s(work) + vector_s, self.hbm_s(work), self.onchip_s(work))
-        return bound + self.params.kernel_overhead_s
+        return bound + self.overhead_s(work)
+
+    def overhead_s(self, work: Work) -> float:
+        """``work``'s fixed cost as a kernel: ``vmem_kernel_overhead_s`` where it moves on-chip
+        bytes, no HBM byte and has no matmul (where measured), else ``kernel_overhead_s``.
+        The latter is the intercept of HBM streams (filling and draining their DMA
+        pipeline); a kernel in VMEM has none: on v5e the smallest such element-wise kernels
+        ran in 0.02 us against the 0.71 us (docs/simulator.md, "Kernels in VMEM and
+        relayouts").
+
+        >>> m = ComputeModel(1.0, 1.0, ComputeParams(kernel_overhead_s=0.7,
+        ...                  vmem_kernel_overhead_s=0.1))
+        >>> vmem, both = Work(onchip_bytes=8.0), Work(hbm_bytes=8.0, onchip_bytes=8.0)
+        >>> m.overhead_s(vmem), m.overhead_s(both)
+        (0.1, 0.7)
+        """
+        p = self.params
+        if (p.vmem_kernel_overhead_s is not None and work.hbm_bytes <= 0
+                and not work.matmuls and not work.attention
+                and work.onchip_bytes + work.onchip_copy_bytes > 0):  # fmt: skip
+            return p.vmem_kernel_overhead_s
+        return p.kernel_overhead_s
 
     def dma_wait_s(self, work: Work) -> float:
         """What a ``copy-done`` or ``slice-done`` waits: its DMA streams at the HBM peak in the
@@ -493,151 +536,3 @@ def compute_model_of(chip: Any) -> ComputeModel:
     """
     params = getattr(chip, "compute", IDEAL)
     return ComputeModel(chip.bf16_flops_per_s, chip.hbm_bandwidth_bytes_per_s, params)
-
-
-def sourced_value(
-    data: Mapping[str, Any], key: str, path: Path, *, table: str = ""
-) -> tuple[Any, str]:
-    """(value, source) of a topology file's ``key = { value = ..., source = "..." }``."""
-    entry = data.get(key)
-    if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
-        where = f"[{table}] " if table else ""
-        raise TopologyError(
-            f"{path}: {where}'{key}' must be an inline table with a value and its source, "
-            f'e.g. {key} = {{ value = 0.9, source = "https://..." }}'
-        )
-    return entry["value"], str(entry["source"])
-
-
-def _entry(data: Mapping[str, Any], key: str, path: Path) -> tuple[Any, str]:
-    return sourced_value(data, key, path, table="compute")
-
-
-def _fraction(value: Any, key: str, path: Path) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TopologyError(f"{path}: [compute] {key} must be a number, got {value!r}")
-    if not 0 < float(value) <= 2:
-        raise TopologyError(
-            f"{path}: [compute] {key} = {value!r} must be an efficiency in (0, 2], e.g. 0.9"
-        )
-    return float(value)
-
-
-def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeParams:
-    """The ``[compute]`` table of a topology file (None: the bare roofline, :data:`IDEAL`).
-
-    Every number is an inline table with its ``source``; the attention kernels are
-    a sub-table ``[compute.attention_efficiency]`` of the same form.
-    """
-    if data is None:
-        return IDEAL
-    if not isinstance(data, dict):
-        raise TopologyError(f"{path}: [compute] must be a table")
-    sources: list[tuple[str, str]] = []
-
-    def value(key: str) -> Any:
-        v, s = _entry(data, key, path)
-        sources.append((f"compute.{key}", s))
-        return v
-
-    tile = value("mxu_tile")
-    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1:
-        raise TopologyError(f"{path}: [compute] mxu_tile must be a positive integer, e.g. 256")
-    mm = _fraction(value("matmul_efficiency"), "matmul_efficiency", path)
-    hbm = _fraction(value("hbm_efficiency"), "hbm_efficiency", path)
-    kernel = str(value("attention_kernel"))
-    table = data.get("attention_efficiency")
-    if not isinstance(table, dict) or not table:
-        raise TopologyError(
-            f"{path}: [compute.attention_efficiency] must list kernel versions, e.g. "
-            'custom = { value = 0.8, source = "..." }'
-        )
-    eff: list[tuple[str, float]] = []
-    for name in table:
-        v, s = _entry(table, name, path)
-        eff.append((str(name), _fraction(v, f"attention_efficiency.{name}", path)))
-        sources.append((f"compute.attention_efficiency.{name}", s))
-    if kernel not in dict(eff):
-        raise TopologyError(
-            f"{path}: [compute] attention_kernel = {kernel!r} is not listed under "
-            f"[compute.attention_efficiency] (listed: {', '.join(k for k, _ in eff)})"
-        )
-    measured = {
-        key: _positive(value(key), key, path, allow_zero=key == "kernel_overhead_s")
-        for key in _OPTIONAL_KEYS
-        if key in data
-    }
-    grid = _attention_grid(data.get("attention_grid"), dict(eff), path, sources)
-    tiles = parse_splash_tiles(data.get("splash_tiles"), tuple(dict(eff)), path, sources)
-    gather = parse_tile_gather(data.get("tile_gather"), path, sources)
-    return ComputeParams(
-        tile, mm, hbm, tuple(eff), kernel, tuple(sources),
-        kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
-        conv_relayout_passes=measured.get("conv_relayout_passes", 0.0),
-        hbm_read_efficiency=_fraction(measured["hbm_read_efficiency"], "hbm_read_efficiency",
-                                      path) if "hbm_read_efficiency" in measured else 0.0,
-        row_window_slow_from=measured.get("row_window_slow_from", math.inf),
-        row_window_tap_s=measured.get("row_window_tap_s", 0.0),
-        row_window_tap_growth=measured.get("row_window_tap_growth", 0.0),
-        row_window_stream_s=measured.get("row_window_stream_s", 0.0),
-        program_launch_s=measured.get("program_launch_s", 0.0),
-        onchip_bandwidth_bytes_per_s=measured.get("onchip_bandwidth_bytes_per_s", math.inf),
-        onchip_copy_bandwidth_bytes_per_s=measured.get(
-            "onchip_copy_bandwidth_bytes_per_s", math.inf
-        ),
-        attention_grid=grid,
-        splash_tiles=tiles,
-        tile_gather=gather,
-    )  # fmt: skip
-
-
-# Optional [compute] keys: what a chip measured with ``aoizora measure --kernels`` and
-# profiled steps adds to the roofline (docs/simulator.md, "Compute model").
-_OPTIONAL_KEYS = (
-    "conv_relayout_passes",
-    "hbm_read_efficiency",
-    "row_window_slow_from",
-    "row_window_tap_s",
-    "row_window_tap_growth",
-    "row_window_stream_s",
-    "program_launch_s",
-    "kernel_overhead_s",
-    "onchip_bandwidth_bytes_per_s",
-    "onchip_copy_bandwidth_bytes_per_s",
-)
-
-
-def _positive(value: Any, key: str, path: Path, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TopologyError(f"{path}: [compute] {key} must be a finite number, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        least = ">= 0" if allow_zero else "> 0"
-        raise TopologyError(f"{path}: [compute] {key} = {value!r} must be {least}, e.g. 1e-06")
-    return float(value)
-
-
-def _attention_grid(
-    table: Any, eff: Mapping[str, float], path: Path, sources: list[tuple[str, str]]
-) -> tuple[tuple[str, float, float], ...]:
-    """``[compute.attention_grid]``: per kernel, ``{ step_overhead_s = ..,
-    q_block_overhead_s = .., source = ".." }`` -- a blocked kernel's cost per grid step
-    and per q block beyond its FLOPs."""
-    if table is None:
-        return ()
-    if not isinstance(table, dict):
-        raise TopologyError(f"{path}: [compute.attention_grid] must be a table of kernels")
-    out = []
-    for name, entry in table.items():
-        keys = ("step_overhead_s", "q_block_overhead_s", "source")
-        if name not in eff or not isinstance(entry, dict) or set(entry) != set(keys):
-            raise TopologyError(
-                f"{path}: [compute.attention_grid] {name} must name a kernel of "
-                f"[compute.attention_efficiency] ({', '.join(eff)}) and hold exactly "
-                f"{', '.join(keys)}, e.g. splash = {{ step_overhead_s = 4e-07, "
-                f'q_block_overhead_s = 2e-07, source = "..." }}'
-            )
-        step = _positive(entry["step_overhead_s"], f"attention_grid.{name}", path, allow_zero=True)
-        qb = _positive(entry["q_block_overhead_s"], f"attention_grid.{name}", path, allow_zero=True)
-        sources.append((f"compute.attention_grid.{name}", str(entry["source"])))
-        out.append((str(name), step, qb))
-    return tuple(out)

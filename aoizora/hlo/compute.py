@@ -378,6 +378,35 @@ def _tile_gather(comp: Computation, instr: Instruction, hbm_bytes: int) -> Gathe
     return bool(source.memory_space), aligned, hbm_bytes
 
 
+def _full_tiles(source: Shape, result: Shape) -> bool:
+    """Whether a relayout moves 8-row tiles into 8-row tiles: on v5e those ran at 2.0e12 B/s
+    in VMEM wherever they were, the others at 0.7-1.3e12 (benchmarks/onchip_relayouts.py).
+
+    >>> from aoizora.hlo.shapes import parse_shape
+    >>> a = parse_shape("bf16[2,1024,768]{2,1,0:T(8,128)(2,1)}", 0)[0]
+    >>> b = parse_shape("bf16[2,1024,768]{1,2,0:T(8,128)(2,1)}", 0)[0]
+    >>> c = parse_shape("bf16[2,1024,768]{2,1,0:T(2,128)(2,1)}", 0)[0]
+    >>> _full_tiles(a, b), _full_tiles(c, b)
+    (True, False)
+    """
+    return source.tile_rows == result.tile_rows == 8
+
+
+def _retile(source: Shape, result: Shape) -> bool:
+    """Whether a relayout writes 8-row tiles into HBM out of 2-row bf16 ones: on v5e those
+    ran at 0.43-0.48e12 B/s in the Wan steps, not the stream's 0.67e12 (docs/simulator.md,
+    "Kernels in VMEM and relayouts").
+
+    >>> from aoizora.hlo.shapes import parse_shape
+    >>> a = parse_shape("bf16[8,1024,40]{2,1,0:T(2,128)(2,1)}", 0)[0]
+    >>> b = parse_shape("bf16[8,1024,40]{1,2,0:T(8,128)(2,1)}", 0)[0]
+    >>> _retile(a, b), _retile(b, a)
+    (True, False)
+    """
+    return (source.element_type == "bf16" and source.tile_rows == 2 and result.tile_rows == 8
+            and not result.memory_space)  # fmt: skip
+
+
 def _split(shape: Shape, nbytes: int) -> tuple[int, int]:
     """``nbytes`` of the payload of an array of ``shape`` as the (HBM, on chip) bytes a
     kernel moves: the tiled footprint of that part (``stored_bytes / size_bytes`` of it;
@@ -451,9 +480,14 @@ class CostModel:
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
         read, written = sum(h for h, _ in parts[:-1]), (parts[-1][0] if parts else 0)
         gather = _tile_gather(comp, instr, hbm) if op == "reshape" else None
+        moved = comp.by_name[instr.operands[0]].shape if relayout else None
+        full_tiles = moved is not None and _full_tiles(moved, instr.shape)
+        retile = moved is not None and _retile(moved, instr.shape)
         return Work(
             matmuls=matmuls, other_flops=other, hbm_bytes=hbm,
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
+            onchip_copy_full_tile_bytes=onchip if full_tiles else 0,
+            hbm_retile_copy_bytes=hbm if retile else 0,
             row_windows=row_windows(instr),
             hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls),
             tile_gathers=() if gather is None else (gather,),

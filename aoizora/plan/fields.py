@@ -360,6 +360,13 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         "program_launch_s": p.program_launch_s,
         "onchip_bandwidth_bytes_per_s": _finite_or_none(p.onchip_bandwidth_bytes_per_s),
         "onchip_copy_bandwidth_bytes_per_s": _finite_or_none(p.onchip_copy_bandwidth_bytes_per_s),
+        # a kernel in VMEM's fixed cost, relayouts between 8-row tiles, re-tiling copies into
+        # HBM: null where unmeasured (kernel_overhead_s, the copy rate, hbm_efficiency)
+        "vmem_kernel_overhead_s": p.vmem_kernel_overhead_s,
+        "onchip_full_tile_copy_bandwidth_bytes_per_s": (
+            p.onchip_full_tile_copy_bandwidth_bytes_per_s
+        ),
+        "hbm_retile_copy_efficiency": p.hbm_retile_copy_efficiency or None,
         "attention_grid": {
             name: {"step_overhead_s": step_s, "q_block_overhead_s": q_block_s}
             for name, step_s, q_block_s in p.attention_grid

@@ -21,7 +21,16 @@ isolate it, in this order, each step holding the earlier ones fixed:
    attention-value product reading f32 probabilities, a projection to few channels):
    their reads beyond the writes over their measured time less the kernel overhead and
    the rest of their bytes at ``hbm_efficiency`` (a time-weighted mean).
-5. ``onchip_bandwidth_bytes_per_s`` and ``onchip_copy_bandwidth_bytes_per_s``: the
+5. ``hbm_retile_copy_efficiency``: the copies and transposes of the profiled steps out of
+   2-row bf16 tiles into 8-row ones in HBM, their bytes over their measured time less the
+   kernel overhead (summed over them), as a fraction of the HBM peak.
+6. ``vmem_kernel_overhead_s``: the median time of the profiled steps' element-wise
+   kernels that move no HBM byte and at most 64 KiB of VMEM (their bytes take under
+   0.03 us at any on-chip rate above 2e12 B/s: what is left is the kernel's fixed cost).
+7. ``onchip_full_tile_copy_bandwidth_bytes_per_s``: the profiled steps' copies and
+   transposes between 8-row tiles that move no HBM byte, their bytes over their measured
+   time less that fixed cost (summed over them).
+8. ``onchip_bandwidth_bytes_per_s`` and ``onchip_copy_bandwidth_bytes_per_s``: the
    element-wise, copy and pad ops of the profiled steps, the pair on a log grid that
    minimises the mean absolute error of those categories' totals per step.
 
@@ -231,8 +240,33 @@ def _fit_attention(
 
 
 def _hbm_only_s(model: ComputeModel, work: Work) -> float:
-    """``work``'s HBM bytes alone at the achieved bandwidth (on-chip bytes are fitted apart)."""
-    return work.hbm_bytes / (model.hbm_bandwidth_bytes_per_s * model.params.hbm_efficiency)
+    """``work``'s HBM bytes alone at the achieved bandwidth (on-chip bytes are fitted apart),
+    a relayout's into 8-row tiles out of 2-row ones at their own (where fitted)."""
+    p = model.params
+    rate = model.hbm_bandwidth_bytes_per_s
+    retile = work.hbm_retile_copy_bytes if p.hbm_retile_copy_efficiency else 0.0
+    seconds = (work.hbm_bytes - retile) / (rate * p.hbm_efficiency)
+    return seconds + (retile / (rate * p.hbm_retile_copy_efficiency) if retile else 0.0)
+
+
+def _fit_retile(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
+    """(the HBM efficiency of the steps' relayouts out of 2-row bf16 tiles into 8-row ones
+    in HBM, how many): their bytes over their measured time less the kernel overhead."""
+    moved = seconds = 0.0
+    n = 0
+    for op in ops:
+        w = op.work
+        if op.category != "copy/transpose" or w.hbm_retile_copy_bytes <= 0:
+            continue
+        moved += w.hbm_retile_copy_bytes / model.hbm_bandwidth_bytes_per_s * op.count
+        seconds += (op.seconds - model.overhead_s(w)) * op.count
+        n += 1
+    if n == 0 or seconds <= 0:
+        raise MeasureError(
+            "the profiled steps hold no copy out of 2-row bf16 tiles into 8-row ones in HBM: "
+            "cannot fit hbm_retile_copy_efficiency"
+        )
+    return moved / seconds, n
 
 
 def _fit_matmul(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
@@ -286,6 +320,44 @@ def _fit_read(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
     return moved / seconds, n
 
 
+def _fit_vmem_overhead(ops: Sequence[_Op]) -> tuple[float, int]:
+    """(the median time of the steps' smallest element-wise kernels in VMEM, how many):
+    module docstring, step 6."""
+    times = [
+        op.seconds for op in ops
+        if op.category == "elementwise/reduce" and op.work.hbm_bytes <= 0 and not op.work.matmuls
+        and 0 < op.work.onchip_bytes + op.work.onchip_copy_bytes <= _VMEM_SMALL_BYTES
+    ]  # fmt: skip
+    if not times:
+        raise MeasureError(
+            "the profiled steps hold no element-wise kernel in VMEM of at most "
+            f"{_VMEM_SMALL_BYTES} bytes: cannot fit vmem_kernel_overhead_s"
+        )
+    return float(np.median(times)), len(times)
+
+
+def _fit_full_tile_copies(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
+    """(the rate of the steps' relayouts between 8-row tiles in VMEM, how many): module
+    docstring, step 7."""
+    moved = seconds = 0.0
+    n = 0
+    for op in ops:
+        w = op.work
+        if (op.category != "copy/transpose" or w.hbm_bytes > 0
+                or w.onchip_copy_full_tile_bytes <= 0):  # fmt: skip
+            continue
+        moved += w.onchip_copy_full_tile_bytes * op.count
+        seconds += (op.seconds - model.overhead_s(w)) * op.count
+        n += 1
+    if n == 0 or seconds <= 0:
+        raise MeasureError(
+            "the profiled steps hold no copy between 8-row tiles in VMEM: cannot fit "
+            "onchip_full_tile_copy_bandwidth_bytes_per_s"
+        )
+    return moved / seconds, n
+
+
+_VMEM_SMALL_BYTES = 64 << 10
 _READ_SHARE = 0.9  # of an op's HBM bytes, read beyond its writes, for the read fit
 _HBM_BOUND = 1.5  # an op's HBM time over its MXU time for it to count as HBM-bound
 _MEMORY_CATEGORIES = ("elementwise/reduce", "copy/transpose", "pad")
@@ -301,13 +373,17 @@ def _fit_onchip(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, float, 
     count = np.array([op.count for op in chosen])
     measured = np.bincount(group, weights=np.array([op.seconds for op in chosen]) * count)
     fixed = np.array([max(_hbm_only_s(model, op.work), model.mxu_s(op.work)) for op in chosen])
+    overhead = np.array([model.overhead_s(op.work) for op in chosen])
     onchip = np.array([op.work.onchip_bytes for op in chosen])
-    relayout = np.array([op.work.onchip_copy_bytes for op in chosen])
+    full = np.array([op.work.onchip_copy_full_tile_bytes for op in chosen])
+    relayout = np.array([op.work.onchip_copy_bytes for op in chosen]) - full
+    full_rate = model.params.onchip_full_tile_copy_bandwidth_bytes_per_s
+    full_s = full / full_rate if full_rate else np.zeros_like(full)
     best = (math.inf, 0.0, 0.0)
     for rate in _ONCHIP_GRID:
         for copy_rate in _ONCHIP_GRID:
-            t = np.maximum(fixed, onchip / rate + relayout / copy_rate)
-            t = (t + model.params.kernel_overhead_s) * count
+            t = np.maximum(fixed, onchip / rate + relayout / copy_rate + full_s)
+            t = (t + overhead) * count
             err = float(np.mean(np.abs(np.bincount(group, weights=t) / measured - 1.0)))
             if err < best[0]:
                 best = (err, float(rate), float(copy_rate))
@@ -316,6 +392,36 @@ def _fit_onchip(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, float, 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _fit_memory(
+    chip: Chip, params: ComputeParams, ops: Sequence[_Op]
+) -> tuple[ComputeParams, dict[str, tuple[float, str]]]:
+    """Steps 5-8 of the module docstring, each holding the earlier ones fixed: ``params``
+    with them, and per key its value and what determined it."""
+    peak, bandwidth = chip.bf16_flops_per_s, chip.hbm_bandwidth_bytes_per_s
+    eta_retile, n_retile = _fit_retile(ComputeModel(peak, bandwidth, params), ops)
+    vmem_s, n_vmem = _fit_vmem_overhead(ops)
+    params = replace(params, hbm_retile_copy_efficiency=eta_retile, vmem_kernel_overhead_s=vmem_s)
+    full_rate, n_full = _fit_full_tile_copies(ComputeModel(peak, bandwidth, params), ops)
+    params = replace(params, onchip_full_tile_copy_bandwidth_bytes_per_s=full_rate)
+    rate, copy_rate, err = _fit_onchip(ComputeModel(peak, bandwidth, params), ops)
+    params = replace(params, onchip_bandwidth_bytes_per_s=rate,
+                     onchip_copy_bandwidth_bytes_per_s=copy_rate)  # fmt: skip
+    return params, {
+        "hbm_retile_copy_efficiency": (eta_retile, f"{n_retile} copies of the steps out of "
+            "2-row bf16 tiles into 8-row ones in HBM, their bytes over their time less "
+            "kernel_overhead_s"),
+        "vmem_kernel_overhead_s": (vmem_s, f"the median time of {n_vmem} element-wise "
+            "kernels of the steps that move no HBM byte and at most "
+            f"{_VMEM_SMALL_BYTES // 1024} KiB of VMEM"),
+        "onchip_full_tile_copy_bandwidth_bytes_per_s": (full_rate, f"{n_full} copies and "
+            "transposes of the steps between 8-row tiles in VMEM, their bytes over their "
+            "time less vmem_kernel_overhead_s"),
+        "onchip_bandwidth_bytes_per_s": (rate, "element-wise, copy and pad ops of the steps "
+            f"(mean category error {100 * err:.1f} %)"),
+        "onchip_copy_bandwidth_bytes_per_s": (copy_rate, "the same on-chip fit"),
+    }  # fmt: skip
 
 
 def fit_compute(
@@ -350,11 +456,7 @@ def fit_compute(
     params = replace(params, matmul_efficiency=eta_mm)
     model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
     eta_read, n_read = _fit_read(model, ops)
-    params = replace(params, hbm_read_efficiency=eta_read)
-    model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
-    rate, copy_rate, err = _fit_onchip(model, ops)
-    params = replace(params, onchip_bandwidth_bytes_per_s=rate,
-                     onchip_copy_bandwidth_bytes_per_s=copy_rate)  # fmt: skip
+    params, memory = _fit_memory(chip, replace(params, hbm_read_efficiency=eta_read), ops)
     bare = [
         k for k in kernels
         if k.kind == "matmul" and k.params["m"] * k.params["n"] >= 1 << 24 and k.params["k"] >= 1024
@@ -372,16 +474,14 @@ def fit_compute(
         f"kernels of >= 16M outputs and k >= 1024 reach {span} of the peak)",
         "hbm_read_efficiency": f"{n_read} HBM-bound matmul ops of the steps whose reads "
         "beyond their writes are >= 90 % of their bytes (the rest at hbm_efficiency)",
-        "onchip_bandwidth_bytes_per_s": "element-wise, copy and pad ops of the steps (mean "
-        f"category error {100 * err:.1f} %)",
-        "onchip_copy_bandwidth_bytes_per_s": "the same on-chip fit",
+        **{key: said for key, (_, said) in memory.items()},
     }
     fitted = {
         "hbm_efficiency": eta_hbm, "kernel_overhead_s": overhead_s,
         "attention_efficiency.splash": eta_att, "attention_grid.splash.step_overhead_s": step_s,
         "attention_grid.splash.q_block_overhead_s": q_block_s, "matmul_efficiency": eta_mm,
-        "hbm_read_efficiency": eta_read, "onchip_bandwidth_bytes_per_s": rate,
-        "onchip_copy_bandwidth_bytes_per_s": copy_rate,
+        "hbm_read_efficiency": eta_read,
+        **{key: value for key, (value, _) in memory.items()},
     }  # fmt: skip
     values = tuple(FittedValue(k, float(v), f"{said[k]} {where}") for k, v in fitted.items())
     notes = (f"{len(ops)} priced ops in {len(steps)} steps", f"{len(kernels)} kernels")

@@ -18,8 +18,8 @@ from sim.compute import (
     Matmul,
     Work,
     mxu_utilisation,
-    parse_compute_params,
 )
+from sim.compute_table import parse_compute_params
 from sim.errors import TopologyError
 from sim.topology import generations, load_chip
 
@@ -103,6 +103,45 @@ def test_a_kernel_is_bound_by_its_slower_roof() -> None:
     assert (w + w).flops == 2 * w.flops and (w + w).hbm_bytes == 2e9
 
 
+# A chip with every v5e-style relayout term (round numbers, times exact in binary halves).
+RELAYOUT = ComputeModel(1.0, 100.0, ComputeParams(
+    hbm_efficiency=0.8, kernel_overhead_s=0.75, vmem_kernel_overhead_s=0.125,
+    onchip_bandwidth_bytes_per_s=100.0, onchip_copy_bandwidth_bytes_per_s=50.0,
+    onchip_full_tile_copy_bandwidth_bytes_per_s=200.0, hbm_retile_copy_efficiency=0.5,
+))  # fmt: skip
+
+
+def test_a_kernel_in_vmem_pays_its_own_fixed_cost() -> None:
+    """No HBM byte and no matmul: vmem_kernel_overhead_s; anything else kernel_overhead_s;
+    unmeasured (None), kernel_overhead_s for all."""
+    vmem = Work(onchip_bytes=100.0)  # 1 s at the on-chip rate
+    assert RELAYOUT.time_s(vmem) == 1.125
+    assert RELAYOUT.time_s(vmem + Work(hbm_bytes=8.0)) == 1.75  # one HBM byte: a pipeline
+    assert RELAYOUT.time_s(vmem + Work(matmuls=(Matmul(1, 1, 1, 1),))) == 2.75  # 2 FLOPs
+    assert RELAYOUT.time_s(Work(other_flops=1.0)) == 1.75  # no bytes at all: as before
+    unmeasured = dataclasses.replace(
+        RELAYOUT, params=dataclasses.replace(RELAYOUT.params, vmem_kernel_overhead_s=None)
+    )
+    assert unmeasured.time_s(vmem) == 1.75
+
+
+def test_relayouts_move_at_their_tiles_rates() -> None:
+    """Between 8-row tiles in VMEM at the full-tile rate, other on-chip relayouts at the
+    copy rate; out of 2-row tiles into 8-row ones in HBM at hbm_retile_copy_efficiency,
+    other HBM bytes at hbm_efficiency. Unmeasured, each falls back to the older rate."""
+    copy = Work(onchip_copy_bytes=300.0, onchip_copy_full_tile_bytes=100.0)
+    assert RELAYOUT.onchip_s(copy) == 200.0 / 50.0 + 100.0 / 200.0  # 4.5 s
+    retile = Work(hbm_bytes=100.0, hbm_retile_copy_bytes=60.0)
+    assert RELAYOUT.hbm_s(retile) == 40.0 / 80.0 + 60.0 / 50.0  # 1.7 s
+    assert (copy + copy).onchip_copy_full_tile_bytes == 200.0
+    assert (retile + retile).hbm_retile_copy_bytes == 120.0
+    old = dataclasses.replace(RELAYOUT, params=dataclasses.replace(
+        RELAYOUT.params, onchip_full_tile_copy_bandwidth_bytes_per_s=None,
+        hbm_retile_copy_efficiency=0.0,
+    ))  # fmt: skip
+    assert old.onchip_s(copy) == 6.0 and old.hbm_s(retile) == 1.25
+
+
 def test_ideal_is_the_bare_roofline() -> None:
     ideal = ComputeModel(1e15, 1e12, IDEAL)
     w = Work(matmuls=(Matmul(3, 100, 7, 5),), hbm_bytes=10.0)
@@ -144,6 +183,17 @@ def test_the_table_is_checked(tmp_path: Path) -> None:
         "attention_efficiency": {"k": {"value": 0.5, "source": "s"}},
     }
     assert parse_compute_params(good, path).attention_eff == 0.5
+    measured = {
+        "vmem_kernel_overhead_s": {"value": 2e-8, "source": "s"},
+        "hbm_retile_copy_efficiency": {"value": 0.6, "source": "s"},
+        "onchip_full_tile_copy_bandwidth_bytes_per_s": {"value": 1.9e12, "source": "s"},
+    }
+    read = parse_compute_params({**good, **measured}, path)
+    assert (read.vmem_kernel_overhead_s, read.hbm_retile_copy_efficiency,
+            read.onchip_full_tile_copy_bandwidth_bytes_per_s) == (2e-8, 0.6, 1.9e12)  # fmt: skip
+    plain = parse_compute_params(good, path)  # absent: each prices as before it was measured
+    assert (plain.vmem_kernel_overhead_s, plain.hbm_retile_copy_efficiency,
+            plain.onchip_full_tile_copy_bandwidth_bytes_per_s) == (None, 0.0, None)  # fmt: skip
     assert parse_compute_params(None, path) == IDEAL
     bad_cases = [
         ({"matmul_efficiency": {"value": 0.0, "source": "s"}}, "efficiency in"),
@@ -152,6 +202,9 @@ def test_the_table_is_checked(tmp_path: Path) -> None:
         ({"hbm_efficiency": 0.8}, "value and its source"),
         ({"attention_kernel": {"value": "zz", "source": "s"}}, "not listed"),
         ({"attention_efficiency": {}}, "must list kernel versions"),
+        ({"vmem_kernel_overhead_s": {"value": -1e-8, "source": "s"}}, "must be >= 0"),
+        ({"hbm_retile_copy_efficiency": {"value": 3.0, "source": "s"}}, "efficiency in"),
+        ({"onchip_full_tile_copy_bandwidth_bytes_per_s": {"value": 0, "source": "s"}}, "> 0"),
     ]
     for change, message in bad_cases:
         with pytest.raises(TopologyError, match=message):

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from sim.chips import load_chip
-from sim.compute import Attention, compute_model_of, parse_compute_params
+from sim.compute import Attention, compute_model_of
+from sim.compute_table import parse_compute_params
 from sim.errors import TopologyError
 from sim.splash_tiles import BASE_TILE, SplashTiles, parse_splash_tiles, tile_problem
 from tests.sim.tables import compute_table

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sim.compute import ComputeModel, ComputeParams, Work, parse_compute_params
+from sim.compute import ComputeModel, ComputeParams, Work
+from sim.compute_table import parse_compute_params
 from sim.errors import TopologyError
 from sim.tile_gather import TileGather, parse_tile_gather
 from sim.topology import load_chip

@@ -5,6 +5,7 @@ priced not being the one compiled."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -136,13 +137,47 @@ ENTRY %e (p: bf16[1024,1024]) -> bf16[1024,1024] {
     assert (vmem_to_hbm.hbm_bytes, vmem_to_hbm.onchip_copy_bytes) == (size, size)
     model = load_chip("v5e").compute_model()
     p = model.params
-    # a relayout in VMEM runs at the measured copy rate, not at HBM's
+    # a relayout in VMEM runs at the measured rate of its tiles (8 rows both sides), not at
+    # HBM's, and pays a VMEM kernel's fixed cost
+    assert vmem_to_vmem.onchip_copy_full_tile_bytes == 2 * size
+    assert p.onchip_full_tile_copy_bandwidth_bytes_per_s and p.vmem_kernel_overhead_s
     assert model.time_s(vmem_to_vmem) == pytest.approx(
-        2 * size / p.onchip_copy_bandwidth_bytes_per_s + p.kernel_overhead_s
+        2 * size / p.onchip_full_tile_copy_bandwidth_bytes_per_s + p.vmem_kernel_overhead_s
     )
     # a generation without measured on-chip rates prices them as HBM bytes, as before
     v6e = load_chip("v6e").compute_model()
     assert v6e.hbm_s(vmem_to_vmem) == pytest.approx(v6e.hbm_s(Work(hbm_bytes=2 * size)))
+
+
+def test_relayouts_are_classed_by_the_tiles_they_cut() -> None:
+    """Between 8-row tiles: the full-tile on-chip rate; out of 2-row bf16 tiles into 8-row
+    ones in HBM: the retile rate; an f32 source, a result in VMEM or 8-row tiles cut into
+    2-row ones: neither (docs/simulator.md, "Kernels in VMEM and relayouts")."""
+    m = parse_module("""HloModule m
+ENTRY %e (p: bf16[8,1024,40], q: f32[8,1024,40]) -> bf16[8,1024,40] {
+  %p = bf16[8,1024,40]{2,1,0:T(2,128)(2,1)S(1)} parameter(0)
+  %q = f32[8,1024,40]{2,1,0:T(2,128)} parameter(1)
+  %retile = bf16[8,1024,40]{1,2,0:T(8,128)(2,1)} copy(%p)
+  %f32 = f32[8,1024,40]{1,2,0:T(8,128)} copy(%q)
+  %into_vmem = bf16[8,1024,40]{1,2,0:T(8,128)(2,1)S(1)} copy(%p)
+  %full = bf16[8,1024,40]{2,1,0:T(8,128)(2,1)S(1)} transpose(%into_vmem), dimensions={0,1,2}
+  ROOT %cut = bf16[8,1024,40]{1,2,0:T(2,128)(2,1)S(1)} copy(%full)
+}""")
+    costs = CostModel(m)
+    work = {i.name: costs.instruction(m.entry, i) for i in m.entry.instructions}
+    assert work["retile"].hbm_retile_copy_bytes == work["retile"].hbm_bytes > 0
+    for name in ("f32", "into_vmem", "full", "cut"):
+        assert work[name].hbm_retile_copy_bytes == 0, name
+    assert work["full"].onchip_copy_full_tile_bytes == work["full"].onchip_copy_bytes > 0
+    for name in ("retile", "f32", "into_vmem", "cut"):
+        assert work[name].onchip_copy_full_tile_bytes == 0, name
+    model = load_chip("v5e").compute_model()
+    p = model.params
+    # the retile streams slower than a plain HBM pass of its bytes: the chip measured so
+    plain = replace(work["retile"], hbm_retile_copy_bytes=0.0)
+    assert model.hbm_s(work["retile"]) == pytest.approx(
+        model.hbm_s(plain) * p.hbm_efficiency / p.hbm_retile_copy_efficiency
+    )
 
 
 def test_the_compiled_attention_kernel_is_the_one_priced(

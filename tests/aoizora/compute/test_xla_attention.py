@@ -68,6 +68,23 @@ def test_every_workload_step_is_priced_within_10_percent(steps: dict[str, Profil
     assert sum(abs(errors[n]) for n in TEST_ROWS) / len(TEST_ROWS) < 0.03
 
 
+def test_every_workload_category_is_within_10_percent(steps: dict[str, ProfiledStep]) -> None:
+    """Category by category (issue 40, item 4): every category of at least 1 % of the step
+    but the async waits within 10 % in all 18 programs (12 of 18 before kernels in VMEM
+    paid their own fixed cost and relayouts between 8-row tiles their own rate: element-wise
+    +15..+20 % on four, the input's transpose +10..+27 % on four). The rates were fitted
+    to five Wan steps, never to these. The async waits (1-3 % of two short steps) are a
+    copy queued behind the cross-program prefetch (docs/simulator.md, "Async copies")."""
+    for name, step in sorted(steps.items()):
+        e = explain(step.profile, step.module, op_prices(step.module, V5E.chip))
+        for c in e.categories():
+            if c.category in ("async", "collectives") or max(c.measured_s, c.predicted_s) < (
+                0.01 * e.step_s
+            ):
+                continue
+            assert abs(c.error_percent) <= 10.0, (name, c.category, c.error_percent)
+
+
 @pytest.mark.parametrize("row", sorted(SOFTMAX))
 def test_the_value_product_reads_its_probabilities_at_the_read_rate(row: str) -> None:
     """The attention-value matmul reads the f32 probabilities once and writes a bf16 output
