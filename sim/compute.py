@@ -193,6 +193,10 @@ class Work:
     # (row length, output elements) of each reduce-window spanning a whole row (a
     # softmax's row max as XLA lowers it; counted in other_flops as one op an element)
     row_windows: tuple[tuple[int, float], ...] = ()
+    # Whether those windows read f32 rows from HBM with XLA's sublane emitter (a compiled
+    # kernel's backend config says; True where unknown): alone in their kernel, only such
+    # windows cost row_window_stream_s beyond their bytes
+    row_window_f32_rows: bool = True
     # Of hbm_bytes, a matmul kernel's reads beyond its writes, each read once (its
     # pipelined operand windows): they stream at ComputeParams.hbm_read_efficiency
     hbm_read_excess_bytes: float = 0.0
@@ -226,6 +230,7 @@ class Work:
             self.onchip_copy_bytes + other.onchip_copy_bytes,
             self.onchip_copy_full_tile_bytes + other.onchip_copy_full_tile_bytes,
             self.row_windows + other.row_windows,
+            self.row_window_f32_rows or other.row_window_f32_rows,
             self.hbm_read_excess_bytes + other.hbm_read_excess_bytes,
             self.hbm_retile_copy_bytes + other.hbm_retile_copy_bytes,
             self.tile_gathers + other.tile_gathers,
@@ -454,10 +459,12 @@ class ComputeModel:
         (a tap costs more the longer the row: 21.9, 22.8 and 24.8 fs at 6,144, 7,168 and
         8,192 on v5e). Below that, a window in a kernel
         without a matmul (its rows read from HBM, not made in place by the score matmul)
+        that reads them as f32 with XLA's sublane emitter (``Work.row_window_f32_rows``)
         costs ``elements x row_window_stream_s``. v5e, measured: a softmax over rows of
-        6,144 and 8,192 f32 took 269 and 406 ps an element; over rows of 4,096 and 5,120,
-        alone in its kernel, 17.4 and 17.6 ps; fused with its matmul, 3-6 ps, the HBM
-        rate of the matmul's output (validation/README.md, section 10).
+        6,144 and 8,192 f32 took 269 and 406 ps an element; over rows of 3,072 to 5,120,
+        alone in its kernel reading f32 rows, 17.4-18.1 ps; fused with its matmul, 3-6 ps,
+        the HBM rate of the matmul's output; reading bf16 rows (the scores' convert fused
+        in) or lane-reduced, the rate of its bytes (validation/README.md, sections 10, 18).
 
         >>> m = ComputeModel(1.0, 1.0, ComputeParams(row_window_slow_from=100,
         ...                  row_window_tap_s=1.0, row_window_stream_s=0.5))
@@ -469,6 +476,8 @@ class ComputeModel:
         798.0
         >>> m.row_window_s(Work(matmuls=(Matmul(1, 1, 1, 1),), row_windows=((50, 4.0),)))
         0.0
+        >>> m.row_window_s(Work(row_windows=((50, 4.0),), row_window_f32_rows=False))
+        0.0
         """
         p = self.params
         total = 0.0
@@ -476,7 +485,7 @@ class ComputeModel:
             if n >= p.row_window_slow_from:
                 growth = (n / p.row_window_slow_from) ** p.row_window_tap_growth
                 total += elements * (2 * n - 1) * p.row_window_tap_s * growth
-            elif not work.matmuls:
+            elif not work.matmuls and work.row_window_f32_rows:
                 total += elements * p.row_window_stream_s
         return total
 

@@ -392,6 +392,39 @@ def _full_tiles(source: Shape, result: Shape) -> bool:
     return source.tile_rows == result.tile_rows == 8
 
 
+def _sublane_f32_rows(comp: Computation, backend_config: str, outputs: float) -> bool:
+    """Whether a fusion (calling ``comp``) with a whole-row reduce-window of ``outputs``
+    elements reads its rows as f32 from HBM with XLA's sublane emitter: its backend config
+    names ``EmitReduceWindowSublane`` and ``comp`` takes an f32 parameter in HBM at least
+    as large. On v5e only those ran slower than their bytes (17.4-18.1 ps an element over
+    rows of 3,072 to 5,120); with bf16 rows (the scores' convert fused in) or the lane
+    emitter, at the rate of their bytes (validation/README.md, section 18).
+
+    >>> from aoizora.hlo.text import parse_module
+    >>> m = parse_module('''HloModule m
+    ... %w (p: f32[8,64,64]) -> f32[8,64,64] {
+    ...   %p = f32[8,64,64]{1,2,0:T(8,128)} parameter(0)
+    ...   %z = f32[] constant(0)
+    ...   ROOT %r = f32[8,64,64]{1,2,0:T(8,128)} add(%p, %p)
+    ... }
+    ... ENTRY %e (s: f32[8,64,64]) -> f32[8,64,64] {
+    ...   ROOT %s = f32[8,64,64]{1,2,0:T(8,128)} parameter(0)
+    ... }''')
+    >>> sublane = '{"emitter":"EmitReduceWindowSublane"}'
+    >>> _sublane_f32_rows(m.computations["w"], sublane, 32768.0)
+    True
+    >>> _sublane_f32_rows(m.computations["w"], sublane.replace("Sublane", "Lane"), 32768.0)
+    False
+    """
+    if "EmitReduceWindowSublane" not in backend_config:
+        return False
+    return any(
+        i.opcode == "parameter" and i.shape.element_type == "f32" and not i.shape.memory_space
+        and i.shape.num_elements >= outputs
+        for i in comp.instructions
+    )  # fmt: skip
+
+
 def _retile(source: Shape, result: Shape) -> bool:
     """Whether a relayout writes 8-row tiles into HBM out of 2-row bf16 ones: on v5e those
     ran at 0.43-0.48e12 B/s in the Wan steps, not the stream's 0.67e12 (docs/simulator.md,
@@ -502,6 +535,11 @@ class CostModel:
             self.module, instr, param_read_bytes=summary.param_read_bytes,
             output_bytes=summary.output_bytes, once_bytes=int(work.hbm_bytes),
         )  # fmt: skip
+        if work.row_windows:
+            comp = self.module.computations[instr.attrs.get("calls", "").strip().lstrip("%")]
+            outputs = max(e for _, e in work.row_windows)
+            config = instr.attrs.get("backend_config", "")
+            work = replace(work, row_window_f32_rows=_sublane_f32_rows(comp, config, outputs))
         return work if traffic <= work.hbm_bytes else replace(work, hbm_bytes=traffic)
 
     def fusion(self, instr: Instruction) -> FusionSummary:
