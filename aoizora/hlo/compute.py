@@ -61,12 +61,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from aoizora.hlo.layouts import full_tiles, retile, sublane_f32_rows, tile_gather
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
 from aoizora.hlo.windows import window_traffic_bytes
 from sim.compute import Matmul, Work
 from sim.costs import ConvDim, conv_matmul
-from sim.tile_gather import Gather
 
 __all__ = [
     "COLLECTIVE_OPCODES",
@@ -351,95 +351,6 @@ def slice_read_bytes(source: Shape, instr: Instruction) -> int:
     return max(nbytes, stored * source.size_bytes // source.stored_bytes)
 
 
-def _tile_gather(comp: Computation, instr: Instruction, hbm_bytes: int) -> Gather | None:
-    """(its source in VMEM, its source's minor dimension a multiple of 512 elements, its
-    HBM bytes) when ``instr`` gathers 8-row tiles out of a bf16 array in 2-row tiles into
-    HBM -- a decoder's up-sampling doubling its rows (:mod:`sim.tile_gather`) -- else None.
-
-    >>> from aoizora.hlo.text import parse_module
-    >>> m = parse_module(\'\'\'HloModule m
-    ... ENTRY %e (p: bf16[4,60,2,104,384]) -> bf16[4,120,104,384] {
-    ...   %p = bf16[4,60,2,104,384]{4,2,1,3,0:T(2,128)(2,1)S(1)} parameter(0)
-    ...   ROOT %r = bf16[4,120,104,384]{3,1,2,0:T(8,128)(2,1)} reshape(%p)
-    ... }\'\'\')
-    >>> _tile_gather(m.entry, m.entry.by_name["r"], 19169280)
-    (True, False, 19169280)
-    """
-    source = comp.by_name[instr.operands[0]].shape
-    out = instr.shape
-    if (
-        source.element_type != "bf16"
-        or source.tile_rows != 2
-        or out.tile_rows < 8
-        or out.memory_space
-    ):
-        return None
-    aligned = source.dims[source.tiling[0][0]] % 512 == 0
-    return bool(source.memory_space), aligned, hbm_bytes
-
-
-def _full_tiles(source: Shape, result: Shape) -> bool:
-    """Whether a relayout moves 8-row tiles into 8-row tiles: on v5e those ran at 2.0e12 B/s
-    in VMEM wherever they were, the others at 0.7-1.3e12 (benchmarks/onchip_relayouts.py).
-
-    >>> from aoizora.hlo.shapes import parse_shape
-    >>> a = parse_shape("bf16[2,1024,768]{2,1,0:T(8,128)(2,1)}", 0)[0]
-    >>> b = parse_shape("bf16[2,1024,768]{1,2,0:T(8,128)(2,1)}", 0)[0]
-    >>> c = parse_shape("bf16[2,1024,768]{2,1,0:T(2,128)(2,1)}", 0)[0]
-    >>> _full_tiles(a, b), _full_tiles(c, b)
-    (True, False)
-    """
-    return source.tile_rows == result.tile_rows == 8
-
-
-def _sublane_f32_rows(comp: Computation, backend_config: str, outputs: float) -> bool:
-    """Whether a fusion (calling ``comp``) with a whole-row reduce-window of ``outputs``
-    elements reads its rows as f32 from HBM with XLA's sublane emitter: its backend config
-    names ``EmitReduceWindowSublane`` and ``comp`` takes an f32 parameter in HBM at least
-    as large. On v5e only those ran slower than their bytes (17.4-18.1 ps an element over
-    rows of 3,072 to 5,120); with bf16 rows (the scores' convert fused in) or the lane
-    emitter, at the rate of their bytes (validation/README.md, section 18).
-
-    >>> from aoizora.hlo.text import parse_module
-    >>> m = parse_module('''HloModule m
-    ... %w (p: f32[8,64,64]) -> f32[8,64,64] {
-    ...   %p = f32[8,64,64]{1,2,0:T(8,128)} parameter(0)
-    ...   %z = f32[] constant(0)
-    ...   ROOT %r = f32[8,64,64]{1,2,0:T(8,128)} add(%p, %p)
-    ... }
-    ... ENTRY %e (s: f32[8,64,64]) -> f32[8,64,64] {
-    ...   ROOT %s = f32[8,64,64]{1,2,0:T(8,128)} parameter(0)
-    ... }''')
-    >>> sublane = '{"emitter":"EmitReduceWindowSublane"}'
-    >>> _sublane_f32_rows(m.computations["w"], sublane, 32768.0)
-    True
-    >>> _sublane_f32_rows(m.computations["w"], sublane.replace("Sublane", "Lane"), 32768.0)
-    False
-    """
-    if "EmitReduceWindowSublane" not in backend_config:
-        return False
-    return any(
-        i.opcode == "parameter" and i.shape.element_type == "f32" and not i.shape.memory_space
-        and i.shape.num_elements >= outputs
-        for i in comp.instructions
-    )  # fmt: skip
-
-
-def _retile(source: Shape, result: Shape) -> bool:
-    """Whether a relayout writes 8-row tiles into HBM out of 2-row bf16 ones: on v5e those
-    ran at 0.43-0.48e12 B/s in the Wan steps, not the stream's 0.67e12 (docs/simulator.md,
-    "Kernels in VMEM and relayouts").
-
-    >>> from aoizora.hlo.shapes import parse_shape
-    >>> a = parse_shape("bf16[8,1024,40]{2,1,0:T(2,128)(2,1)}", 0)[0]
-    >>> b = parse_shape("bf16[8,1024,40]{1,2,0:T(8,128)(2,1)}", 0)[0]
-    >>> _retile(a, b), _retile(b, a)
-    (True, False)
-    """
-    return (source.element_type == "bf16" and source.tile_rows == 2 and result.tile_rows == 8
-            and not result.memory_space)  # fmt: skip
-
-
 def _split(shape: Shape, nbytes: int) -> tuple[int, int]:
     """``nbytes`` of the payload of an array of ``shape`` as the (HBM, on chip) bytes a
     kernel moves: the tiled footprint of that part (``stored_bytes / size_bytes`` of it;
@@ -512,15 +423,15 @@ class CostModel:
         onchip, hbm = sum(c for _, c in parts), sum(h for h, _ in parts)
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
         read, written = sum(h for h, _ in parts[:-1]), (parts[-1][0] if parts else 0)
-        gather = _tile_gather(comp, instr, hbm) if op == "reshape" else None
+        gather = tile_gather(comp, instr, hbm) if op == "reshape" else None
         moved = comp.by_name[instr.operands[0]].shape if relayout else None
-        full_tiles = moved is not None and _full_tiles(moved, instr.shape)
-        retile = moved is not None and _retile(moved, instr.shape)
+        full = moved is not None and full_tiles(moved, instr.shape)
+        retiled = moved is not None and retile(moved, instr.shape)
         return Work(
             matmuls=matmuls, other_flops=other, hbm_bytes=hbm,
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
-            onchip_copy_full_tile_bytes=onchip if full_tiles else 0,
-            hbm_retile_copy_bytes=hbm if retile else 0,
+            onchip_copy_full_tile_bytes=onchip if full else 0,
+            hbm_retile_copy_bytes=hbm if retiled else 0,
             row_windows=row_windows(instr),
             hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls),
             tile_gathers=() if gather is None else (gather,),
@@ -539,7 +450,7 @@ class CostModel:
             comp = self.module.computations[instr.attrs.get("calls", "").strip().lstrip("%")]
             outputs = max(e for _, e in work.row_windows)
             config = instr.attrs.get("backend_config", "")
-            work = replace(work, row_window_f32_rows=_sublane_f32_rows(comp, config, outputs))
+            work = replace(work, row_window_f32_rows=sublane_f32_rows(comp, config, outputs))
         return work if traffic <= work.hbm_bytes else replace(work, hbm_bytes=traffic)
 
     def fusion(self, instr: Instruction) -> FusionSummary:
