@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import glob
+import gzip
+import json
 import os
 import shutil
 import tempfile
@@ -15,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.errors import MeasureError
+from aoizora.hlo.profile import DeviceProfile, load_profile
 
-__all__ = ["capture_profile"]
+__all__ = ["capture_profile", "save_profiled_call"]
 
 
 def capture_profile(call: Callable[[], Any], *, executions: int, out: str | Path) -> Path:
@@ -39,3 +42,27 @@ def capture_profile(call: Callable[[], Any], *, executions: int, out: str | Path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(found[-1], target)
     return target
+
+
+def save_profiled_call(
+    call: Callable[[], Any],
+    *,
+    hlo_text: str,
+    module: str,
+    out: Path,
+    name: str,
+    executions: int = 3,
+) -> DeviceProfile:
+    """Profile ``call`` (a compiled program of HLO ``hlo_text``, module ``module``) over
+    ``executions`` runs and save ``out/<name>.hlo.txt.gz`` and ``out/<name>.ops.json.gz``
+    (gzip without a timestamp: the same run gives the same bytes), what
+    :func:`aoizora.hlo.profile.load_profile` and ``aoizora explain`` read back; the chip
+    experiments under validation/ write their kernels so."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.hlo.txt.gz").write_bytes(gzip.compress(hlo_text.encode(), mtime=0))
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = capture_profile(call, executions=executions, out=Path(tmp) / "t.xplane.pb")
+        profile = load_profile(trace, module=module)
+    data = json.dumps(profile.to_json_dict(), sort_keys=True).encode()
+    (out / f"{name}.ops.json.gz").write_bytes(gzip.compress(data, mtime=0))
+    return profile

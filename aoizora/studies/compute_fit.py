@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -249,24 +249,32 @@ def _hbm_only_s(model: ComputeModel, work: Work) -> float:
     return seconds + (retile / (rate * p.hbm_retile_copy_efficiency) if retile else 0.0)
 
 
-def _fit_retile(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
-    """(the HBM efficiency of the steps' relayouts out of 2-row bf16 tiles into 8-row ones
-    in HBM, how many): their bytes over their measured time less the kernel overhead."""
-    moved = seconds = 0.0
+def _copy_rate(
+    model: ComputeModel, ops: Sequence[_Op], moved: Callable[[Work], float], what: str
+) -> tuple[float, int]:
+    """(bytes a second, how many) of the steps' copies and transposes that move
+    ``moved(work)`` > 0 bytes of a kind: those bytes over their measured time less their
+    fixed cost as a kernel, summed over them; ``what`` names the kind in the error."""
+    total = seconds = 0.0
     n = 0
     for op in ops:
-        w = op.work
-        if op.category != "copy/transpose" or w.hbm_retile_copy_bytes <= 0:
+        nbytes = moved(op.work) if op.category == "copy/transpose" else 0.0
+        if nbytes <= 0:
             continue
-        moved += w.hbm_retile_copy_bytes / model.hbm_bandwidth_bytes_per_s * op.count
-        seconds += (op.seconds - model.overhead_s(w)) * op.count
+        total += nbytes * op.count
+        seconds += (op.seconds - model.overhead_s(op.work)) * op.count
         n += 1
     if n == 0 or seconds <= 0:
-        raise MeasureError(
-            "the profiled steps hold no copy out of 2-row bf16 tiles into 8-row ones in HBM: "
-            "cannot fit hbm_retile_copy_efficiency"
-        )
-    return moved / seconds, n
+        raise MeasureError(f"the profiled steps hold no copy {what}: cannot fit its rate")
+    return total / seconds, n
+
+
+def _fit_retile(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
+    """(the HBM efficiency of the steps' relayouts out of 2-row bf16 tiles into 8-row ones
+    in HBM, how many): module docstring, step 5."""
+    rate, n = _copy_rate(model, ops, lambda w: w.hbm_retile_copy_bytes,
+                         "out of 2-row bf16 tiles into 8-row ones in HBM")  # fmt: skip
+    return rate / model.hbm_bandwidth_bytes_per_s, n
 
 
 def _fit_matmul(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
@@ -339,22 +347,10 @@ def _fit_vmem_overhead(ops: Sequence[_Op]) -> tuple[float, int]:
 def _fit_full_tile_copies(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
     """(the rate of the steps' relayouts between 8-row tiles in VMEM, how many): module
     docstring, step 7."""
-    moved = seconds = 0.0
-    n = 0
-    for op in ops:
-        w = op.work
-        if (op.category != "copy/transpose" or w.hbm_bytes > 0
-                or w.onchip_copy_full_tile_bytes <= 0):  # fmt: skip
-            continue
-        moved += w.onchip_copy_full_tile_bytes * op.count
-        seconds += (op.seconds - model.overhead_s(w)) * op.count
-        n += 1
-    if n == 0 or seconds <= 0:
-        raise MeasureError(
-            "the profiled steps hold no copy between 8-row tiles in VMEM: cannot fit "
-            "onchip_full_tile_copy_bandwidth_bytes_per_s"
-        )
-    return moved / seconds, n
+    return _copy_rate(
+        model, ops, lambda w: 0.0 if w.hbm_bytes > 0 else w.onchip_copy_full_tile_bytes,
+        "between 8-row tiles in VMEM",
+    )  # fmt: skip
 
 
 _VMEM_SMALL_BYTES = 64 << 10

@@ -101,7 +101,8 @@ import json, sys
 import jax, jax.numpy as jnp
 from aoizora.hlo.text import parse_module
 from aoizora.hlo.profile import load_profile
-from aoizora.measure.capture import capture_profile
+import gzip, pathlib
+from aoizora.measure.capture import capture_profile, save_profiled_call
 f = jax.jit(lambda a, b: jnp.tanh(a @ b) + 1.0)
 a = jnp.ones((64, 64), jnp.float32)
 compiled = f.lower(a, a).compile()
@@ -109,8 +110,14 @@ trace = capture_profile(lambda: compiled(a, a), executions=2, out=sys.argv[1])
 module = parse_module(compiled.as_text())
 p = load_profile(trace, module=module.name, executions=2)
 names = sorted(i.name for c in module.computations.values() for i in c.instructions)
+out = pathlib.Path(sys.argv[1]).parent / "saved"
+saved = save_profiled_call(lambda: compiled(a, a), hlo_text=compiled.as_text(),
+                           module=module.name, out=out, name="k")
+again = load_profile(out / "k.ops.json.gz", module=module.name)
+same_hlo = gzip.decompress((out / "k.hlo.txt.gz").read_bytes()).decode() == compiled.as_text()
 print(json.dumps({"ops": sorted(o.name for o in p.ops), "names": names,
-                  "executions": len(p.executions_s)}))
+                  "executions": len(p.executions_s), "saved_round_trips": again == saved,
+                  "saved_ops": sorted(o.name for o in saved.ops), "same_hlo": same_hlo}))
 """
 
 
@@ -135,6 +142,9 @@ def test_a_cpu_capture_names_the_ops_of_the_compiled_module(tmp_path: Path) -> N
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["ops"] and set(got["ops"]) <= set(got["names"])
     assert got["executions"] == 2
+    # what the chip experiments save (save_profiled_call) reads back as it was profiled
+    assert got["saved_round_trips"] and got["same_hlo"]
+    assert got["saved_ops"] and set(got["saved_ops"]) <= set(got["names"])
 
 
 def test_unreadable_files_are_refused_by_name(tmp_path: Path) -> None:

@@ -14,10 +14,7 @@ row's length or because it reads f32 scores (validation/README.md, section 18).
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,8 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from aoizora.hlo.profile import load_profile
-from aoizora.measure.capture import capture_profile
+from aoizora.measure.capture import save_profiled_call
 
 LENGTHS = (1024, 2048, 2560, 3072, 4096)
 DTYPES = ("bf16", "f32")
@@ -48,13 +44,13 @@ def one(out: Path, n: int, dtype: str) -> str:
     s = jax.random.normal(jax.random.key(0), (2, 8, n, n), jnp.float32).astype(kind)
     v = jax.random.normal(jax.random.key(1), (2, n, 8, 128), jnp.float32).astype(jnp.bfloat16)
     compiled = jax.jit(fn).lower(s, v).compile()
-    (out / f"{name}.hlo.txt.gz").write_bytes(gzip.compress(compiled.as_text().encode(), mtime=0))
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "t.xplane.pb"
-        pb = capture_profile(lambda: compiled(s, v), executions=3, out=trace)
-        prof = load_profile(pb, module=f"jit_{name}")
-    data = json.dumps(prof.to_json_dict(), sort_keys=True).encode()
-    (out / f"{name}.ops.json.gz").write_bytes(gzip.compress(data, mtime=0))
+    prof = save_profiled_call(
+        lambda: compiled(s, v),
+        hlo_text=compiled.as_text(),
+        module=f"jit_{name}",
+        out=out,
+        name=name,
+    )
     top = sorted(prof.ops, key=lambda o: -o.per_step_s)[:4]
     return " ".join(f"{o.name}:{o.per_step_s * 1e3:.3f}ms" for o in top)
 

@@ -11,10 +11,7 @@ section 17). ``ONLY=text`` keeps the cases whose name holds it.
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,8 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from aoizora.hlo.profile import load_profile
-from aoizora.measure.capture import capture_profile
+from aoizora.measure.capture import save_profiled_call
 
 CASES = (
     (4, 120, 208, 384), (4, 92, 160, 384), (4, 120, 160, 384), (4, 80, 120, 384),
@@ -57,14 +53,13 @@ def one(out: Path, b: int, h: int, w: int, c: int) -> str:
     fn.__name__ = name  # the module is jit_<name>: the profile finds it by that
     x, k = _bf16(0, (b, h, w, c), 0.1), _bf16(1, (3, 3, c, c // 2), 0.02)
     compiled = jax.jit(fn).lower(x, k).compile()
-    hlo = gzip.compress(compiled.as_text().encode(), mtime=0)
-    (out / f"{name}.hlo.txt.gz").write_bytes(hlo)
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "t.xplane.pb"
-        pb = capture_profile(lambda: compiled(x, k), executions=3, out=trace)
-        prof = load_profile(pb, module=f"jit_{name}")
-    data = json.dumps(prof.to_json_dict(), sort_keys=True).encode()
-    (out / f"{name}.ops.json.gz").write_bytes(gzip.compress(data, mtime=0))
+    prof = save_profiled_call(
+        lambda: compiled(x, k),
+        hlo_text=compiled.as_text(),
+        module=f"jit_{name}",
+        out=out,
+        name=name,
+    )
     top = sorted(prof.ops, key=lambda o: -o.per_step_s)[:4]
     return " ".join(f"{o.name}:{o.per_step_s * 1e3:.3f}ms" for o in top)
 

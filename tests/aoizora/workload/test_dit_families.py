@@ -1,7 +1,7 @@
-"""examples/rope_dit.py, the third DiT family measured on a v5e chip (validation/v5e/heldout6
-and heldout7): its CI-size factory plans on v5e:1x1 with XLA attention under a scan over
-layers, and each measured plan names a spec that still builds the program it was planned
-from (what ``aoizora measure`` checks)."""
+"""The DiT families of examples/ measured on a v5e chip besides examples/dit_block.py:
+``cross_dit.py`` (validation/v5e/heldout4) and ``rope_dit.py`` (heldout6, heldout7). Each
+one's CI-size factory plans on v5e:1x1 with XLA attention, and each measured plan names a
+spec that still builds the program it was planned from (what ``aoizora measure`` checks)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,24 @@ from aoizora.workloads.factory import load_workload
 from sim.topology import load_slice
 
 ROOT = Path(__file__).resolve().parents[3]
+V5E = ROOT / "validation" / "v5e"
 PLANS = sorted(
-    p
-    for folder in ("heldout6", "heldout7")
-    for p in (ROOT / "validation" / "v5e" / folder / "plans").glob("rdit-*.json")
+    [*(V5E / "heldout4" / "plans").glob("xdit-*.json")]
+    + [
+        p
+        for folder in ("heldout6", "heldout7")
+        for p in (V5E / folder / "plans").glob("rdit-*.json")
+    ]
 )
 
 
-def test_the_small_rope_dit_plans_with_xla_attention_under_a_scan(
-    plan_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("example", ["cross_dit", "rope_dit"])
+def test_the_small_factory_plans_with_xla_attention(
+    example: str, plan_cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """rope_dit.py runs its layers under jax.lax.scan: a loop in the compiled step."""
     monkeypatch.chdir(ROOT)  # a --workload spec is a path from the current directory
-    workload = load_workload("examples/rope_dit.py:make_small")
+    workload = load_workload(f"examples/{example}.py:make_small")
     outcome = run_plan(workload, load_slice("v5e:1x1"), cache_dir=str(plan_cache_dir))
     assert outcome.winner.candidate.splash_blocks is None  # no Pallas kernel in the step
     memory = outcome.winner.compile.memory
@@ -34,7 +40,7 @@ def test_the_small_rope_dit_plans_with_xla_attention_under_a_scan(
     assert 0 < outcome.winner_q2_s < 1e-2
 
 
-@pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.parent.parent.name}-{p.stem}")
 def test_the_measured_plans_name_the_program_that_ran(
     plan: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
