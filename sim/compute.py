@@ -256,8 +256,8 @@ class ComputeParams:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
     # Measured on a chip where a table says so (absent: 0 / infinite, the bare roofline).
     kernel_overhead_s: float = 0.0
-    # The fixed cost of a kernel that moves no HBM byte (its operands and result in VMEM):
-    # no DMA pipeline to fill and drain (None: unmeasured, kernel_overhead_s)
+    # The fixed cost of a kernel without a matmul that moves no HBM byte (its operands and
+    # result in VMEM): no DMA pipeline to fill and drain (None: unmeasured, kernel_overhead_s)
     vmem_kernel_overhead_s: float | None = None
     onchip_bandwidth_bytes_per_s: float = math.inf
     onchip_copy_bandwidth_bytes_per_s: float = math.inf
