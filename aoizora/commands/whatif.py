@@ -153,6 +153,11 @@ def render_rows(rows: Any) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [
+        f"{r.spec}: the clip is left out: {note}"
+        for r in rows
+        if (note := getattr(r, "clip_left_out", None))
+    ]
     seen: dict[str, dict[str, Any]] = {}
     for r in rows:
         if r.compute_model is not None:

@@ -54,6 +54,8 @@ __all__ = [
     "VaeBaseline",
     "VaeChoice",
     "VaePlan",
+    "decode_sub_slice",
+    "no_legal_sharding",
     "rank_vae",
     "smallest_fitting_slice",
 ]
@@ -251,6 +253,8 @@ def _rank(workload: Workload, slice_: Slice, caches: PlanCaches | None, say: Pro
     legal = {c.id for c in space.legal}
     extra = [b.candidate for b in baselines if b.candidate.id not in legal]
     say(f"{workload.name} on {slice_.name}: {len(space.legal)} legal shardings, Stage 1 only")
+    if not space.legal:
+        raise no_legal_sharding(workload, slice_, space)
     sweep = _score(workload, [*space.legal, *extra], slice_, caches, say)
     ranking = rank_stage1(
         [e for e in sweep.estimates if e.candidate_id in legal], k=1,
@@ -259,9 +263,10 @@ def _rank(workload: Workload, slice_: Slice, caches: PlanCaches | None, say: Pro
     )  # fmt: skip
     if not ranking.kept:
         if not ranking.dropped_infeasible:
+            first = "; ".join(f"{cid}: {why}" for cid, why in sweep.failed[:1])
             raise PlanError(
-                f"Stage 1 failed for every sharding of {workload.name} on {slice_.name}: "
-                f"{sweep.failed[:1]}"
+                f"Stage 1 failed for every one of the {len(space.legal)} legal shardings of "
+                f"{workload.name} on {slice_.name} (first: {first or 'no estimate made'})"
             )
         cid, why = ranking.dropped_infeasible[0]
         fits = smallest_fitting_slice(workload, slice_, caches)
@@ -277,6 +282,57 @@ def _rank(workload: Workload, slice_: Slice, caches: PlanCaches | None, say: Pro
 _GROWTH_2D = ((1, 1), (2, 2), (2, 4), (4, 4), (4, 8), (8, 8), (8, 16), (16, 16))
 _GROWTH_3D = ((2, 2, 1), (2, 2, 2), (2, 2, 4), (2, 4, 4), (4, 4, 4))
 _GROWTH_TRIES = 3  # bigger slices Stage 1 looks at before it gives up
+# The 3D shapes a pod's sub-slice comes in beyond 4x4x4 (Cloud TPU docs: v5p, tpu7x).
+_POD_3D = ((4, 4, 8), (4, 8, 8), (8, 8, 8), (8, 8, 16), (8, 16, 16), (16, 16, 16))
+
+
+def _inside(shape: Sequence[int], slice_: Slice) -> bool:
+    """Whether a slice of ``shape`` is a smaller part of ``slice_``'s (dimensions sorted)."""
+    mine = sorted(slice_.shape)
+    return math.prod(shape) < slice_.num_chips and all(
+        a <= b for a, b in zip(sorted(shape), mine, strict=True)
+    )
+
+
+def decode_sub_slice(workload: Workload, slice_: Slice) -> str:
+    """What would plan ``workload`` when it has no legal sharding over ``slice_``'s
+    devices: the biggest sub-slice of its generation (:data:`_GROWTH_2D`, :data:`_GROWTH_3D`,
+    :data:`_POD_3D`) over whose devices it has one, said for the warning; ``""`` if none."""
+    shapes = _GROWTH_2D if len(slice_.shape) == 2 else (*_GROWTH_3D, *_POD_3D)
+    for shape in sorted((s for s in shapes if _inside(s, slice_)), key=math.prod, reverse=True):
+        name = f"{slice_.chip.generation}:{'x'.join(map(str, shape))}"
+        try:
+            other = load_slice(name)
+        except Exception:  # a shape this generation does not come in: try the next
+            continue
+        legal = enumerate_candidates(workload, other.num_devices).legal
+        if legal:
+            n = other.num_devices
+            return (
+                f"fewer devices would plan the decode: on a sub-slice such as {name} ({n} "
+                f"device{'s' if n > 1 else ''}) it has {len(legal)} legal sharding"
+                f"{'s' if len(legal) > 1 else ''} (e.g. {legal[-1].id})"
+            )
+    return ""
+
+
+def no_legal_sharding(workload: Workload, slice_: Slice, space: CandidateSpace) -> DoesNotFit:
+    """The error of a program none of whose shardings over ``slice_``'s devices is legal
+    (its dimensions do not split that many ways): the simplest rejection as the reason (a
+    dimension its devices do not divide, fewest reasons, shortest), and
+    :func:`decode_sub_slice` as what would plan it."""
+    simplest = min(
+        space.rejected,
+        key=lambda r: ("divisible" not in r.reason, len(r.reasons), len(r.reason)),
+        default=None,
+    )
+    example = "" if simplest is None else f" (e.g. {simplest.candidate.id}: {simplest.reason})"
+    return DoesNotFit(
+        f"{workload.name} has no legal sharding over the {slice_.num_devices} devices of "
+        f"{slice_.name}: none of its {len(space.rejected)} candidates splits its arrays "
+        f"evenly with every mesh axis used{example}",
+        fits=decode_sub_slice(workload, slice_),
+    )
 
 
 def smallest_fitting_slice(workload: Workload, slice_: Slice, caches: PlanCaches | None) -> str:

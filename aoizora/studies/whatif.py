@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aoizora.cache import JsonCache, links_key, plan_caches
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, DoesNotFit
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
 from aoizora.plan.clip_latency import ClipLatency
@@ -67,6 +67,7 @@ class WhatIfRow:
     latency: ClipLatency | None = None
     vae_winner: str | None = None
     memory: PlanMemory | None = None  # the winner's per-device HBM (its compiled analysis)
+    clip_left_out: str | None = None  # why the clip's VAE decode could not be planned here
 
     def speedup_over(self, name: str) -> float | None:
         """Baseline latency / winner latency (None when either is missing)."""
@@ -96,6 +97,7 @@ class WhatIfRow:
             "error": self.error,
             **({} if self.latency is None else self.latency.to_json()),
             **({} if self.vae_winner is None else {"vae_winner": self.vae_winner}),
+            **({} if self.clip_left_out is None else {"clip_left_out": self.clip_left_out}),
         }
 
 
@@ -149,6 +151,27 @@ def whatif_row(spec: str, outcome: PlanOutcome, *, cache: JsonCache | None = Non
     )
 
 
+def _with_clip(
+    row: WhatIfRow,
+    outcome: PlanOutcome,
+    say: Progress,
+    *,
+    cache_dir: str | None,
+    clip: Mapping[str, Any],
+    **options: Any,
+) -> WhatIfRow:
+    """``row`` with the whole clip's latency; with ``clip_left_out`` instead when the VAE
+    decode cannot be planned on the slice (no legal sharding, none fits): the step's row
+    stays, as ``aoizora plan`` keeps the step's plan."""
+    try:
+        cp = plan_clip(outcome, cache_dir=cache_dir, progress=say, **options, **clip)
+    except DoesNotFit as exc:
+        note = f"{exc}{f'; {exc.fits}' if exc.fits else ''}"
+        say(f"== what-if {row.spec}: the clip is left out: {note}")
+        return replace(row, clip_left_out=note)
+    return replace(row, latency=cp.latency, vae_winner=cp.vae.winner.candidate.id)
+
+
 def run_whatif(
     workload: Workload,
     slices: Sequence[Slice],
@@ -188,10 +211,8 @@ def run_whatif(
             links = plan_caches(cache_dir).links if cache_dir is not None else None
             row = whatif_row(spec, outcome, cache=links)
             if clip is not None:
-                cp = plan_clip(outcome, cache_dir=cache_dir, progress=progress,
-                               max_placements=max_placements, **dict(plan_options or {}),
-                               **clip)  # fmt: skip
-                row = replace(row, latency=cp.latency, vae_winner=cp.vae.winner.candidate.id)
+                options = dict(plan_options or {}, max_placements=max_placements)
+                row = _with_clip(row, outcome, say, cache_dir=cache_dir, clip=clip, **options)
             rows.append(row)
         except (AoizoraError, SimError) as exc:
             say(f"== what-if {spec}: failed: {exc}")

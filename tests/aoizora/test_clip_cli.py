@@ -186,3 +186,39 @@ def test_a_vae_that_fits_nowhere_keeps_the_step_and_says_what_would_fit(
     assert all(a.memory is not None and a.memory.fits for a in plan.alternatives)
     compiled = [c for c in s["candidates"] if c["compiled"]]
     assert compiled and all(c["memory"]["source"] == "compiled" for c in compiled)
+
+
+@pytest.mark.slow
+def test_a_vae_with_no_legal_sharding_keeps_the_step_in_plan_and_whatif(
+    plan_cache_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A decoder whose latent (9x9: a 72x72 clip) the slice's 4 devices split no way, as
+    wan2.1-vae's 90x160 on a 512-device v5p pod: ``plan`` keeps the step (exit 0) and
+    says in one warning line why the clip is left out and which sub-slice would plan the
+    decode; ``whatif --clip`` keeps the step's row and says the same in it."""
+    import aoizora.request.clip_plan as clip_plan
+    from aoizora.workloads.clip import Clip
+    from aoizora.workloads.vae import vae_workload
+
+    monkeypatch.setattr(
+        clip_plan, "vae_for", lambda _wl, chunk=1: vae_workload("vae-tiny", Clip(72, 72, 9))
+    )
+    out = tmp_path / "plan.json"
+    cache = ["--cache-dir", str(plan_cache_dir), "--top-k", "2"]
+    code, text, err = _run(capsys, "plan", *CLIP, "--slice", "v5e:2x2", *cache, "--json",
+                           "--out", str(out))  # fmt: skip
+    assert code == 0, err[-2000:]
+    warning = [ln for ln in err.splitlines() if "the clip is left out" in ln]
+    assert len(warning) == 1 and "Traceback" not in err, err[-3000:]
+    assert "vae-tiny@72x72x9 has no legal sharding over the 4 devices of v5e:2x2" in warning[0]
+    assert "a sub-slice such as v5e:1x1 (1 device)" in warning[0] and "()" not in warning[0]
+    s = json.loads(text)
+    assert "vae" not in s and s["winner"]["candidate"]  # the step's plan, as --no-clip
+    assert load_plan(out).vae is None
+    code, text, err = _run(capsys, "whatif", *CLIP, "--slices", "v5e:2x2", "--clip", "--json",
+                           *cache)  # fmt: skip
+    assert code == 0, err[-2000:]
+    (row,) = json.loads(text)
+    assert row["error"] is None and row["step_s"] == s["winner"]["q2_s"]
+    assert "clip_s" not in row and "v5e:1x1" in row["clip_left_out"]

@@ -188,3 +188,31 @@ def test_a_vae_at_another_chunk_is_compiled_for_its_figure(
     assert any("vae_decode_chunk 2" in line and "compiling" in line for line in said), said
     one = rank_vae(_tiny_vae(), load_slice(SLICE), cache_dir=cache_dir)
     assert one.source == "stage1" and one.compiled_ids == ()  # chunk 1: Stage 1's figure
+
+
+@pytest.mark.parametrize(
+    ("pod", "sub"), [("v5p:4x4x8", "v5p:4x4x4"), ("tpu7x:4x4x4", "tpu7x:2x4x4")]
+)
+def test_a_vae_with_no_legal_sharding_on_a_3d_pod_says_why_and_which_sub_slice(
+    pod: str, sub: str
+) -> None:
+    """vae-tiny@64x64x9's latent is 8x8: 128 devices (tpu7x: 2 a chip) split it no way.
+    The error is the reason, never Stage 1's empty list of failures, and names the
+    biggest sub-slice of the pod whose devices the decoder does split."""
+    from aoizora.candidates.space import enumerate_candidates
+    from aoizora.request.vae_rank import decode_sub_slice
+
+    vae, s = _tiny_vae(), load_slice(pod)
+    assert s.num_devices == 128 and not enumerate_candidates(vae, s.num_devices).legal
+    with pytest.raises(DoesNotFit) as got:
+        rank_vae(vae, s)
+    message = str(got.value)
+    assert "()" not in message and "\n" not in message
+    assert f"no legal sharding over the 128 devices of {pod}" in message
+    assert "is not divisible by its sharding degree" in message  # a real reason, by example
+    assert got.value.fits == decode_sub_slice(vae, s) and f"such as {sub} (64 devices)" in (
+        got.value.fits
+    )
+    # what it names plans: the sub-slice's devices have a legal sharding, the pod's half not
+    assert enumerate_candidates(vae, load_slice(sub).num_devices).legal
+    assert not enumerate_candidates(vae, 2 * load_slice(sub).num_devices).legal
