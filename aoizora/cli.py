@@ -4,7 +4,9 @@ Each command module exposes ``register(subparsers)``, which adds its parser and
 sets ``func`` to a callable taking the parsed namespace and returning an exit
 code. Errors of the :class:`~aoizora.errors.AoizoraError` family (and the
 simulator's :class:`~sim.errors.SimError`) become one line on stderr and exit
-code 2; anything else is a bug and keeps its traceback.
+code 2 (3 for a :class:`~aoizora.errors.ResourceError`: a worker that died, a memory
+bound); so does a ``MemoryError`` of this process, with exit code 3, naming the phase
+it ran out in. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, ResourceError
 from aoizora.interrupts import Interrupted, finished, install_handlers
+from aoizora.resources import out_of_memory_line
 from sim.errors import SimError
 
 __all__ = [
@@ -137,7 +140,10 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool | None = None) -
     except (AoizoraError, SimError) as exc:
         # One line, whatever the message holds (a user's exception may span several).
         print(f"aoizora {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)
+    except MemoryError as exc:  # this process's own allocation failed (e.g. ulimit -v)
+        print(f"aoizora {command}: error: {out_of_memory_line(exc)}", file=sys.stderr)
+        return ResourceError.exit_code
     except Interrupted as exc:
         finished(exc.signum)
         return exc.exit_code

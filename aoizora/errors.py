@@ -1,7 +1,8 @@
 """The planner's one error hierarchy.
 
 Every error raised on bad user input is an :class:`AoizoraError`; the CLI turns
-them into one clear line on stderr and exit code 2.
+them into one clear line on stderr and exit code 2 -- 3 for a :class:`ResourceError`
+(the machine's memory or a worker process gave out, not the input).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ __all__ = [
     "PlacementError",
     "PlanError",
     "DoesNotFit",
+    "ResourceError",
+    "WorkerDied",
     "ServingError",
     "ValidationError",
 ]
@@ -24,6 +27,20 @@ __all__ = [
 
 class AoizoraError(Exception):
     """Base class of every error the planner raises on bad input."""
+
+    exit_code = 2  # what the CLI exits with
+
+
+class ResourceError(AoizoraError):
+    """The machine gave out, not the input: a phase would exceed the memory bound, or a
+    worker process died. The message names the phase, the slice and what to change."""
+
+    exit_code = 3
+
+
+class WorkerDied(ResourceError):
+    """A worker process of a fan-out pool died (a signal, e.g. the kernel's OOM killer's
+    SIGKILL; an exit; a MemoryError) before it returned its task's result."""
 
 
 class HloParseError(AoizoraError):

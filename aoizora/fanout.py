@@ -31,7 +31,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -39,12 +40,15 @@ import cloudpickle
 
 from aoizora.errors import AoizoraError
 from aoizora.interrupts import deferred, on_hard_exit, reassert_handlers, worker_start
+from aoizora.resources import worker_death
 from sim.engine import note_core_fallback
 
 __all__ = ["FanOut", "default_workers", "fan_out"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_DEATH_WAIT_S = 2.0  # how long a broken pool's worker is waited for, for its exit code
 
 
 def default_workers() -> int:
@@ -113,7 +117,7 @@ class FanOut:
         if self._ray is not None:
             refs = [self._remote.remote(cloudpickle.dumps((fn, item))) for item in items]
             for ref in refs:
-                yield cloudpickle.loads(self._ray.get(ref))
+                yield cloudpickle.loads(self._ray_result(ref))
         elif self._pool is None or len(items) == 1:
             for item in items:
                 yield fn(item)
@@ -124,8 +128,44 @@ class FanOut:
             payloads = [cloudpickle.dumps((fn, item)) for item in items]
             with deferred():  # a submit may start a worker: never leave one half-started
                 futures = [self._pool.submit(_run_pickled, p) for p in payloads]
+            del payloads  # the pool holds its own copies until each task is sent
             for future in futures:
-                yield cloudpickle.loads(future.result())
+                yield cloudpickle.loads(self._result(future))
+
+    def _result(self, future: Future[bytes]) -> bytes:
+        """A pool task's result; a worker that died (a signal, an exit, a MemoryError)
+        is :class:`~aoizora.errors.WorkerDied` in one line, not a traceback."""
+        try:
+            return future.result()
+        except BrokenProcessPool:
+            raise worker_death(self._exitcodes()) from None
+        except MemoryError:
+            raise worker_death(memory_error=True) from None
+
+    def _exitcodes(self) -> list[int | None]:
+        """The pool's workers' exit codes (None: still running), each waited for briefly:
+        the pool is broken and ends them itself."""
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        for proc in processes:
+            with contextlib.suppress(Exception):
+                proc.join(_DEATH_WAIT_S)
+        return [getattr(proc, "exitcode", None) for proc in processes]
+
+    def _ray_result(self, ref: Any) -> bytes:
+        """:meth:`_result` on Ray: a crashed worker or node, or a task out of memory."""
+        exceptions = self._ray.exceptions
+        died = tuple(
+            getattr(exceptions, n)
+            for n in ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError")
+            if hasattr(exceptions, n)
+        )
+        try:
+            return bytes(self._ray.get(ref))
+        except MemoryError:  # a task's MemoryError comes back as one (RayTaskError)
+            raise worker_death(memory_error=True) from None
+        except died as exc:
+            first = str(exc).strip().splitlines()[:1]
+            raise worker_death(how=f"{type(exc).__name__}: {' '.join(first)[:200]}") from None
 
     def kill(self) -> None:
         """Kill the pool's workers now (their running tasks are lost, never half-written:

@@ -61,8 +61,10 @@ __all__ = [
     "on_hard_exit",
     "pause_point",
     "phase",
+    "phase_of",
     "quiet_libtpu",
     "reassert_handlers",
+    "resume_note",
     "set_resume_note",
     "worker_start",
 ]
@@ -115,12 +117,21 @@ _state = _State()
 
 @contextlib.contextmanager
 def phase(what: str) -> Iterator[None]:
-    """Name what runs inside the block (``"Stage 1 on v5e:2x2"``) for the interrupt line."""
+    """Name what runs inside the block (``"Stage 1 on v5e:2x2"``) for the interrupt line;
+    an error leaving it keeps the innermost phase it left (:func:`phase_of`)."""
     before, _state.phase = _state.phase, what
     try:
         yield
+    except Exception as exc:
+        if not hasattr(exc, _PHASE_ATTR):
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(exc, _PHASE_ATTR, what)
+        raise
     finally:
         _state.phase = before
+
+
+_PHASE_ATTR = "aoizora_phase"  # where phase() marks an error that left it
 
 
 def current_phase() -> str:
@@ -128,10 +139,28 @@ def current_phase() -> str:
     return _state.phase
 
 
+def phase_of(exc: BaseException) -> str:
+    """The innermost phase ``exc`` was raised in (the current phase if none).
+
+    >>> try:
+    ...     with phase("Stage 1 on v5p:8x8x8"):
+    ...         raise MemoryError
+    ... except MemoryError as exc:
+    ...     phase_of(exc)
+    'Stage 1 on v5p:8x8x8'
+    """
+    return str(getattr(exc, _PHASE_ATTR, None) or _state.phase)
+
+
 def set_resume_note(note: str) -> None:
     """What the interrupt line says about finished work, e.g. ``"finished work is cached
     in ~/.cache/aoizora and a rerun resumes from it"``."""
     _state.resume_note = note
+
+
+def resume_note() -> str:
+    """What :func:`set_resume_note` last said about finished work (a default before)."""
+    return _state.resume_note
 
 
 def interrupted_line(signum: int) -> str:

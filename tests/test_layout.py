@@ -35,6 +35,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "aoizora.errors",
         "aoizora.metrics",
         "aoizora.interrupts",
+        "aoizora.resources",
         "aoizora.atomic",
         "aoizora.cache",
         "aoizora.fanout",

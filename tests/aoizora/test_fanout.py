@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, WorkerDied
 from aoizora.fanout import default_workers, fan_out
 from aoizora.hlo.graph import graph_from_text
+from aoizora.interrupts import phase
 from aoizora.placement.space import PlacementSpace
 from aoizora.planner import PlanOutcome, run_plan
 from aoizora.rank.evaluate import BatchEvaluator, Program
@@ -154,3 +157,114 @@ def test_the_evaluator_fans_out_only_batches_worth_a_worker() -> None:
     got = BatchEvaluator([program], s, pool=eager, fanout_min_s=0.0)(leaves)  # type: ignore[arg-type]
     assert got == serial
     assert eager.items == len(leaves) - 1  # the first replay, here, timed the program
+
+
+def _die_by_sigkill(x: int) -> int:
+    if x == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def _die_by_exit(x: int) -> int:
+    if x == 1:
+        os._exit(7)
+    return x
+
+
+def _run_out_of_memory(x: int) -> int:
+    if x == 1:
+        raise MemoryError
+    return x
+
+
+@pytest.mark.parametrize(
+    ("task", "how"),
+    [
+        (_die_by_sigkill, "killed by SIGKILL (what the kernel's OOM killer sends"),
+        (_die_by_exit, "exit status 7"),
+        (_run_out_of_memory, "it ran out of memory (MemoryError)"),
+    ],
+)
+def test_a_worker_that_dies_is_one_error_naming_the_phase_and_how(
+    task: Callable[[int], int], how: str
+) -> None:
+    """A pool worker killed by a signal (the OOM killer's SIGKILL), exiting, or raising
+    MemoryError ends the map in a WorkerDied (exit code 3 in the CLI) that names the
+    phase (and so the slice), how the worker ended and what to change."""
+    with (
+        pytest.raises(WorkerDied) as got,
+        phase("Stage 1 on v5p:8x8x8"),
+        fan_out(workers=2) as pool,
+    ):
+        pool.map(task, [0, 1, 2, 3])
+    message = str(got.value)
+    assert message.startswith("a worker process died during Stage 1 on v5p:8x8x8: ")
+    assert how in message and "--workers" in message and "\n" not in message
+    assert got.value.exit_code == 3
+
+
+# Loaded first by every Python process of the command (the planner and each spawned
+# worker): a Stage-1 worker dies, as one the kernel's OOM killer ends or out of memory.
+_DYING_WORKER = """
+import os
+
+if os.environ.get("AOIZORA_TEST_WORKER_DIES"):
+    import aoizora.stage1.sweep as _sweep
+
+    _real = _sweep._score_chunk
+
+    def _dying(task):
+        import multiprocessing
+        import signal
+
+        if multiprocessing.parent_process() is not None:  # a pool worker, not the planner
+            if os.environ["AOIZORA_TEST_WORKER_DIES"] == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise MemoryError
+        return _real(task)
+
+    _sweep._score_chunk = _dying
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "how"),
+    [("sigkill", "killed by SIGKILL (what the kernel's OOM killer"), ("memory", "MemoryError")],
+)
+def test_a_plan_whose_worker_dies_ends_in_one_line_with_exit_code_3(
+    mode: str, how: str, tmp_path: Path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(_DYING_WORKER)
+    env = child_env(tmp_path, AOIZORA_TEST_WORKER_DIES=mode)
+    proc = subprocess.run(
+        [sys.executable, "-m", "aoizora", "plan", "--model", MODEL, "--resolution", "64x64",
+         "--frames", "9", "--slice", "v5e:2x2", "--no-clip", "--workers", "2", "--quiet",
+         "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "plan.json")],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("aoizora plan: error: a worker process died during Stage 1 on v5e:2x2")
+    assert how in line and "--workers" in line and "a rerun resumes" in line
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_memory_error_in_the_planner_itself_is_one_line_naming_the_phase(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import aoizora.planner
+    from aoizora.cli import main
+
+    def out_of_memory(*_args: object, **_kwargs: object) -> None:
+        with phase("the placement search on v5e:2x2"):
+            raise MemoryError
+
+    monkeypatch.setattr(aoizora.planner, "run_plan", out_of_memory)
+    code = main(["plan", "--model", MODEL, "--resolution", "64x64", "--frames", "9",
+                 "--slice", "v5e:2x2", "--no-clip", "--quiet"])  # fmt: skip
+    [line] = capsys.readouterr().err.splitlines()
+    assert code == 3
+    assert line.startswith(
+        "aoizora plan: error: out of memory during the placement search on v5e:2x2"
+    )
