@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from aoizora.errors import AoizoraError, ResourceError
 from aoizora.interrupts import Interrupted, finished, install_handlers
 from aoizora.resources import out_of_memory_line
+from aoizora.software import version_line
 from sim.errors import SimError
 
 __all__ = [
@@ -106,6 +107,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             "Topology-aware auto-parallel planning for diffusion transformers on TPU slices."
         ),
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=version_line(),
+        help="print the version (and the commit it was built from) and exit",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in COMMANDS if only is None else (only,):
@@ -129,6 +136,9 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool | None = None) -
     signal handling is left alone."""
     as_program = argv is None if as_program is None else as_program
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # without the parser, which imports every command
+        print(version_line())
+        return 0
     command = _named_command(argv)
     if as_program:  # first thing, before jax or libtpu start (libtpu installs its own)
         install_handlers(f"aoizora {command or ''}".strip())

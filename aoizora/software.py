@@ -5,8 +5,12 @@
   unpacked ``git archive`` with no ``.git``), else the installed distribution's; ``None``
   when neither says.
 * :func:`aoizora_commit` -- the checkout's git commit (12 hex digits, ``+dirty`` when a
-  tracked file is modified), ``None`` for an installed copy, an unpacked archive, or
-  without git: rows then say "no commit" (:mod:`aoizora.measure.environment`).
+  tracked file is modified); for an installed copy, the commit its wheel or sdist was built
+  from (``aoizora/_build_commit.txt``, written by setup.py), so a plan or row made with it
+  says the same as one made in that checkout; ``None`` for an unpacked archive, a package
+  built without git, or without git here: rows then say "no commit"
+  (:mod:`aoizora.measure.environment`).
+* :func:`version_line` -- what ``aoizora --version`` prints: the version and that commit.
 * :data:`PINNED` -- the versions ``pyproject.toml`` pins (a test keeps them equal): compiled
   HLO text, and so every prediction, is checked against these.
 * :func:`version_drift` / :func:`warn_version_drift` -- one line naming the packages whose
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import re
 import subprocess
 import sys
 import tomllib
@@ -32,12 +37,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
+    "BUILD_COMMIT_FILE",
     "PINNED",
     "TRACKED",
     "aoizora_commit",
     "aoizora_version",
     "running_versions",
     "version_drift",
+    "version_line",
     "warn_version_drift",
 ]
 
@@ -47,6 +54,10 @@ PINNED: Mapping[str, str] = {"jax": "0.10.2", "jaxlib": "0.10.2", "libtpu": "0.0
 TRACKED: tuple[str, ...] = ("jax", "jaxlib", "libtpu")
 _GIT_TIMEOUT_S = 10.0
 _SHORT = 12  # hex digits of a commit: unique in any repository of this size
+# The commit a built package records (setup.py writes it; a checkout has none).
+BUILD_COMMIT_FILE = "_build_commit.txt"
+_BUILD_COMMIT = Path(__file__).with_name(BUILD_COMMIT_FILE)
+_COMMIT = re.compile(r"[0-9a-f]{7,40}(\+dirty)?")  # as a plan's provenance.aoizora_commit
 
 
 def _root() -> Path:
@@ -105,18 +116,40 @@ def _git(root: Path, *args: str) -> str | None:
 
 @functools.cache
 def aoizora_commit() -> str | None:
-    """The checkout's commit, ``+dirty`` when tracked files differ from it (module docstring).
+    """The checkout's commit, ``+dirty`` when tracked files differ from it; outside a
+    checkout, the one a built package recorded (module docstring).
 
     A plan or row made from a modified tree says so: its numbers may not be the commit's.
     """
     root = _checkout()
     if root is None:
-        return None
+        return _recorded_commit()
     commit = _git(root, "rev-parse", "HEAD")
     if not commit:
         return None
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
     return commit[:_SHORT] + ("+dirty" if status else "")
+
+
+def _recorded_commit() -> str | None:
+    """The commit setup.py recorded in a built package, ``None`` when it recorded none (or
+    the file is not a commit: a damaged install claims nothing)."""
+    try:
+        text = _BUILD_COMMIT.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if _COMMIT.fullmatch(text) else None
+
+
+def version_line() -> str:
+    """``aoizora --version``: the version, and the commit when one is known.
+
+    >>> version_line().startswith("aoizora ")
+    True
+    """
+    line = f"aoizora {aoizora_version() or 'unknown version'}"
+    commit = aoizora_commit()
+    return f"{line} (commit {commit})" if commit is not None else line
 
 
 def running_versions() -> dict[str, str | None]:

@@ -3,8 +3,8 @@
 The measurement format's ``hardware``, ``software``, ``software_date`` and ``source``
 columns (docs/validation.md) hold, for a row of ``aoizora measure``: the device kind
 and count, the number of hosts and the slice; the jax, jaxlib, libtpu and AoiZora
-versions (with the git commit when AoiZora runs from a checkout, else "no commit": an
-installed copy or an unpacked archive); the date of the run
+versions (with the git commit when AoiZora runs from a checkout or was built from one,
+else "no commit": an unpacked archive); the date of the run
 (UTC); and the plan file with its SHA-256. A dry run on host CPU devices starts its
 ``hardware`` with ``cpu`` -- the rule by which
 ``aoizora validate`` and ``aoizora calibrate`` refuse such rows

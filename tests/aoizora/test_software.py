@@ -68,11 +68,26 @@ def test_the_commit_is_the_checkouts() -> None:
         assert not commit.endswith("+dirty")
 
 
-def test_an_installed_copy_claims_no_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_installed_copy_claims_the_commit_it_was_built_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """setup.py records the commit in a built package; none recorded (or not a commit: a
+    damaged install) claims none."""
     monkeypatch.setattr(software, "_checkout", lambda: None)
-    software.aoizora_commit.cache_clear()
+    recorded = tmp_path / software.BUILD_COMMIT_FILE
+    monkeypatch.setattr(software, "_BUILD_COMMIT", recorded)
+
+    def commit() -> str | None:
+        software.aoizora_commit.cache_clear()
+        return aoizora_commit()
+
     try:
-        assert aoizora_commit() is None
+        assert commit() is None
+        recorded.write_text("032b454e1f0a+dirty\n", encoding="utf-8")
+        assert commit() == "032b454e1f0a+dirty"
+        assert software.version_line().endswith(" (commit 032b454e1f0a+dirty)")
+        recorded.write_text("not a commit\n", encoding="utf-8")
+        assert commit() is None
     finally:
         software.aoizora_commit.cache_clear()
 
