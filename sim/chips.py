@@ -6,9 +6,11 @@ from the generation's topology file with a ``source`` beside every number.
 :mod:`sim.topology` builds slices of them.
 
 Files are looked up in ``$AOIZORA_TOPOLOGIES_DIR`` first (e.g. a directory of
-calibrated files, ``aoizora ... --topology-dir DIR``), then in the shipped
-``topologies/`` beside the ``sim`` package: a directory that holds only
-``tpu7x.toml`` overrides Ironwood and leaves every other generation shipped.
+calibrated files, ``aoizora ... --topology-dir DIR``), then in the shipped files
+(:func:`shipped_topologies_dir`): the top-level ``topologies/`` of the source tree the
+``sim`` package is imported from (a checkout, an editable install), else the copy an
+installed wheel carries in ``sim/_topologies/`` (setup.py puts it there). A directory that
+holds only ``tpu7x.toml`` overrides Ironwood and leaves every other generation shipped.
 
 >>> c = load_chip("v5e")
 >>> c.ports, c.num_dims, c.link_bandwidth_bytes_per_s, c.devices_per_chip
@@ -23,6 +25,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +36,12 @@ from sim.errors import TopologyError
 
 __all__ = ["Chip", "generations", "load_chip", "shipped_topologies_dir", "topologies_dir"]
 
-# Environment override for the data directory (e.g. an installed wheel that
-# ships topologies elsewhere). A source checkout and an editable install find
-# the files next to the ``sim`` package without it.
+# Environment override for the data directory (e.g. calibrated files). A source checkout,
+# an editable install and an installed wheel find the shipped files without it.
 _TOPOLOGIES_ENV = "AOIZORA_TOPOLOGIES_DIR"
+# The folder inside the ``sim`` package where a built package carries the top-level
+# topologies/ (setup.py copies it there at build time; git holds only topologies/).
+_PACKAGED_TOPOLOGIES = "_topologies"
 _WRAP_KINDS = ("full_axis", "cube_multiple")
 
 
@@ -139,14 +144,21 @@ class Chip:
 
 
 def shipped_topologies_dir() -> Path:
-    """``topologies/`` beside the ``sim`` package (a source checkout or an editable install)."""
-    path = Path(__file__).resolve().parent.parent / "topologies"
-    if not path.is_dir():
-        raise TopologyError(
-            f"chip data directory {str(path)!r} not found; run from a source checkout "
-            f"or an editable install (pip install -e .), or set ${_TOPOLOGIES_ENV}"
-        )
-    return path
+    """The shipped chip files: ``topologies/`` of the source tree above the ``sim`` package
+    (a checkout, an editable install), else the installed package's ``sim/_topologies/``."""
+    root = Path(__file__).resolve().parent.parent
+    tree = root / "topologies"
+    if tree.is_dir() and (root / "pyproject.toml").is_file():
+        return tree
+    packaged = Path(str(resources.files(__package__ or "sim") / _PACKAGED_TOPOLOGIES))
+    if packaged.is_dir():
+        return packaged
+    raise TopologyError(
+        f"chip data directory not found: neither {str(tree)!r} (a source tree's) nor "
+        f"{str(packaged)!r} (an installed package's) exists; the package must ship its "
+        f"topologies/: reinstall it (e.g. pip install --force-reinstall aoizora), run from a "
+        f"checkout, or set ${_TOPOLOGIES_ENV} to a folder of <generation>.toml files"
+    )
 
 
 def _override_dir() -> Path | None:

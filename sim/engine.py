@@ -74,7 +74,8 @@ CORES = ("compiled", "python")
 _CORE_VERSION = 3
 _REBUILD = (
     "to build it, install a C compiler and the Python headers (e.g. `apt-get install gcc "
-    "python3-dev`) and run `make core` in the repository (or `pip install -e .`)"
+    "python3-dev`) and run `make core` in the repository (or `pip install -e .`); an "
+    "installed package: `pip install --force-reinstall --no-deps --no-binary aoizora aoizora`"
 )
 # The fallback's one line goes to the "sim" logger: without logging set up,
 # Python prints it alone on stderr. Once per process, and not again in the
