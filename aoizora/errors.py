@@ -22,6 +22,7 @@ __all__ = [
     "WorkerDied",
     "ServingError",
     "ValidationError",
+    "PackageClash",
 ]
 
 
@@ -90,3 +91,8 @@ class MeasureError(AoizoraError):
 
 class ServingError(AoizoraError):
     """A serving question cannot be answered as asked (a rate, trace, price or objective)."""
+
+
+class PackageClash(AoizoraError, ImportError):
+    """Another package of the same top-level name (``sim``) shadows one of AoiZora's; the
+    message names both locations. An ImportError too: importing AoiZora fails."""
