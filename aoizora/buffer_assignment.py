@@ -55,6 +55,7 @@ from aoizora.candidates.space import Candidate
 from aoizora.compile import candidate_key, lower
 from aoizora.errors import CompileError
 from aoizora.interrupts import on_hard_exit, pause_point, worker_start
+from aoizora.resources import take_exceeded
 from aoizora.workloads.base import Workload
 from sim.topology import Slice
 
@@ -198,6 +199,9 @@ def assigned_memory(
         try:
             status, value = receive.recv()
         except EOFError as exc:
+            over = take_exceeded()  # the memory bound's watchdog killed it
+            if over is not None:
+                raise over from None
             raise CompileError(
                 f"the buffer-assignment process for {workload.name} {candidate.id} ended "
                 f"without an answer (exit code {process.exitcode})"

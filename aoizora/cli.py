@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from aoizora.errors import AoizoraError, ResourceError
 from aoizora.interrupts import Interrupted, finished, install_handlers
-from aoizora.resources import out_of_memory_line
+from aoizora.resources import memory_bound, memory_guard, out_of_memory_line
 from aoizora.software import version_line
 from sim.errors import SimError
 
@@ -146,7 +146,11 @@ def main(argv: Sequence[str] | None = None, *, as_program: bool | None = None) -
     try:
         parser = build_parser(command)
         args = parser.parse_args(argv)
-        code: int = args.func(args)
+        # a command that plans (--max-memory-gb) runs under its memory bound
+        planning = hasattr(args, "max_memory_gb")
+        bound = memory_bound(args.max_memory_gb) if planning else None
+        with memory_guard(bound, prog=f"aoizora {command}"):
+            code: int = args.func(args)
     except (AoizoraError, SimError) as exc:
         # One line, whatever the message holds (a user's exception may span several).
         print(f"aoizora {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)

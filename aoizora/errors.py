@@ -19,6 +19,7 @@ __all__ = [
     "PlanError",
     "DoesNotFit",
     "ResourceError",
+    "MemoryBoundExceeded",
     "WorkerDied",
     "ServingError",
     "ValidationError",
@@ -37,6 +38,10 @@ class ResourceError(AoizoraError):
     worker process died. The message names the phase, the slice and what to change."""
 
     exit_code = 3
+
+
+class MemoryBoundExceeded(ResourceError):
+    """The command's processes together reached the memory bound (``--max-memory-gb``)."""
 
 
 class WorkerDied(ResourceError):

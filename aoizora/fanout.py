@@ -40,7 +40,7 @@ import cloudpickle
 
 from aoizora.errors import AoizoraError
 from aoizora.interrupts import deferred, on_hard_exit, reassert_handlers, worker_start
-from aoizora.resources import worker_death
+from aoizora.resources import take_exceeded, worker_death
 from sim.engine import note_core_fallback
 
 __all__ = ["FanOut", "default_workers", "fan_out"]
@@ -138,7 +138,8 @@ class FanOut:
         try:
             return future.result()
         except BrokenProcessPool:
-            raise worker_death(self._exitcodes()) from None
+            over = take_exceeded()  # the memory bound's watchdog killed the workers
+            raise (over or worker_death(self._exitcodes())) from None
         except MemoryError:
             raise worker_death(memory_error=True) from None
 

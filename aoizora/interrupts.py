@@ -55,9 +55,11 @@ __all__ = [
     "Interrupted",
     "current_phase",
     "deferred",
+    "end_now",
     "finished",
     "install_handlers",
     "interrupted_line",
+    "kill_registered",
     "on_hard_exit",
     "pause_point",
     "phase",
@@ -250,10 +252,16 @@ def deferred() -> Iterator[None]:
         raise Interrupted(signum)
 
 
-def _hard_exit(signum: int) -> None:
-    for kill in list(_state.killers):
+def kill_registered() -> int:
+    """Run every :func:`on_hard_exit` kill now (the worker pools', a child's): how many."""
+    killers = list(_state.killers)
+    for kill in killers:
         with contextlib.suppress(Exception):
             kill()
+    return len(killers)
+
+
+def _leave(code: int) -> None:
     # os._exit skips multiprocessing's exit hooks: unlink the pool's semaphores now (their
     # finalizers run at priority 0; the queues' thread joins, which could block, at -5),
     # or Python's resource tracker would warn about them as leaked.
@@ -261,10 +269,29 @@ def _hard_exit(signum: int) -> None:
     with contextlib.suppress(Exception):
         if run_finalizers is not None:
             run_finalizers(0)
-    _say_once(signum)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
-    os._exit(128 + signum)
+    os._exit(code)
+
+
+def _hard_exit(signum: int) -> None:
+    kill_registered()
+    _say_once(signum)
+    _leave(128 + signum)
+
+
+def end_now(line: str, code: int) -> None:
+    """End the command from any thread: kill what is registered, print ``line`` (unless
+    an interrupt's line is out already) and exit with ``code`` (the memory bound's
+    watchdog, when this process itself is over it)."""
+    kill_registered()
+    with _state.lock:
+        printed, _state.printed = _state.printed, True
+    if not printed:
+        with contextlib.suppress(Exception):
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+    _leave(code)
 
 
 def _unraisable(unraisable: Any) -> None:

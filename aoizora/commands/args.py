@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from aoizora.errors import WorkloadError
 from aoizora.interrupts import set_resume_note
+from aoizora.resources import DEFAULT_MEMORY_FRACTION
 from aoizora.workloads.wan_config import WAN_CONFIGS
 from sim.topology import Slice
 
@@ -209,6 +210,17 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
         metavar="ADDRESS",
         help="fan out on a Ray cluster at ADDRESS (bare --ray: start one on this machine; "
         "needs the extra aoizora[ray])",
+    )
+    p.add_argument(
+        "--max-memory-gb",
+        type=float,
+        default=None,
+        metavar="GB",
+        help="the most memory the planner's processes may hold together; reaching it ends "
+        "the run in one line naming the phase (exit code 3), before the kernel's OOM killer "
+        f"would (default {round(DEFAULT_MEMORY_FRACTION * 100)}%% of the memory available at "
+        "the start; "
+        "0: no bound)",
     )
     p.add_argument(
         "--search-budget",
