@@ -37,6 +37,7 @@ from aoizora.workloads.rules import is_logical_axes, logical_to_pspec
 from sim.topology import Slice
 
 __all__ = [
+    "compiler_options",
     "MemoryUsage",
     "memory_usage",
     "CompileResult",
@@ -133,10 +134,30 @@ _DUMP_HLO_GENERATIONS = frozenset({"tpu7x"})
 _DUMP_SUFFIX = ".after_optimizations.txt"
 
 
-def _compile_with_dump(lowered: Any) -> tuple[Any, str]:
+def compiler_options(candidate: Candidate) -> dict[str, str | bool]:
+    """The XLA options ``candidate`` compiles with on a TPU: its raised scoped VMEM limit,
+    when its splash tiles need one (``--xla_tpu_scoped_vmem_limit_kib``, as maxdiffusion's
+    recipes set it; sim.splash_kernel), else none.
+
+    >>> from aoizora.workloads.rules import Rules
+    >>> c = Candidate(("data",), (1,), "r", Rules("r", ()), "gather_kv", (512, 8192, 512), 32768)
+    >>> compiler_options(c)
+    {'xla_tpu_scoped_vmem_limit_kib': '32768'}
+    """
+    if candidate.scoped_vmem_kib is None:
+        return {}
+    return {"xla_tpu_scoped_vmem_limit_kib": str(int(candidate.scoped_vmem_kib))}
+
+
+def _options_tag(options: dict[str, str | bool]) -> str:
+    """What a compile key adds for ``options`` ("" for none, so earlier keys hold)."""
+    return "".join(f"|{k}={v}" for k, v in sorted(options.items()))
+
+
+def _compile_with_dump(lowered: Any, extra: dict[str, str | bool] | None = None) -> tuple[Any, str]:
     """Compile ``lowered`` with an XLA dump and return (compiled, compiled HLO text)."""
     with tempfile.TemporaryDirectory(prefix="aoizora-hlo-") as tmp:
-        options = {"xla_dump_to": tmp, "xla_dump_hlo_as_text": True}
+        options = {"xla_dump_to": tmp, "xla_dump_hlo_as_text": True, **(extra or {})}
         compiled = lowered.compile(compiler_options=options)
         texts = sorted(Path(tmp).glob(f"*{_DUMP_SUFFIX}"))
         if len(texts) != 1:
@@ -147,19 +168,22 @@ def _compile_with_dump(lowered: Any) -> tuple[Any, str]:
         return compiled, texts[0].read_text(encoding="utf-8")
 
 
-def compiled_hlo(lowered: Any, slice_: Slice) -> tuple[Any, str]:
-    """Compile ``lowered`` for ``slice_``: the executable and its compiled HLO text.
+def compiled_hlo(
+    lowered: Any, slice_: Slice, *, options: dict[str, str | bool] | None = None
+) -> tuple[Any, str]:
+    """Compile ``lowered`` for ``slice_`` (with XLA ``options``, :func:`compiler_options`):
+    the executable and its compiled HLO text.
 
     The text is ``compiled.as_text()``; for tpu7x (and whenever printing fails) it is
     the compiler's dump of the same compile, ``*.after_optimizations.txt``.
     """
     if slice_.chip.generation in _DUMP_HLO_GENERATIONS:
-        return _compile_with_dump(lowered)
-    compiled = lowered.compile()
+        return _compile_with_dump(lowered, options)
+    compiled = lowered.compile(compiler_options=options or None)
     try:
         return compiled, compiled.as_text()
     except Exception:  # jaxlib could not print the module: read the dump instead
-        return _compile_with_dump(lowered)
+        return _compile_with_dump(lowered, options)
 
 
 def lower(
@@ -457,8 +481,10 @@ def cached_compile(
         lowered = _jitted(workload, candidate, mesh, backend).trace(*workload.abstract_args).lower()
     except Exception:
         return None
+    options = compiler_options(candidate) if backend == "tpu" else {}
     key, found = _lookup(
-        cache, lowered.as_text(), slice_=slice_, backend=backend, order=used_order,
+        cache, lowered.as_text(), slice_=slice_, backend=backend + _options_tag(options),
+        order=used_order,
         candidate=candidate, hbm=hbm, lower_s=time.perf_counter() - t0,
     )  # fmt: skip
     if found is not None:
@@ -485,6 +511,8 @@ def compile_candidate(
     96 GiB, and ``memory_analysis`` is per device). Failures come back as ``ok=False``.
     """
     backend = slice_backend(slice_)
+    options = compiler_options(candidate) if backend == "tpu" else {}
+    keyed_backend = backend + _options_tag(options)  # a raised limit is another compile
     note = fallback_note(slice_)
     notes: tuple[str, ...] = (note,) if note else ()
     chip_hbm = slice_.chip.per_device().memory_budget_bytes
@@ -505,14 +533,14 @@ def compile_candidate(
         lower_s = time.perf_counter() - t0
         if cache is not None:
             key, hit = _lookup(
-                cache, lowered.as_text(), slice_=slice_, backend=backend, order=used_order,
+                cache, lowered.as_text(), slice_=slice_, backend=keyed_backend, order=used_order,
                 candidate=candidate, hbm=hbm, lower_s=lower_s,
             )  # fmt: skip
             if hit is not None:
                 cache.put(index_key, {"compile_key": key})
                 return hit
         t1 = time.perf_counter()
-        compiled, hlo_text = compiled_hlo(lowered, slice_)
+        compiled, hlo_text = compiled_hlo(lowered, slice_, options=options)
         compile_s = time.perf_counter() - t1
         flops, bytes_accessed = _cost(compiled)
         memory = memory_usage(compiled)

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sim.errors import TopologyError
+from sim.splash_kernel import SplashKernel
 from sim.splash_tiles import BASE_TILE, SplashTiles
 from sim.tile_gather import Gather, TileGather
 
@@ -268,6 +269,9 @@ class ComputeParams:
     attention_grid: tuple[tuple[str, float, float], ...] = ()
     # A generation's measured splash tiles (sim.splash_tiles): their rates and which compile
     splash_tiles: SplashTiles | None = None
+    # The splash kernel's model (sim.splash_kernel): any tile's time and VMEM; where present
+    # it prices tiles instead of the measured table, which it is fitted on
+    splash_kernel: SplashKernel | None = None
     # A reduce-window over rows of at least row_window_slow_from elements runs XLA's
     # naive emitter: row_window_tap_s per output element and window tap at that length
     # (0: unmeasured), times (row / row_window_slow_from) ** row_window_tap_growth
@@ -337,6 +341,14 @@ class ComputeParams:
             return attention.kernel
         return self.attention_kernel
 
+    @property
+    def tiled_kernel(self) -> str:
+        """The attention kernel whose tiles are priced (splash): "" when the generation has
+        neither the kernel's model nor a measured tile table."""
+        if self.splash_kernel is not None:
+            return "splash"
+        return self.splash_tiles.kernel if self.splash_tiles is not None else ""
+
     def grid_overheads(self, kernel: str) -> tuple[float, float]:
         """(seconds per grid step, seconds per q block) of ``kernel`` (0, 0 if unmeasured)."""
         for name, step_s, q_block_s in self.attention_grid:
@@ -374,17 +386,29 @@ class ComputeModel:
         tile times the tile sweep's ratio of the two."""
         p = self.params
         kernel = p.kernel_for(attention)
-        tiles = p.splash_tiles
-        if (tiles is not None and tiles.kernel == kernel and attention.block_q
-                and attention.tile != BASE_TILE):  # fmt: skip
-            scale = tiles.scale(
-                attention.lead, attention.q_length, attention.kv_length, attention.tile
-            )
+        if kernel == p.tiled_kernel and attention.block_q and attention.tile != BASE_TILE:
+            scale = self._tile_scale(attention)
             if scale != 1.0:
                 base = replace(attention, block_q=BASE_TILE[0], block_kv=BASE_TILE[1],
                                block_kv_compute=BASE_TILE[2])  # fmt: skip
                 return self._blocked_s(base, kernel) * scale
         return self._blocked_s(attention, kernel)
+
+    def _tile_scale(self, attention: Attention) -> float:
+        """A call's price at its tile over its price at the 512 tile: ``1 - step_gain * (1 -
+        t(tile) / t(512))``, ``t`` the kernel's model (:mod:`sim.splash_kernel`) where the
+        generation has one, else its measured tile table (:mod:`sim.splash_tiles`)."""
+        p, a = self.params, attention
+        k = p.splash_kernel
+        if k is None:
+            tiles = p.splash_tiles
+            return 1.0 if tiles is None else tiles.scale(a.lead, a.q_length, a.kv_length, a.tile)
+
+        def t(tile: tuple[int, int, int]) -> float:
+            return k.call_s(a.lead, a.q_length, a.kv_length, a.head_dim, a.value_dim, tile,
+                            self.peak_flops_per_s, self.hbm_bandwidth_bytes_per_s)  # fmt: skip
+
+        return 1.0 - k.step_gain * (1.0 - t(a.tile) / t(BASE_TILE))
 
     def _blocked_s(self, attention: Attention, kernel: str) -> float:
         p = self.params

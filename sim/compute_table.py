@@ -24,6 +24,7 @@ from typing import Any
 
 from sim.compute import IDEAL, ComputeParams
 from sim.errors import TopologyError
+from sim.splash_kernel import parse_splash_kernel
 from sim.splash_tiles import parse_splash_tiles
 from sim.tile_gather import parse_tile_gather
 
@@ -105,6 +106,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
     grid = _attention_grid(data.get("attention_grid"), dict(eff), path, sources)
     tiles = parse_splash_tiles(data.get("splash_tiles"), tuple(dict(eff)), path, sources)
     gather = parse_tile_gather(data.get("tile_gather"), path, sources)
+    kernel_model = parse_splash_kernel(data.get("splash_kernel"), path, sources)
     return ComputeParams(
         tile, mm, hbm, tuple(eff), kernel, tuple(sources),
         kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
@@ -129,6 +131,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         ),
         attention_grid=grid,
         splash_tiles=tiles,
+        splash_kernel=kernel_model,
         tile_gather=gather,
     )  # fmt: skip
 

@@ -93,6 +93,9 @@ class Candidate:
     # The splash tiles (block_q, block_kv, block_kv_compute) Stage 1 planned for it;
     # None: maxdiffusion's 512 (aoizora.workloads.splash.DEFAULT_BLOCKS), as baselines run.
     splash_blocks: tuple[int, int, int] | None = None
+    # The compiler's scoped VMEM limit (KiB) its tiles need, when above the default
+    # (``--xla_tpu_scoped_vmem_limit_kib``; sim.splash_kernel); None: the default.
+    scoped_vmem_kib: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.mesh_axis_names) != len(self.mesh_shape) or any(s < 1 for s in self.mesh_shape):
@@ -117,6 +120,8 @@ class Candidate:
             if self.splash_blocks is None
             else "/splash" + "x".join(str(b) for b in self.splash_blocks)
         )
+        if self.scoped_vmem_kib is not None:
+            tiles += f"@vmem{self.scoped_vmem_kib // 1024}MiB"
         return f"{mesh}/{self.rules_id}/{self.attention}{tiles}"
 
     @property
@@ -396,15 +401,25 @@ def enumerate_candidates(workload: Workload, num_chips: int) -> CandidateSpace:
     return CandidateSpace(workload.name, num_chips, tuple(legal), tuple(rejected))
 
 
-def with_splash_blocks(candidate: Candidate, blocks: tuple[int, int, int] | None) -> Candidate:
-    """``candidate`` running the splash tiles ``blocks`` (None: the 512 defaults).
+def with_splash_blocks(
+    candidate: Candidate,
+    blocks: tuple[int, int, int] | None,
+    *,
+    scoped_vmem_kib: int | None = None,
+) -> Candidate:
+    """``candidate`` running the splash tiles ``blocks`` (None: the 512 defaults), compiled
+    under a scoped VMEM limit of ``scoped_vmem_kib`` (None: the compiler's default).
 
     >>> from aoizora.workloads.rules import Rules
     >>> c = Candidate(("data",), (1,), "r", Rules("r", ()), "gather_kv")
     >>> with_splash_blocks(c, (512, 2048, 512)).id
     'data1/r/gather_kv/splash512x2048x512'
+    >>> with_splash_blocks(c, (512, 8192, 512), scoped_vmem_kib=32768).id
+    'data1/r/gather_kv/splash512x8192x512@vmem32MiB'
     """
-    return replace(candidate, splash_blocks=None if blocks is None else tuple(blocks))  # type: ignore[arg-type]
+    tiles = None if blocks is None else tuple(blocks)
+    limit = None if tiles is None else scoped_vmem_kib
+    return replace(candidate, splash_blocks=tiles, scoped_vmem_kib=limit)  # type: ignore[arg-type]
 
 
 def candidate_to_json(candidate: Candidate) -> dict[str, Any]:
@@ -418,6 +433,8 @@ def candidate_to_json(candidate: Candidate) -> dict[str, Any]:
     }
     if candidate.splash_blocks is not None:
         out["splash_blocks"] = list(candidate.splash_blocks)
+    if candidate.scoped_vmem_kib is not None:
+        out["scoped_vmem_kib"] = candidate.scoped_vmem_kib
     return out
 
 
@@ -432,6 +449,9 @@ def candidate_from_json(value: Mapping[str, Any]) -> Candidate:
             rules=rules,
             attention=str(value["attention"]),
             splash_blocks=_blocks_from_json(value.get("splash_blocks")),
+            scoped_vmem_kib=None
+            if value.get("scoped_vmem_kib") is None
+            else int(value["scoped_vmem_kib"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CandidateError(

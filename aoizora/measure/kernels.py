@@ -246,7 +246,13 @@ def _one(case: KernelCase, executions: int, trace_dir: Path) -> KernelResult:
     jitted = jax.jit(fn)
     keys = jax.random.split(jax.random.key(0), len(shapes))
     args = [_bf16(k, s) for k, s in zip(keys, shapes, strict=True)]
-    compiled = jitted.lower(*args).compile()
+    # A splash tile over the compiler's default scoped VMEM runs under a raised limit
+    # (``vmem_limit_kib``, XLA's --xla_tpu_scoped_vmem_limit_kib), as a plan sets it.
+    limit = case.args.get("vmem_limit_kib", 0)
+    options: dict[str, str | bool] | None = (
+        {"xla_tpu_scoped_vmem_limit_kib": str(limit)} if limit else None
+    )
+    compiled = jitted.lower(*args).compile(compiler_options=options)
     trace = capture_profile(
         lambda: compiled(*args), executions=executions, out=trace_dir / f"{name}.xplane.pb"
     )
