@@ -219,6 +219,7 @@ class PlanOutcome:
             compute_model=compute_model_json(self.slice_.chip),
             memory=self.memory(self.winner.compile),
             splash_blocks=cand.splash_blocks,
+            scoped_vmem_kib=cand.scoped_vmem_kib,
         )
 
     def memory(self, result: CompileResult) -> PlanMemory | None:

@@ -37,8 +37,8 @@ from aoizora.plan.fields import (
     json_text,
 )
 from aoizora.plan.memory import PlanMemory
+from aoizora.plan.splash import SPLASH_KEYS, check_splash, splash_from_json, splash_json
 from aoizora.workloads.rules import rule_pair_from_json, rule_pairs_to_json
-from sim.splash_tiles import tile_problem
 
 __all__ = ["ALTERNATIVE_ROLES", "PlanAlternative"]
 
@@ -80,14 +80,13 @@ class PlanAlternative:
     step_s: float
     memory: PlanMemory | None = None  # its per-device HBM (aoizora.plan.memory)
     splash_blocks: tuple[int, int, int] | None = None  # its splash tiles (None: the 512)
+    scoped_vmem_kib: int | None = None  # the VMEM limit they need (None: the default)
 
     def __post_init__(self) -> None:
         where = f"alternative {self.name!r}"
         if self.memory is not None and not isinstance(self.memory, PlanMemory):
             raise PlanError(f"{where}: memory must be a PlanMemory, got {self.memory!r}")
-        if self.splash_blocks is not None and tile_problem(tuple(self.splash_blocks)):
-            problem = tile_problem(tuple(self.splash_blocks))
-            raise PlanError(f"{where}: splash_blocks {self.splash_blocks!r}: {problem}")
+        check_splash(self.splash_blocks, self.scoped_vmem_kib, f"{where}: ")
         if self.role not in ALTERNATIVE_ROLES:
             raise PlanError(
                 f"{where}: role {self.role!r} is not one of {list(ALTERNATIVE_ROLES)}, e.g. "
@@ -127,10 +126,11 @@ class PlanAlternative:
             step_s=step_s,
             memory=memory,
             splash_blocks=candidate.splash_blocks,
+            scoped_vmem_kib=candidate.scoped_vmem_kib,
         )
 
     def to_json(self) -> dict[str, Any]:
-        tiles = {} if self.splash_blocks is None else {"splash_blocks": list(self.splash_blocks)}
+        tiles = splash_json(self.splash_blocks, self.scoped_vmem_kib)
         return (
             ({} if self.memory is None else {"memory": self.memory.to_json()})
             | tiles
@@ -151,7 +151,7 @@ class PlanAlternative:
     @classmethod
     def from_json(cls, value: Any, where: str) -> PlanAlternative:
         data = json_object(value, where, None)
-        check_keys(data, _KEYS, where, ("memory", "splash_blocks"))
+        check_keys(data, _KEYS, where, ("memory", *SPLASH_KEYS))
         mesh = json_object(data["mesh"], f"{where}.mesh", ("axis_names", "shape"))
         order = json_object(data["device_order"], f"{where}.device_order", ("physical_ids",))
         rules = []
@@ -195,7 +195,5 @@ class PlanAlternative:
             memory=PlanMemory.from_json(data["memory"], f"{where}.memory")
             if "memory" in data
             else None,
-            splash_blocks=tuple(json_list(data["splash_blocks"], f"{where}.splash_blocks"))
-            if "splash_blocks" in data
-            else None,
+            **splash_from_json(data, where),
         )

@@ -91,11 +91,11 @@ from aoizora.plan.fields import (
 )
 from aoizora.plan.memory import PlanMemory
 from aoizora.plan.schema import cite_schema
+from aoizora.plan.splash import SPLASH_KEYS, check_splash, splash_from_json, splash_json
 from aoizora.workloads.attention import ATTENTION_KINDS, usp_degree
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import Rules, logical_to_pspec, rule_pairs_to_json
 from sim.errors import TopologyError
-from sim.splash_tiles import tile_problem
 from sim.topology import Slice, load_slice
 
 __all__ = [
@@ -133,7 +133,7 @@ _PROVENANCE_KEYS = ("aoizora", "jax", "jaxlib", "libtpu")  # and optionally aoiz
 # with their configurations (aoizora.plan.alternatives), a clip's latency, the VAE's plan,
 # the compute model.
 _OPTIONAL_KEYS = ("alternatives", *CLIP_KEYS, "compute_model", "memory", "vae", "workload_source",
-                  "splash_blocks")  # fmt: skip
+                  *SPLASH_KEYS)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -170,6 +170,7 @@ class Plan:
     memory: PlanMemory | None = None  # the winner's per-device HBM (aoizora.plan.memory)
     source: WorkloadSource | None = None  # a --workload plan's spec and program fingerprint
     splash_blocks: tuple[int, int, int] | None = None  # the planned splash tiles (None: 512)
+    scoped_vmem_kib: int | None = None  # the VMEM limit they need (None: the default)
 
     def __post_init__(self) -> None:
         self._check_optional()
@@ -211,10 +212,7 @@ class Plan:
             raise PlanError(f"workload_source must be a WorkloadSource, got {self.source!r}")
         if self.latency is not None and not isinstance(self.latency, ClipLatency):
             raise PlanError(f"the clip latency must be a ClipLatency, got {self.latency!r}")
-        if self.splash_blocks is not None and tile_problem(tuple(self.splash_blocks)):
-            raise PlanError(
-                f"splash_blocks {self.splash_blocks!r}: {tile_problem(self.splash_blocks)}"
-            )
+        check_splash(self.splash_blocks, self.scoped_vmem_kib, "")
         if self.vae is None:
             return
         if not isinstance(self.vae, Plan) or self.vae.vae is not None:
@@ -318,6 +316,7 @@ class Plan:
             predicted=PredictedLatencies(winner_s=alternative.step_s),
             alternatives=(),
             splash_blocks=alternative.splash_blocks,
+            scoped_vmem_kib=alternative.scoped_vmem_kib,
         )
 
     # --- views --------------------------------------------------------------
@@ -367,6 +366,7 @@ class Plan:
         compute_model: Mapping[str, Any] | None = None,
         memory: PlanMemory | None = None,
         splash_blocks: tuple[int, int, int] | None = None,
+        scoped_vmem_kib: int | None = None,
     ) -> Plan:
         """A plan from planner values; ``provenance`` defaults to the installed versions."""
         return cls(
@@ -390,6 +390,7 @@ class Plan:
             compute_model=_canonical(compute_model),
             memory=memory,
             splash_blocks=splash_blocks,
+            scoped_vmem_kib=scoped_vmem_kib,
         )
 
     # --- the mesh -------------------------------------------------------------
@@ -452,9 +453,9 @@ class Plan:
             "compute_model": json.loads(self.compute_model) if self.compute_model else None,
             "memory": None if self.memory is None else self.memory.to_json(),
             "workload_source": None if self.source is None else self.source.to_json(),
-            "splash_blocks": None if self.splash_blocks is None else list(self.splash_blocks),
         }
         return {k: v for k, v in optional.items() if v} | {
+            **splash_json(self.splash_blocks, self.scoped_vmem_kib),
             "schema": PLAN_SCHEMA,
             "model": self.model,
             "workload": self.workload,
@@ -573,9 +574,7 @@ class Plan:
             source=WorkloadSource.from_json(data["workload_source"])
             if "workload_source" in data
             else None,
-            splash_blocks=tuple(json_list(data["splash_blocks"], "splash_blocks"))
-            if "splash_blocks" in data
-            else None,
+            **splash_from_json(data, ""),
             **_clip_fields(cls, data),
         )
 

@@ -6,8 +6,9 @@ optional fields reserved for work in progress -- ``compute_model`` (the compute 
 its parameter file), ``clip_s``, ``text_encoder_s``, ``denoise_s``, ``vae_decode_s``
 (whole-request latency, seconds) and ``vae`` (the VAE decoder's plan) -- and the optional
 ``alternatives`` (runners-up and baselines with their configurations,
-:mod:`aoizora.plan.alternatives`) and ``memory`` (a configuration's per-device HBM,
-:mod:`aoizora.plan.memory`). The schema checks
+:mod:`aoizora.plan.alternatives`), ``memory`` (a configuration's per-device HBM,
+:mod:`aoizora.plan.memory`), ``splash_blocks`` and ``scoped_vmem_kib`` (its splash tiles
+and the VMEM limit they need, :mod:`aoizora.plan.splash`). The schema checks
 shapes and types; :func:`aoizora.plan.load_plan` checks the rest (the device order against
 the slice, the mesh size, ...) and cites the schema location of the field it rejects
 (:func:`cite_schema`). ``docs/plan.schema.json`` is this dictionary written out
@@ -125,15 +126,26 @@ _SPLASH: dict[str, Any] = {
         "minItems": 3,
         "description": "optional: the splash attention tiles [block_q, block_kv, "
         "block_kv_compute] the plan runs (maxdiffusion's flash_block_sizes); absent: 512 each",
-    }
+    },
+    "scoped_vmem_kib": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "optional, only with splash_blocks: the compiler's scoped VMEM limit "
+        "(KiB) those tiles need, --xla_tpu_scoped_vmem_limit_kib (aoizora measure and validate "
+        "compile with it; the maxdiffusion export passes it in LIBTPU_INIT_ARGS); absent: the "
+        "compiler's default",
+    },
 }
+# A scoped VMEM limit is what planned tiles need: it comes with them (aoizora/plan/splash.py).
+_LIMIT_NEEDS_TILES: dict[str, Any] = {"dependentRequired": {"scoped_vmem_kib": ["splash_blocks"]}}
 
 # The runners-up and baselines with their configurations (aoizora/plan/alternatives.py).
 _ALTERNATIVES: dict[str, Any] = {
     "alternatives": {
         "type": "array",
         "description": "optional: runners-up (Q2 order) and baselines, for aoizora measure",
-        "items": _object(
+        "items": _LIMIT_NEEDS_TILES
+        | _object(
             {
                 "role": {"enum": ["runner-up", "baseline"]},
                 "name": _TEXT,
@@ -200,6 +212,7 @@ PLAN_JSON_SCHEMA: dict[str, Any] = {
         },
         optional={**_RESERVED, **_ALTERNATIVES, **_MEMORY, **_SPLASH},
     ),
+    **_LIMIT_NEEDS_TILES,
 }
 
 # A field as load_plan's messages name it: "mesh.shape[0]", "inputs['arg0'].dtype", ...

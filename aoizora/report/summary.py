@@ -168,7 +168,21 @@ def _winner_table(outcome: PlanOutcome) -> list[str]:
     )
     if not outcome.winner.in_top_k:
         lines.append("note: the winner is a baseline's sharding, not one Stage 1 kept")
-    return lines
+    return lines + _vmem_line(outcome)
+
+
+def _vmem_line(outcome: PlanOutcome) -> list[str]:
+    """The winner's scoped VMEM limit, where its splash tiles need more than the default."""
+    cand = outcome.winner.candidate
+    if cand.scoped_vmem_kib is None or cand.splash_blocks is None:
+        return []
+    tiles = "x".join(str(b) for b in cand.splash_blocks)
+    return [
+        f"scoped VMEM limit: {cand.scoped_vmem_kib} KiB ({cand.scoped_vmem_kib / 1024:g} MiB) "
+        f"for the splash tiles {tiles}, above the compiler's default; the plan records it "
+        "(scoped_vmem_kib), measure and validate compile with it, the maxdiffusion export "
+        "passes --xla_tpu_scoped_vmem_limit_kib in LIBTPU_INIT_ARGS"
+    ]
 
 
 def _candidate_table(outcome: PlanOutcome) -> list[str]:
@@ -288,7 +302,9 @@ def _memory_json(outcome: PlanOutcome, result: Any) -> dict[str, Any]:
 
 
 def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
-    """A JSON-ready summary of an outcome (no HLO text)."""
+    """A JSON-ready summary of an outcome (no HLO text); its ``winner``'s
+    ``scoped_vmem_kib`` is the VMEM limit (KiB) its splash tiles compile with (null: the
+    compiler's default)."""
     return experts_summary(outcome.workload, outcome.winner_q2_s) | {
         "workload": outcome.workload.name,
         "slice": outcome.slice_.name,
@@ -297,6 +313,7 @@ def outcome_summary(outcome: PlanOutcome) -> dict[str, Any]:
             "placement": outcome.winner_placement.placement_id,
             "q2_s": outcome.winner_q2_s,
             "splash_blocks": _tiles_by_id(outcome).get(outcome.winner.candidate.id),
+            "scoped_vmem_kib": outcome.winner.candidate.scoped_vmem_kib,
             **_memory_json(outcome, outcome.winner.compile),
         },
         "baselines": [

@@ -272,6 +272,8 @@ INVALID: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("baselines-list", _set("predicted_latency_s.baselines", [1.0]), "baselines is"),
     ("provenance-type", _set("provenance.jax", 3), "provenance.jax is 3"),
     ("provenance-missing", _delete("provenance.libtpu"), r"provenance lacks field\(s\)"),
+    ("scoped-vmem-zero", _set("scoped_vmem_kib", 0), "scoped_vmem_kib 0: .* a positive number"),
+    ("scoped-vmem-text", _set("scoped_vmem_kib", "64M"), "scoped_vmem_kib '64M': .* whole"),
 ]
 
 
