@@ -74,8 +74,10 @@ def step_case(target: StepTarget, *, cpu: bool) -> StepCase:
         else TPU_ATTENTION_KERNEL,
         vae_decode_chunk=vae_decode_chunk(p.workload) if vae else None,
         workload=p.source.spec if p.source is not None else None,
-        # the tiles of the TPU's splash kernel; XLA's attention on a CPU has none
+        # the tiles of the TPU's splash kernel and the VMEM limit it compiled with (a TPU
+        # option: aoizora.measure.steps.step_options); XLA's attention on a CPU has neither
         splash_blocks=None if cpu else p.splash_blocks,
+        scoped_vmem_kib=None if cpu else p.scoped_vmem_kib,
     )
 
 
@@ -111,6 +113,11 @@ def step_notes(target: StepTarget, env: Environment) -> str:
     )
     if env.is_cpu:
         notes += "; XLA attention in place of the TPU's Pallas kernels"
+        if p.scoped_vmem_kib is not None:  # a TPU compile option, as the tiles are
+            notes += (
+                f" (the plan's splash tiles and scoped VMEM limit, {p.scoped_vmem_kib} KiB, "
+                "are the TPU's: not applied)"
+            )
     return notes
 
 

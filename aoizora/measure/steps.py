@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from aoizora.candidates.space import Candidate
-from aoizora.compile import jit_step
+from aoizora.compile import compiler_options, jit_step
 from aoizora.errors import AoizoraError, MeasureError
 from aoizora.measure.capture import capture_profile
 from aoizora.measure.devices import plan_mesh
@@ -46,6 +46,7 @@ __all__ = [
     "StepTarget",
     "plan_workload",
     "random_arguments",
+    "step_options",
     "step_targets",
     "time_step",
 ]
@@ -74,7 +75,7 @@ class StepTarget:
     def configuration(self) -> tuple[object, ...]:
         p = self.plan
         return (p.mesh_axis_names, p.mesh_shape, p.logical_rules, p.attention, p.physical_ids,
-                p.splash_blocks)  # fmt: skip
+                p.splash_blocks, p.scoped_vmem_kib)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,14 @@ def random_arguments(abstract_args: Any, shardings: Any, *, seed: int = 0) -> An
     return jax.tree.unflatten(tree, values)
 
 
+def step_options(candidate: Candidate, backend: str) -> dict[str, Any]:
+    """The XLA options ``candidate``'s step compiles with on ``backend``: on a TPU its
+    planned scoped VMEM limit (:func:`aoizora.compile.compiler_options`), as the planner
+    compiled it; none on the host CPU (XLA:CPU knows no TPU flag, and its attention is
+    XLA's, not the splash kernel that needs the limit)."""
+    return {} if backend == "cpu" else compiler_options(candidate)
+
+
 def time_step(
     target: StepTarget,
     workload: Workload,
@@ -235,11 +244,12 @@ def time_step(
     before = reserved_bytes(list(mesh.devices.flat))  # an earlier target's, if any
     candidate = Candidate(
         plan.mesh_axis_names, plan.mesh_shape, plan.rules_name, plan.rules, plan.attention,
-        splash_blocks=plan.splash_blocks,
+        splash_blocks=plan.splash_blocks, scoped_vmem_kib=plan.scoped_vmem_kib,
     )  # fmt: skip
     t0 = time.perf_counter()
     jitted = jit_step(workload, candidate, mesh, "cpu" if backend == "cpu" else "tpu")
-    compiled = jitted.lower(*workload.abstract_args).compile()
+    options = step_options(candidate, backend) or None
+    compiled = jitted.lower(*workload.abstract_args).compile(compiler_options=options)
     if check is not None:
         check(compiled)
     args = random_arguments(workload.abstract_args, compiled.input_shardings[0])

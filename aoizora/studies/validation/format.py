@@ -109,6 +109,7 @@ COLUMNS: tuple[str, ...] = (
     "vae_decode_chunk",
     "workload",
     "splash_blocks",
+    "scoped_vmem_kib",
     "measured_s",
     "spread_s",
     "spread_kind",
@@ -541,10 +542,14 @@ def _fmt_float(value: float) -> str:
 
 
 def format_measurements(rows: Iterable[Measurement]) -> str:
-    """CSV text (all columns) that :func:`parse_measurements` reads back to equal rows."""
+    """CSV text (all columns; ``scoped_vmem_kib`` only when a row sets it, so files without
+    one keep their bytes) that :func:`parse_measurements` reads back to equal rows."""
+    rows = list(rows)
+    limits = any(r.step is not None and r.step.scoped_vmem_kib is not None for r in rows)
+    columns = [c for c in COLUMNS if limits or c != "scoped_vmem_kib"]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow(columns)
     for r in rows:
         c = r.collective
         cells = {
@@ -570,7 +575,7 @@ def format_measurements(rows: Iterable[Measurement]) -> str:
             "source": r.source,
             "notes": r.notes,
         }
-        writer.writerow([cells[k] for k in COLUMNS])
+        writer.writerow([cells[k] for k in columns])
     return buf.getvalue()
 
 

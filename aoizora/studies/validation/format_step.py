@@ -71,6 +71,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "vae_decode_chunk",
     "workload",
     "splash_blocks",
+    "scoped_vmem_kib",
 )
 _CLIP_RE = re.compile(r"^[1-9][0-9]*x[1-9][0-9]*x[1-9][0-9]*$")
 _SHAPE_RE = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)*$")
@@ -110,6 +111,7 @@ class StepCase:
     vae_decode_chunk: int | None = None  # a ``vae`` row: latent frames a scan step decodes
     workload: str | None = None  # a model of one's own: its FILE.py:FACTORY (clip empty)
     splash_blocks: tuple[int, int, int] | None = None  # the splash tiles (None: the 512)
+    scoped_vmem_kib: int | None = None  # the VMEM limit they compiled with (None: default)
 
     @property
     def configuration(self) -> tuple[object, ...]:
@@ -126,6 +128,7 @@ class StepCase:
             self.vae_decode_chunk,
             self.workload,
             self.splash_blocks,
+            self.scoped_vmem_kib,
         )
 
 
@@ -225,10 +228,11 @@ def step_case(
             f"{num_devices} device ids of {cell['slice']} and mesh_shape must multiply to "
             f"{num_devices}, e.g. {' '.join(str(i) for i in range(num_devices))!r}",
         )
+    tiles = _tiles(cell.get("splash_blocks", ""), name=name, line=line)
     return StepCase(
         cell["model"], cell["clip"], mesh_shape, axes, cell["rules_id"], order,
-        attention, kernel, phase, steps, figure, other, chunk, spec,
-        _tiles(cell.get("splash_blocks", ""), name=name, line=line),
+        attention, kernel, phase, steps, figure, other, chunk, spec, tiles,
+        _limit(cell.get("scoped_vmem_kib", ""), tiles, name=name, line=line),
     )  # fmt: skip
 
 
@@ -243,6 +247,21 @@ def _tiles(text: str, *, name: str, line: int) -> tuple[int, int, int] | None:
         raise cell_error(name, line, f"splash_blocks={text!r}: write QxKVxKVC, e.g. "
                                      f"512x2048x512 (empty: 512 each); {problem}")  # fmt: skip
     return blocks  # type: ignore[return-value]
+
+
+def _limit(text: str, tiles: tuple[int, int, int] | None, *, name: str, line: int) -> int | None:
+    """``scoped_vmem_kib``: the scoped VMEM limit (KiB) the tiles compiled with; empty: the
+    compiler's default."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1 or tiles is None:
+        raise cell_error(
+            name, line, f"scoped_vmem_kib={text!r} must be a positive whole number of KiB "
+            "beside splash_blocks (the limit those tiles compiled with, "
+            "--xla_tpu_scoped_vmem_limit_kib), e.g. splash_blocks=512x8192x512, "
+            "scoped_vmem_kib=65536; empty: the compiler's default",
+        )  # fmt: skip
+    return int(text)
 
 
 def _chunk(text: str, *, kind: str, name: str, line: int) -> int | None:
@@ -280,4 +299,5 @@ def step_cells(step: StepCase | None) -> dict[str, str]:
         "vae_decode_chunk": "" if step.vae_decode_chunk is None else str(step.vae_decode_chunk),
         "workload": step.workload or "",
         "splash_blocks": "x".join(str(b) for b in step.splash_blocks or ()),
+        "scoped_vmem_kib": "" if step.scoped_vmem_kib is None else str(step.scoped_vmem_kib),
     }

@@ -171,13 +171,15 @@ def _compiled(
     spec: str | None,
     cache_dir: str | None,
     splash_blocks: tuple[int, int, int] | None = None,
+    scoped_vmem_kib: int | None = None,
 ) -> tuple[CollectiveGraph, int | None]:
-    """One candidate compiled for ``slice_``: its graph and its per-device memory
+    """One candidate compiled for ``slice_`` (at its splash tiles, under their scoped VMEM
+    limit: :func:`aoizora.compile.compiler_options`): its graph and its per-device memory
     (``MemoryUsage.total_bytes`` of the compiled program; None if unreported)."""
     workload = row_workload(model, clip, chunk, workload=spec)
     candidate = make_candidate(workload, mesh_shape, rules_id, attention)
     reasons = check_candidate(workload, candidate)
-    candidate = with_splash_blocks(candidate, splash_blocks)
+    candidate = with_splash_blocks(candidate, splash_blocks, scoped_vmem_kib=scoped_vmem_kib)
     if reasons:
         raise ValidationError(
             f"the sharding {candidate.id} is illegal for {workload.name}: {'; '.join(reasons)}"
@@ -199,12 +201,12 @@ def _compiled(
 
 def row_program(row: Measurement) -> tuple[Workload, Candidate]:
     """The program ``row`` ran and its candidate (mesh on the planner's axes, the rules, the
-    attention -- empty: maxdiffusion's -- and the splash tiles), as :func:`predict_step`
-    compiles it."""
-    model, clip, _, shape, rules_id, attention, chunk, spec, _, tiles = _row_key(row, None)
+    attention -- empty: maxdiffusion's -- and the splash tiles with their scoped VMEM limit),
+    as :func:`predict_step` compiles it."""
+    model, clip, _, shape, rules_id, attention, chunk, spec, _, tiles, limit = _row_key(row, None)
     workload = row_workload(model, clip, chunk, workload=spec)  # type: ignore[arg-type]
     candidate = make_candidate(workload, shape, rules_id, attention)  # type: ignore[arg-type]
-    return workload, with_splash_blocks(candidate, tiles)  # type: ignore[arg-type]
+    return workload, with_splash_blocks(candidate, tiles, scoped_vmem_kib=limit)  # type: ignore[arg-type]
 
 
 def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
@@ -214,6 +216,7 @@ def _row_key(row: Measurement, cache_dir: str | None) -> tuple[object, ...]:
     return (
         step.model, step.clip, row_slice(row), shape, step.rules_id, attention,
         step.vae_decode_chunk, step.workload, cache_dir, step.splash_blocks,
+        step.scoped_vmem_kib,
     )  # fmt: skip
 
 
