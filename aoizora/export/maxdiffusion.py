@@ -17,7 +17,11 @@ maxdiffusion (``generate_wan.py``) reads one YAML config and ``key=value`` overr
 * ``flash_block_sizes`` (the plan's splash tiles: ``block_q``, ``block_kv``,
   ``block_kv_compute``; 512 where it planned none), the clip (``height``, ``width``,
   ``num_frames``) and, for clips shorter than the config's ``flash_min_seq_length``, that
-  threshold (else maxdiffusion would fall back to dot-product attention).
+  threshold (else maxdiffusion would fall back to dot-product attention);
+* the plan's scoped VMEM limit (``scoped_vmem_kib``, what its tiles need) -> no config key:
+  the libtpu flag ``--xla_tpu_scoped_vmem_limit_kib=N`` in ``LIBTPU_INIT_ARGS``, as
+  maxdiffusion's Wan recipes pass it (:attr:`MaxdiffusionExport.libtpu_flags`; ``mesh.py``
+  adds it to the environment before jax starts, the README's command exports it).
 
 What maxdiffusion cannot express (:func:`refusal_reason`): a sequence split over any axis
 but ``context`` (its sequence-parallel kernels and the rules ``pyconfig`` prepends use
@@ -48,6 +52,7 @@ from aoizora.export.maxdiffusion_table import (
     config_for_model,
 )
 from aoizora.plan.file import Plan
+from aoizora.plan.splash import libtpu_flags
 from aoizora.workloads.attention import spec_axes, usp_degree
 from aoizora.workloads.rules import logical_to_pspec
 from aoizora.workloads.wan_config import WAN_CONFIGS, num_tokens
@@ -159,8 +164,15 @@ class MaxdiffusionExport:
             f"# Overrides for maxdiffusion {self.config.path} reproducing AoiZora plan",
             f"# {self.plan.candidate_id} on {self.plan.slice_name} (aoizora export).",
         ]
+        lines += [f"# and in the environment: LIBTPU_INIT_ARGS={f}" for f in self.libtpu_flags]
         lines += [f"{key}: {json.dumps(value)}" for key, value in self.overrides]
         return "\n".join(lines) + "\n"
+
+    @property
+    def libtpu_flags(self) -> tuple[str, ...]:
+        """The libtpu flags the plan runs with (``LIBTPU_INIT_ARGS``; no config key holds
+        them): its splash tiles' scoped VMEM limit, if it has one."""
+        return libtpu_flags(self.plan.scoped_vmem_kib)
 
     def args(self) -> tuple[str, ...]:
         """The same overrides as maxdiffusion command-line ``key=value`` arguments."""

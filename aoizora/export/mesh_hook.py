@@ -8,11 +8,14 @@ then runs ``generate_wan``'s ``main`` -- no file of maxdiffusion is patched and 
 AoiZora is imported, so maxdiffusion's environment needs nothing of ours.
 
 Devices are matched by chip coordinates and core, as :meth:`aoizora.plan.Plan.mesh` does.
+A plan with a scoped VMEM limit (``scoped_vmem_kib``) gets its libtpu flag added to
+``LIBTPU_INIT_ARGS`` before jax is imported (libtpu reads it when jax starts the TPU).
 """
 
 from __future__ import annotations
 
 from aoizora.plan.file import Plan
+from aoizora.plan.splash import libtpu_flags
 
 __all__ = ["mesh_hook_source"]
 
@@ -28,7 +31,7 @@ Run from a maxdiffusion checkout, with the overrides in maxdiffusion.args:
 It replaces maxdiffusion.max_utils.create_device_mesh (every Wan pipeline builds its mesh
 with it) by one returning the planned devices, then runs maxdiffusion.generate_wan.
 """
-
+{libtpu}
 import jax
 import numpy as np
 
@@ -79,10 +82,22 @@ if __name__ == "__main__":
 '''
 
 
+_LIBTPU = """
+import os
+
+# The libtpu flags of the plan (its splash tiles' scoped VMEM limit; no config key holds
+# it), added to LIBTPU_INIT_ARGS before jax starts the TPU.
+LIBTPU_FLAGS = {flags!r}
+_ARGS = os.environ.get("LIBTPU_INIT_ARGS", "").split()
+os.environ["LIBTPU_INIT_ARGS"] = " ".join(_ARGS + [f for f in LIBTPU_FLAGS if f not in _ARGS])
+"""
+
+
 def mesh_hook_source(plan: Plan, *, config_path: str) -> str:
     """The text of ``mesh.py`` for ``plan`` run with maxdiffusion's ``config_path``
     (deterministic: same plan, same bytes)."""
     per_chip = plan.slice.chip.devices_per_chip
+    flags = libtpu_flags(plan.scoped_vmem_kib)
     devices = "\n".join(
         f"    ({tuple(coord)!r}, {pid % per_chip}),"
         for coord, pid in zip(plan.coords, plan.physical_ids, strict=True)
@@ -96,4 +111,5 @@ def mesh_hook_source(plan: Plan, *, config_path: str) -> str:
         shape=tuple(plan.mesh_shape),
         devices=devices,
         per_chip=per_chip,
+        libtpu=_LIBTPU.format(flags=list(flags)) if flags else "",
     )

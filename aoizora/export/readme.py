@@ -43,7 +43,9 @@ def _predictions(export: MaxdiffusionExport) -> list[str]:
 def _measurement_row(export: MaxdiffusionExport) -> str:
     plan = export.plan
     clip = plan.clip
-    cells = dict.fromkeys(COLUMNS, "")
+    # the tiles and their VMEM limit, so validate compiles what maxdiffusion ran
+    columns = [c for c in COLUMNS if c != "scoped_vmem_kib" or plan.scoped_vmem_kib is not None]
+    cells = dict.fromkeys(columns, "")
     cells.update(
         row_id="maxdiffusion-step",
         kind="step",
@@ -55,15 +57,34 @@ def _measurement_row(export: MaxdiffusionExport) -> str:
         rules_id=plan.rules_name,
         attention=plan.attention,
         device_order=" ".join(str(i) for i in plan.physical_ids),
+        splash_blocks="x".join(str(b) for b in plan.splash_blocks or ()),
+        **({} if plan.scoped_vmem_kib is None else {"scoped_vmem_kib": str(plan.scoped_vmem_kib)}),
         measured_s="SECONDS",
         spread_kind="unreported",
         source="your run of maxdiffusion generate_wan (Denoise Total / num_inference_steps)",
     )
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    writer.writerow([cells[c] for c in COLUMNS])
+    writer.writerow(columns)
+    writer.writerow([cells[c] for c in columns])
     return buf.getvalue()
+
+
+def _libtpu(export: MaxdiffusionExport) -> list[str]:
+    """The libtpu flags the plan needs (its tiles' scoped VMEM limit), and how they are set."""
+    if not export.libtpu_flags:
+        return []
+    flags = " ".join(export.libtpu_flags)
+    return [
+        "",
+        f"The plan's splash tiles need a scoped VMEM limit above the compiler's default: "
+        f"`mesh.py` adds `{flags}` to `LIBTPU_INIT_ARGS` before jax starts. Without `mesh.py`, "
+        "set it yourself as maxdiffusion's Wan recipes do, before `python -m ...`:",
+        "",
+        "```bash",
+        f'export LIBTPU_INIT_ARGS="${{LIBTPU_INIT_ARGS:-}} {flags}"',
+        "```",
+    ]
 
 
 def readme_text(export: MaxdiffusionExport, *, note: str = "") -> str:
@@ -95,6 +116,7 @@ def readme_text(export: MaxdiffusionExport, *, note: str = "") -> str:
         "no setting for a device order) and runs `maxdiffusion.generate_wan`. Without it, "
         f'`python -m maxdiffusion.generate_wan {config.path} "${{ARGS[@]}}"` runs the planned '
         "sharding in `mesh_utils`' device order instead of the planned placement.",
+        *_libtpu(export),
         "",
         "## What AoiZora predicted (simulated, not measured)",
         "",
