@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.commands.args import add_cache_argument
+from aoizora.commands.calibrate_kernel import run_splash_kernel
 from aoizora.errors import AoizoraError
 from aoizora.studies.calibration import (
     OVERHEAD_MODES,
@@ -151,6 +152,24 @@ def register(subparsers: Any) -> None:
 
 def _add_table_arguments(p: argparse.ArgumentParser) -> None:
     """``--tiles``, ``--conv-relayout``, ``--step-rows``: the kernel tables fitted to chip rows."""
+    p.add_argument(
+        "--splash-kernel",
+        action="store_true",
+        help="FILE is a splash tile sweep: fit the splash kernel's model "
+        "([compute.splash_kernel]) on the fit half, report both halves",
+    )
+    p.add_argument(
+        "--more-tiles",
+        action="append",
+        metavar="FILE",
+        help="with --splash-kernel: another tile sweep to fit on (repeatable)",
+    )
+    p.add_argument(
+        "--vmem",
+        metavar="FILE",
+        default=None,
+        help="with --splash-kernel: vmem.py's compile brackets, to fit the VMEM terms",
+    )
     p.add_argument(
         "--tiles",
         action="store_true",
@@ -394,6 +413,8 @@ def run(args: argparse.Namespace) -> int:
     """Fit, print, and write the calibrated topology file (unless --dry-run)."""
     if args.conv_relayout:
         return _run_conv_relayout(args)
+    if args.splash_kernel:
+        return run_splash_kernel(args)
     if args.tiles:
         return _run_tiles(args)
     if args.compute:

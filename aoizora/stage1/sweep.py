@@ -56,7 +56,7 @@ from aoizora.candidates.space import (
     candidate_to_json,
     with_splash_blocks,
 )
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, PlanError
 from aoizora.fanout import FanOut
 from aoizora.stage1.program import ShardyModule
 from aoizora.stage1.q1 import (
@@ -73,9 +73,9 @@ from aoizora.stage1.shardy import (
     read_bytecode,
     read_mlir_module,
 )
-from aoizora.stage1.tiles import tile_gain_s
+from aoizora.stage1.tiles import SplashCall, tile_gain_s, tile_limit_bytes, tile_limit_kib
 from aoizora.workloads.base import Workload
-from sim.compute import compute_model_of
+from sim.compute import ComputeModel, compute_model_of
 from sim.splash_tiles import BASE_TILE
 from sim.topology import Slice
 
@@ -332,6 +332,21 @@ def score_candidates(
     )
 
 
+def _check_fits(
+    calls: Sequence[SplashCall], model: ComputeModel, tile: tuple[int, int, int]
+) -> None:
+    """Refuse a ``--splash-blocks`` tile whose VMEM the core cannot hold (kernel's model)."""
+    kernel = model.params.splash_kernel
+    if kernel is None or tile_limit_bytes(calls, kernel, tile) is not None:
+        return
+    need = max(kernel.vmem_needed_bytes(tile, d, dv) for _, _, _, d, dv, _ in calls)
+    raise PlanError(
+        f"--splash-blocks {','.join(map(str, tile))}: the splash kernel needs about "
+        f"{need / 2**20:.0f} MiB of scoped VMEM at these blocks, more than the core's "
+        f"{kernel.vmem_bytes >> 20} MiB; give smaller blocks, e.g. --splash-blocks 512,2048,512"
+    )
+
+
 def with_tiles(
     sweep: Stage1Sweep,
     space: CandidateSpace,
@@ -352,7 +367,12 @@ def with_tiles(
             tile = None if fixed == BASE_TILE or not e.splash_calls else fixed
             e = replace(e, q1_s=e.q1_s + gain_s, compute_s=e.compute_s + gain_s,
                         splash_blocks=tile, splash_gain_s=e.splash_gain_s + gain_s)  # fmt: skip
-        tiled[e.candidate_id] = with_splash_blocks(legal[e.candidate_id], e.splash_blocks)
+        limit = tile_limit_kib(e.splash_calls, model, e.splash_blocks)
+        if fixed is not None and e.splash_blocks is not None:
+            _check_fits(e.splash_calls, model, fixed)
+        tiled[e.candidate_id] = with_splash_blocks(
+            legal[e.candidate_id], e.splash_blocks, scoped_vmem_kib=limit
+        )
         estimates.append(replace(e, candidate_id=tiled[e.candidate_id].id))
     by_id = {(c := tiled.get(cid, legal[cid])).id: c for cid in legal}  # in the space's order
     return replace(sweep, estimates=tuple(estimates)), by_id

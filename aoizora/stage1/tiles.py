@@ -33,15 +33,20 @@ from dataclasses import replace
 
 from aoizora.workloads.splash import call_blocks
 from sim.compute import Attention, ComputeModel
+from sim.splash_kernel import SplashKernel
 from sim.splash_tiles import BASE_TILE
 
-__all__ = ["PLANNED_BLOCK_MULTIPLE", "SplashCall", "best_tile", "tile_call", "tile_gain_s"]
+__all__ = ["MAX_KV_BLOCK", "PLANNED_BLOCK_MULTIPLE", "SplashCall", "best_tile", "kernel_tiles",
+           "tile_call", "tile_gain_s", "tile_limit_bytes", "tile_limit_kib"]  # fmt: skip
 
 # One splash call shape of a program and how often a step runs it: (lead, q length,
 # kv length, head dim, value dim, executions per step), lengths as Stage 1 reads them.
 SplashCall = tuple[int, int, int, int, int, float]
 
 PLANNED_BLOCK_MULTIPLE = 512
+# The longest kv block a plan tries: beyond it a 32,760-token call gains nothing more on the
+# chip (validation/v5e/splash_sweep: 16,384 ran as 8,192) and padding grows.
+MAX_KV_BLOCK = 16384
 
 
 def tile_call(call: Attention, tile: tuple[int, int, int], kernel: str) -> Attention:
@@ -59,7 +64,7 @@ def tile_call(call: Attention, tile: tuple[int, int, int], kernel: str) -> Atten
 
 
 def _total_s(calls: Sequence[SplashCall], model: ComputeModel, tile: tuple[int, int, int]) -> float:
-    kernel = model.params.splash_tiles.kernel if model.params.splash_tiles else "splash"
+    kernel = model.params.tiled_kernel or "splash"
     return sum(
         n * model.attention_s(tile_call(Attention(lead, sq, skv, d, dv), tile, kernel))
         for lead, sq, skv, d, dv, n in calls
@@ -75,16 +80,80 @@ def tile_gain_s(
     return _total_s(calls, model, tile) - _total_s(calls, model, BASE_TILE)
 
 
+def kernel_tiles(kernel: SplashKernel) -> tuple[tuple[int, int, int], ...]:
+    """The tiles a plan may run where the generation has the kernel's model: every body
+    shape ``(block_q, block_kv_compute)`` measured on a chip whose blocks are multiples of
+    512, with kv blocks of 1, 2, 4, ... of its bodies up to :data:`MAX_KV_BLOCK` (kv blocks
+    that are not a power of two of the body ran 3-5 % slower than their work on the chip:
+    validation/README.md, section 19). In a fixed order.
+
+    >>> from sim.chips import load_chip
+    >>> k = load_chip("v5e").compute.splash_kernel
+    >>> (512, 8192, 512) in kernel_tiles(k), (512, 3072, 512) in kernel_tiles(k)
+    (True, False)
+    """
+    out = []
+    for bq, bkvc, _ in sorted(kernel.body):
+        if bq % PLANNED_BLOCK_MULTIPLE or bkvc % PLANNED_BLOCK_MULTIPLE:
+            continue
+        bkv = bkvc
+        while bkv <= MAX_KV_BLOCK:
+            out.append((bq, bkv, bkvc))
+            bkv *= 2
+    return tuple(out)
+
+
+def tile_limit_bytes(
+    calls: Sequence[SplashCall], kernel: SplashKernel, tile: tuple[int, int, int]
+) -> int | None:
+    """The scoped VMEM limit ``calls`` need at ``tile``: the largest any call needs at the
+    blocks the program fits to it (:func:`aoizora.workloads.splash.call_blocks`), None when
+    one needs more than the core's VMEM."""
+    limits = [kernel.limit_bytes(call_blocks(tile, sq, skv), d, dv)
+              for _, sq, skv, d, dv, _ in calls]  # fmt: skip
+    if not limits or any(v is None for v in limits):
+        return None
+    return max(v for v in limits if v is not None)
+
+
+def tile_limit_kib(
+    calls: Sequence[SplashCall], model: ComputeModel, tile: tuple[int, int, int] | None
+) -> int | None:
+    """The ``scoped_vmem_kib`` a candidate runs ``tile`` with: None when the compiler's
+    default holds it (or the generation has no kernel model), else the raised limit."""
+    kernel = model.params.splash_kernel
+    if kernel is None or tile is None or not calls:
+        return None
+    limit = tile_limit_bytes(calls, kernel, tile)
+    if limit is None or limit <= kernel.default_scoped_vmem_bytes:
+        return None
+    return limit // 1024
+
+
 def best_tile(
     calls: Sequence[SplashCall], model: ComputeModel
 ) -> tuple[tuple[int, int, int] | None, float]:
     """(the best tile, its seconds over the 512 tile's: <= 0) for ``calls``; (None, 0.0)
-    when the 512 tile is best, there is no call, or the chip measured no tiles."""
-    tiles = model.params.splash_tiles
-    if tiles is None or not calls:
+    when the 512 tile is best, there is no call, or the chip measured no tiles. With the
+    kernel's model (:mod:`sim.splash_kernel`) every tile of :func:`kernel_tiles` whose
+    VMEM the core holds competes, a raised limit costing nothing; the measured table's
+    plannable tiles otherwise. Ties go to the lower limit, then the smaller tile."""
+    if not calls:
         return None, 0.0
-    options = [t for t in tiles.plannable() if all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in t)]
-    timed = sorted((tile_gain_s(calls, model, t), t) for t in options if t != BASE_TILE)
+    kernel = model.params.splash_kernel
+    if kernel is not None:
+        options: list[tuple[int, int, int]] = [
+            t for t in kernel_tiles(kernel) if tile_limit_bytes(calls, kernel, t) is not None
+        ]
+    elif model.params.splash_tiles is not None:
+        options = [t for t in model.params.splash_tiles.plannable()
+                   if all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in t)]  # fmt: skip
+    else:
+        return None, 0.0
+    timed = sorted(
+        (tile_gain_s(calls, model, t), tile_limit_kib(calls, model, t) or 0, t)
+        for t in options if t != BASE_TILE
+    )  # fmt: skip
     if not timed or timed[0][0] >= 0.0:
         return None, 0.0
-    return timed[0][1], timed[0][0]
+    return timed[0][2], timed[0][0]

@@ -28,10 +28,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from aoizora.stage1.tiles import MAX_KV_BLOCK, PLANNED_BLOCK_MULTIPLE
 from aoizora.studies.tile_fit import TileCase
 from sim.splash_kernel import SplashKernel, Tile
 
-__all__ = ["SPLIT_SEED", "KernelReport", "fit_time", "report", "split"]
+__all__ = ["SPLIT_SEED", "KernelReport", "fit_time", "plannable", "report", "split"]
 
 # The seed of the one split of the measured tiles into a fit half and a held-out half.
 SPLIT_SEED = 55
@@ -66,9 +67,7 @@ def _row(case: TileCase, bodies: list[tuple[int, int]], peak: float) -> list[flo
     q_blocks = case.heads * math.ceil(case.q_length / bq)
     steps = q_blocks * math.ceil(case.kv_length / bkv)
     at_peak = steps * (bkv // bkvc) * 2.0 * bq * bkvc * 2 * _D / peak
-    return [steps, q_blocks, q_blocks * bq] + [
-        at_peak if (bq, bkvc) == b else 0.0 for b in bodies
-    ]
+    return [steps, q_blocks, q_blocks * bq] + [at_peak if (bq, bkvc) == b else 0.0 for b in bodies]
 
 
 def fit_time(
@@ -115,11 +114,26 @@ class KernelReport:
         return max((abs(e) for _, e in self.errors), default=math.nan)
 
 
+def plannable(tile: Tile) -> bool:
+    """Whether a plan may run ``tile`` (:func:`aoizora.stage1.tiles.kernel_tiles`' rule):
+    blocks multiples of 512, a power of two of compute blocks in the kv block.
+
+    >>> plannable((512, 8192, 512)), plannable((512, 3072, 512)), plannable((256, 256, 256))
+    (True, False, False)
+    """
+    bq, bkv, bkvc = tile
+    ratio = bkv // bkvc
+    return (all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in tile) and bkv % bkvc == 0
+            and ratio & (ratio - 1) == 0 and bkv <= MAX_KV_BLOCK)  # fmt: skip
+
+
 def report(
     cases: Sequence[TileCase], kernel: SplashKernel, *, peak_flops_per_s: float,
     hbm_bandwidth_bytes_per_s: float,
 ) -> KernelReport:  # fmt: skip
-    """:class:`KernelReport` of ``kernel`` on ``cases``."""
+    """:class:`KernelReport` of ``kernel`` on ``cases``: the errors of every timed case,
+    the picks among the :func:`plannable` tiles of each shape."""
+
     def model_s(c: TileCase) -> float:
         return kernel.call_s(c.heads, c.q_length, c.kv_length, _D, _D, c.tile,
                              peak_flops_per_s, hbm_bandwidth_bytes_per_s)  # fmt: skip
@@ -128,7 +142,9 @@ def report(
     errors = tuple((c, model_s(c) / c.kernel_s - 1.0) for c in timed)
     picks = []
     for shape in sorted({c.shape for c in timed}):
-        mine = [c for c in timed if c.shape == shape]
+        mine = [c for c in timed if c.shape == shape and plannable(c.tile)]
+        if not mine:
+            continue
         best = min(mine, key=lambda c: (c.kernel_s, c.tile))
         chosen = min(mine, key=lambda c: (model_s(c), c.tile))
         picks.append((shape, chosen.tile, best.tile, chosen.kernel_s / best.kernel_s - 1.0))

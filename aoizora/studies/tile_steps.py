@@ -76,13 +76,19 @@ def fit_step_gain(
     pairs: Sequence[StepPair], model: ComputeModel
 ) -> tuple[float, tuple[tuple[StepPair, float], ...]]:
     """``step_gain`` and each pair's sweep-predicted gain ``p`` (at ``step_gain`` 1)."""
-    tiles = model.params.splash_tiles
-    if tiles is None:
-        raise ValidationError("the generation has no [compute.splash_tiles] to fit a step_gain to")
-    unit = dataclasses.replace(
-        model, params=dataclasses.replace(model.params, splash_tiles=dataclasses.replace(
-            tiles, step_gain=1.0))
-    )  # fmt: skip
+    p = model.params
+    if p.splash_kernel is not None:  # the kernel's model prices tiles where present
+        params = dataclasses.replace(
+            p, splash_kernel=dataclasses.replace(p.splash_kernel, step_gain=1.0))  # fmt: skip
+    elif p.splash_tiles is not None:
+        params = dataclasses.replace(
+            p, splash_tiles=dataclasses.replace(p.splash_tiles, step_gain=1.0))  # fmt: skip
+    else:
+        raise ValidationError(
+            "the generation has neither [compute.splash_kernel] nor [compute.splash_tiles] to "
+            "fit a step_gain to"
+        )
+    unit = dataclasses.replace(model, params=params)
     predicted = tuple((p, -tile_gain_s(p.calls, unit, p.tile) / p.base_s) for p in pairs)
     den = sum(g * g for _, g in predicted)
     if den <= 0:
