@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aoizora.cache import JsonCache, links_key, plan_caches
-from aoizora.errors import AoizoraError, DoesNotFit
+from aoizora.errors import AoizoraError, DoesNotFit, ResourceError
 from aoizora.hlo.graph import graph_from_text
 from aoizora.hlo.nodes import CollectiveGraph
 from aoizora.plan.clip_latency import ClipLatency
@@ -38,6 +38,7 @@ from aoizora.plan.memory import PlanMemory
 from aoizora.planner import PlanOutcome, Progress, run_plan
 from aoizora.replay import ReplayResult, replay, step_link_totals
 from aoizora.request.clip_plan import plan_clip
+from aoizora.resources import out_of_memory_line
 from aoizora.workloads.base import Workload
 from sim.errors import SimError
 from sim.topology import Slice
@@ -188,7 +189,8 @@ def run_whatif(
     specs such as ``v5e:4x4+wrap``), in the given order; rows are labelled ``slice_.spec``.
 
     A slice that cannot be planned (unknown shape, nothing fits in HBM, every
-    compile failed) becomes a row with ``error`` set; the study goes on.
+    compile failed, out of memory: a ``MemoryError``, a worker that died, the memory
+    bound) becomes a row with ``error`` set; the study goes on.
     ``plan_options`` go to ``plan`` as they are (e.g. ``workers``, ``ray``,
     ``search_seconds``). ``clip`` (``steps``, ``text_encoder``, ``vae_chunk``) adds the
     whole clip's latency to every row (:func:`aoizora.request.clip_plan.plan_clip`).
@@ -214,7 +216,10 @@ def run_whatif(
                 options = dict(plan_options or {}, max_placements=max_placements)
                 row = _with_clip(row, outcome, say, cache_dir=cache_dir, clip=clip, **options)
             rows.append(row)
-        except (AoizoraError, SimError) as exc:
+        except (AoizoraError, SimError, MemoryError) as exc:
+            # a slice out of memory is its row's error: unwound, the next slice has it back
+            if isinstance(exc, MemoryError):
+                exc = ResourceError(out_of_memory_line(exc))
             say(f"== what-if {spec}: failed: {exc}")
             rows.append(
                 WhatIfRow(

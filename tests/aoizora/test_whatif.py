@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -256,3 +257,29 @@ def test_table_columns_follow_the_workloads_baselines() -> None:
         "0.003",
         "",
     )
+
+
+def test_a_slice_out_of_memory_is_its_rows_error_and_the_study_goes_on() -> None:
+    """A MemoryError while one slice is planned becomes that row's one-line error (the
+    phase and slice it ran out in); the next slice is still planned."""
+    from aoizora.errors import WorkerDied
+    from aoizora.interrupts import phase
+    from aoizora.studies.whatif import run_whatif
+    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from sim.topology import load_slice
+
+    planned: list[str] = []
+
+    def plan(_wl: object, slice_: Any, **_kw: object) -> Any:
+        planned.append(slice_.name)
+        with phase(f"the placement search on {slice_.name}"):
+            if len(planned) == 1:
+                raise MemoryError
+            raise WorkerDied("a worker process died during the compiles: killed by SIGKILL")
+
+    wl = wan_workload("wan-tiny", parse_resolution("64x64", frames=9))
+    rows = run_whatif(wl, [load_slice("v5e:2x2"), load_slice("v5e:2x4")], plan=plan)
+    assert planned == ["v5e:2x2", "v5e:2x4"]
+    first, second = (r.error or "" for r in rows)
+    assert first.startswith("out of memory during the placement search on v5e:2x2")
+    assert second.startswith("a worker process died") and "\n" not in first + second
