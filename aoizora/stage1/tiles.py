@@ -37,6 +37,7 @@ from sim.splash_kernel import SplashKernel
 from sim.splash_tiles import BASE_TILE
 
 __all__ = ["MAX_KV_BLOCK", "PLANNED_BLOCK_MULTIPLE", "SplashCall", "best_tile", "kernel_tiles",
+           "plannable",
            "tile_call", "tile_gain_s", "tile_limit_bytes", "tile_limit_kib"]  # fmt: skip
 
 # One splash call shape of a program and how often a step runs it: (lead, q length,
@@ -78,6 +79,21 @@ def tile_gain_s(
     if not calls or tuple(tile) == BASE_TILE:
         return 0.0
     return _total_s(calls, model, tile) - _total_s(calls, model, BASE_TILE)
+
+
+def plannable(tile: tuple[int, int, int]) -> bool:
+    """Whether a program may run ``tile``'s blocks where the kernel's model prices them:
+    blocks multiples of 512 and a power of two of compute blocks in the kv block (kv
+    blocks of 6 or 12 bodies ran 3-5 % slower than their work on the chip), the kv block
+    at most :data:`MAX_KV_BLOCK`.
+
+    >>> plannable((512, 8192, 512)), plannable((512, 3072, 512)), plannable((256, 256, 256))
+    (True, False, False)
+    """
+    _, bkv, bkvc = tile
+    ratio = bkv // bkvc
+    return (all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in tile) and bkv % bkvc == 0
+            and ratio & (ratio - 1) == 0 and bkv <= MAX_KV_BLOCK)  # fmt: skip
 
 
 def kernel_tiles(kernel: SplashKernel) -> tuple[tuple[int, int, int], ...]:
@@ -141,9 +157,12 @@ def best_tile(
     if not calls:
         return None, 0.0
     kernel = model.params.splash_kernel
-    if kernel is not None:
+    if kernel is not None:  # every call runs plannable blocks, in VMEM the core holds
         options: list[tuple[int, int, int]] = [
-            t for t in kernel_tiles(kernel) if tile_limit_bytes(calls, kernel, t) is not None
+            t
+            for t in kernel_tiles(kernel)
+            if tile_limit_bytes(calls, kernel, t) is not None
+            and all(plannable(call_blocks(t, sq, skv)) for _, sq, skv, *_ in calls)
         ]
     elif model.params.splash_tiles is not None:
         options = [t for t in model.params.splash_tiles.plannable()

@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from aoizora.stage1.tiles import MAX_KV_BLOCK, PLANNED_BLOCK_MULTIPLE
+from aoizora.stage1.tiles import plannable
 from aoizora.studies.tile_fit import TileCase
 from sim.splash_kernel import SplashKernel, Tile
 
-__all__ = ["SPLIT_SEED", "KernelReport", "fit_time", "plannable", "report", "split"]
+__all__ = ["SPLIT_SEED", "KernelReport", "fit_time", "report", "split"]
 
 # The seed of the one split of the measured tiles into a fit half and a held-out half.
 SPLIT_SEED = 55
@@ -112,19 +112,6 @@ class KernelReport:
     @property
     def worst(self) -> float:
         return max((abs(e) for _, e in self.errors), default=math.nan)
-
-
-def plannable(tile: Tile) -> bool:
-    """Whether a plan may run ``tile`` (:func:`aoizora.stage1.tiles.kernel_tiles`' rule):
-    blocks multiples of 512, a power of two of compute blocks in the kv block.
-
-    >>> plannable((512, 8192, 512)), plannable((512, 3072, 512)), plannable((256, 256, 256))
-    (True, False, False)
-    """
-    bq, bkv, bkvc = tile
-    ratio = bkv // bkvc
-    return (all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in tile) and bkv % bkvc == 0
-            and ratio & (ratio - 1) == 0 and bkv <= MAX_KV_BLOCK)  # fmt: skip
 
 
 def report(

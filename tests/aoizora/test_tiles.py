@@ -26,7 +26,13 @@ from aoizora.measure.steps import step_targets
 from aoizora.planner import DEFAULT_ORDER_LABEL, PlanOutcome, run_plan
 from aoizora.replay import opaque_work
 from aoizora.report.summary import outcome_summary
-from aoizora.stage1.tiles import PLANNED_BLOCK_MULTIPLE, best_tile, tile_gain_s
+from aoizora.stage1.tiles import (
+    best_tile,
+    kernel_tiles,
+    plannable,
+    tile_gain_s,
+    tile_limit_bytes,
+)
 from aoizora.studies.tile_fit import fit_tiles, held_out, read_tile_cases
 from aoizora.studies.tile_steps import fit_step_gain, step_pairs
 from aoizora.studies.validation.format import read_measurements
@@ -82,50 +88,62 @@ _CALL = st.tuples(
 )
 
 
+def _kernel_s(t: tuple[int, int, int], calls: list[tuple]) -> float:
+    """The calls at tile ``t`` as the compute model prices them, written out: each call at
+    its fitted blocks and padded lengths costs its 512 price (the model without tiles)
+    times ``1 - step_gain * (1 - kernel(t) / kernel(512))``."""
+    kernel = MODEL.params.splash_kernel
+    assert kernel is not None
+    bare = dataclasses.replace(
+        MODEL, params=dataclasses.replace(MODEL.params, splash_tiles=None, splash_kernel=None)
+    )
+    total = 0.0
+    for lead, sq, skv, d, dv, n in calls:
+        bq, bkv, bkvc = call_blocks(t, sq, skv)
+        sq_t, skv_t = math.ceil(sq / bq) * bq, math.ceil(skv / bkv) * bkv
+        base = Attention(lead, sq_t, skv_t, d, dv, 512, 512, "splash", 512)
+        ratio = 1.0
+        if (bq, bkv, bkvc) != BASE_TILE:
+            args = (MODEL.peak_flops_per_s, MODEL.hbm_bandwidth_bytes_per_s)
+            alone = kernel.call_s(lead, sq_t, skv_t, d, dv, (bq, bkv, bkvc), *args) / (
+                kernel.call_s(lead, sq_t, skv_t, d, dv, BASE_TILE, *args)
+            )
+            ratio = 1 - kernel.step_gain * (1 - alone)
+        total += n * bare.attention_s(base) * ratio
+    return total
+
+
 @settings(max_examples=60, deadline=None)
 @given(calls=st.lists(_CALL, min_size=1, max_size=4))
-def test_best_tile_is_the_least_priced_plannable_tile(calls: list[tuple]) -> None:
-    tiles = MODEL.params.splash_tiles
-    assert tiles is not None
+def test_best_tile_is_the_least_priced_tile_the_core_holds(calls: list[tuple]) -> None:
+    """Brute force over every tile the kernel's model may plan: Stage 1's pick is the
+    cheapest one whose VMEM the core holds, and its gain is that tile's price over 512."""
+    kernel = MODEL.params.splash_kernel
+    assert kernel is not None
     tile, gain = best_tile(calls, MODEL)
-
-    def sweep_s(t: tuple[int, int, int]) -> float:
-        # the table's own formula, call by call, at the call's padded lengths; the 512
-        # price is the model's with the tiles removed
-        bare = dataclasses.replace(
-            MODEL, params=dataclasses.replace(MODEL.params, splash_tiles=None)
-        )
-        total = 0.0
-        for lead, sq, skv, d, dv, n in calls:
-            bq, bkv, bkvc = call_blocks(t, sq, skv)
-            sq_t, skv_t = math.ceil(sq / bq) * bq, math.ceil(skv / bkv) * bkv
-            base = Attention(lead, sq_t, skv_t, d, dv, 512, 512, "splash", 512)
-            ratio = 1.0
-            if (bq, bkv, bkvc) != BASE_TILE and tiles.kernel_s(lead, sq_t, skv_t, (bq, bkv, bkvc)):
-                alone = tiles.kernel_s(lead, sq_t, skv_t, (bq, bkv, bkvc)) / tiles.kernel_s(
-                    lead, sq_t, skv_t, BASE_TILE
-                )
-                ratio = 1 - tiles.step_gain * (1 - alone)
-            else:
-                base = Attention(lead, sq_t, skv_t, d, dv, bq, bkv, "splash", bkvc)
-            total += n * bare.attention_s(base) * ratio
-        return total
-
-    options = [t for t in tiles.plannable() if all(b % PLANNED_BLOCK_MULTIPLE == 0 for b in t)]
-    brute = min(options, key=lambda t: (sweep_s(t), t))
+    options = [
+        t for t in kernel_tiles(kernel)
+        if tile_limit_bytes(calls, kernel, t) is not None
+        and all(plannable(call_blocks(t, sq, skv)) for _, sq, skv, *_ in calls)
+    ]  # fmt: skip
+    assert all(plannable(t) and t[0] % 512 == 0 for t in options)
+    brute = min(options, key=lambda t: (_kernel_s(t, calls), t))
     if tile is None:
-        assert gain == 0.0 and sweep_s(brute) >= sweep_s(BASE_TILE) * (1 - 1e-12)
+        assert gain == 0.0 and _kernel_s(brute, calls) >= _kernel_s(BASE_TILE, calls) * (1 - 1e-9)
     else:
-        assert tile == brute and tile in options and tiles.fits_vmem(tile)
-        assert gain == pytest.approx(sweep_s(tile) - sweep_s(BASE_TILE), rel=1e-9)
+        assert tile in options
+        assert _kernel_s(tile, calls) == pytest.approx(_kernel_s(brute, calls), rel=1e-9)
+        assert gain == pytest.approx(_kernel_s(tile, calls) - _kernel_s(BASE_TILE, calls), rel=1e-9)
         assert gain < 0
         assert tile_gain_s(calls, MODEL, tile) == gain
 
 
-def test_no_tiles_are_planned_without_a_measured_table() -> None:
+def test_no_tiles_are_planned_without_a_kernel_model_or_a_measured_table() -> None:
     v6e = compute_model_of(load_chip("v6e"))
-    assert v6e.params.splash_tiles is None
-    assert best_tile([(24, 32768, 32768, 128, 128, 30.0)], v6e) == (None, 0.0)
+    bare = dataclasses.replace(
+        v6e, params=dataclasses.replace(v6e.params, splash_kernel=None, splash_tiles=None)
+    )
+    assert best_tile([(24, 32768, 32768, 128, 128, 30.0)], bare) == (None, 0.0)
 
 
 # One chip, a tiny Wan step long enough for the sweep's tiles (1,728 tokens).
@@ -152,7 +170,7 @@ def _splash_blocks(hlo_text: str) -> set[tuple[int, ...]]:
 def test_the_planned_tile_is_the_program_the_plan_and_the_export(tiled: PlanOutcome) -> None:
     winner = tiled.winner.candidate
     tile = winner.splash_blocks
-    assert tile is not None and winner.id.endswith("/splash" + "x".join(map(str, tile)))
+    assert tile is not None and "/splash" + "x".join(map(str, tile)) in winner.id
     (estimate,) = [e for e in tiled.stage1.estimates if e.candidate_id == winner.id]
     assert estimate.splash_blocks == tile and estimate.splash_gain_s < 0
     # the compiled program runs the planned blocks, fitted to each call's lengths
@@ -166,9 +184,9 @@ def test_the_planned_tile_is_the_program_the_plan_and_the_export(tiled: PlanOutc
     assert {a.tile for a in calls} == expected
     for a in calls:
         at_512 = dataclasses.replace(a, block_q=512, block_kv=512, block_kv_compute=512)
-        assert MODEL.attention_s(a) == pytest.approx(
-            MODEL.attention_s(at_512) * MODEL.params.splash_tiles.scale(
-                a.lead, a.q_length, a.kv_length, a.tile), rel=1e-12)  # fmt: skip
+        call = (a.lead, a.q_length, a.kv_length, a.head_dim, a.value_dim, 1.0)
+        ratio = _kernel_s(a.tile, [call]) / _kernel_s(BASE_TILE, [call])
+        assert MODEL.attention_s(a) == pytest.approx(MODEL.attention_s(at_512) * ratio, rel=1e-9)
     # the baseline runs maxdiffusion's 512 blocks: the same sharding, not compiled again
     # but priced from the tiled compile less the tiles' gain (checked against its own
     # compile in test_fixed_tiles_move_stage_1_by_the_planned_gain)
@@ -236,10 +254,10 @@ def test_the_shipped_step_gain_is_the_fit_of_the_shipped_step_pairs() -> None:
     every pair's gain is predicted within 1 point (in sample)."""
     pairs = step_pairs(read_measurements(STEP_ROWS))
     assert len(pairs) == 5 and {p.tile for p in pairs} == {(512, 2048, 512)}
-    tiles = MODEL.params.splash_tiles
-    assert tiles is not None
+    kernel = MODEL.params.splash_kernel
+    assert kernel is not None
     gain, predicted = fit_step_gain(pairs, MODEL)
-    assert gain == pytest.approx(tiles.step_gain, abs=5e-4)
+    assert gain == pytest.approx(kernel.step_gain, abs=5e-4)
     for pair, p in predicted:
         assert abs(gain * p - pair.measured_gain) < 0.01, pair.name
         assert pair.measured_gain > 0.07  # every planned tile ran faster than 512
@@ -254,12 +272,12 @@ def test_tiles_measured_after_the_fit_are_predicted_and_the_planned_one_is_best(
     rows = sum((read_measurements(STEP_ROWS.with_name(f"rows-{k}.csv")) for k in "abc"), ())
     fitted = {p.name for p in step_pairs(read_measurements(STEP_ROWS))}
     gain, predicted = fit_step_gain(step_pairs(rows), MODEL)
-    tiles = MODEL.params.splash_tiles
-    assert tiles is not None
+    kernel = MODEL.params.splash_kernel
+    assert kernel is not None
     held = [(pair, p) for pair, p in predicted if pair.name not in fitted]
     assert len(held) == 7
     for pair, p in held:
-        assert abs(tiles.step_gain * p - pair.measured_gain) < 0.02, pair.name
+        assert abs(kernel.step_gain * p - pair.measured_gain) < 0.02, pair.name
     # the planned tile, measured at 81 frames, against the other tiles measured there
     for model in ("wan2.1-1.3b", "wan2.2-ti2v-5b"):
         at_81 = [r for r in rows if r.step.model == model and r.step.clip == "81x480x832"]
