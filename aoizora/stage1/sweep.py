@@ -81,6 +81,7 @@ from sim.topology import Slice
 
 __all__ = [
     "Lower",
+    "check_tile_fits",
     "LoweringTarget",
     "Stage1Sweep",
     "over_hbm_reason",
@@ -332,7 +333,7 @@ def score_candidates(
     )
 
 
-def _check_fits(
+def check_tile_fits(
     calls: Sequence[SplashCall], model: ComputeModel, tile: tuple[int, int, int]
 ) -> None:
     """Refuse a ``--splash-blocks`` tile whose VMEM the core cannot hold (kernel's model)."""
@@ -369,7 +370,7 @@ def with_tiles(
                         splash_blocks=tile, splash_gain_s=e.splash_gain_s + gain_s)  # fmt: skip
         limit = tile_limit_kib(e.splash_calls, model, e.splash_blocks)
         if fixed is not None and e.splash_blocks is not None:
-            _check_fits(e.splash_calls, model, fixed)
+            check_tile_fits(e.splash_calls, model, fixed)
         tiled[e.candidate_id] = with_splash_blocks(
             legal[e.candidate_id], e.splash_blocks, scoped_vmem_kib=limit
         )

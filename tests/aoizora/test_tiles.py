@@ -284,3 +284,26 @@ def test_tiles_measured_after_the_fit_are_predicted_and_the_planned_one_is_best(
         best = min(at_81, key=lambda r: r.measured_s)
         assert best.step.splash_blocks == (512, 2048, 512), model
         assert len({r.step.splash_blocks for r in at_81}) >= 3
+
+
+def test_a_tile_the_core_cannot_hold_is_refused_in_one_line_with_one_that_fits() -> None:
+    """1.3B 81 frames on one v5e chip: (4096, 16384, 512) needs far more scoped VMEM than
+    the core's 128 MiB (its block's f32 scores alone are 256 MiB): no limit holds it, Stage
+    1 never offers it, and --splash-blocks of it is refused naming the need and a tile."""
+    from aoizora.errors import PlanError
+    from aoizora.stage1.sweep import check_tile_fits
+
+    kernel = MODEL.params.splash_kernel
+    assert kernel is not None
+    calls = [(24, 32768, 32768, 128, 128, 30.0)]
+    big = (4096, 16384, 512)
+    assert kernel.vmem_needed_bytes(big, 128, 128) > 4 * 4096 * 16384  # the scores alone
+    assert tile_limit_bytes(calls, kernel, big) is None
+    tile, _ = best_tile(calls, MODEL)
+    assert tile is not None and tile_limit_bytes(calls, kernel, tile) is not None
+    with pytest.raises(PlanError) as err:
+        check_tile_fits(calls, MODEL, big)
+    text = str(err.value)
+    assert "--splash-blocks 4096,16384,512" in text and "128 MiB" in text
+    assert "e.g. --splash-blocks 512,2048,512" in text
+    check_tile_fits(calls, MODEL, (512, 8192, 512))  # 32 MiB: held, no error
