@@ -146,6 +146,23 @@ def tile_limit_kib(
     return limit // 1024
 
 
+def _runs_as_modelled(
+    calls: Sequence[SplashCall], kernel: SplashKernel, tile: tuple[int, int, int]
+) -> bool:
+    """Whether every call runs ``tile`` as blocks the model was measured on: plannable
+    blocks whose body shape the chip timed -- or, for a call too short for the tile to
+    change it, the blocks the 512 tile gives it too (a clamped kv block whose compute block
+    no longer divides it would run one untimed body as wide as the sequence)."""
+    bodies = {(bq, bkvc) for bq, bkvc, _ in kernel.body}
+    for _, sq, skv, *_ in calls:
+        blocks = call_blocks(tile, sq, skv)
+        if blocks == call_blocks(BASE_TILE, sq, skv):
+            continue
+        if not plannable(blocks) or (blocks[0], blocks[2]) not in bodies:
+            return False
+    return True
+
+
 def best_tile(
     calls: Sequence[SplashCall], model: ComputeModel
 ) -> tuple[tuple[int, int, int] | None, float]:
@@ -157,12 +174,12 @@ def best_tile(
     if not calls:
         return None, 0.0
     kernel = model.params.splash_kernel
-    if kernel is not None:  # every call runs plannable blocks, in VMEM the core holds
+    if kernel is not None:  # every call runs plannable, measured blocks the core holds
         options: list[tuple[int, int, int]] = [
             t
             for t in kernel_tiles(kernel)
             if tile_limit_bytes(calls, kernel, t) is not None
-            and all(plannable(call_blocks(t, sq, skv)) for _, sq, skv, *_ in calls)
+            and _runs_as_modelled(calls, kernel, t)
         ]
     elif model.params.splash_tiles is not None:
         options = [t for t in model.params.splash_tiles.plannable()
