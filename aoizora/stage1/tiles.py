@@ -21,8 +21,8 @@ chip could not compile, or that holds one that could not, is never proposed
 >>> from sim.compute import Attention, compute_model_of
 >>> model = compute_model_of(load_chip("v5e"))
 >>> calls = ((24, 32768, 32768, 128, 128, 30.0),)  # 1.3B 832x480x81, one chip, CFG
->>> best_tile(calls, model)[0]
-(512, 2048, 512)
+>>> best_tile(calls, model)[0], tile_limit_kib(calls, model, (512, 16384, 512))
+((512, 16384, 512), 49152)
 """
 
 from __future__ import annotations

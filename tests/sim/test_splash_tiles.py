@@ -43,11 +43,16 @@ def test_v5e_ships_a_sourced_table_with_the_512_tile() -> None:
 
 @pytest.mark.parametrize("lead,length", [(12, 9360), (24, 8190), (12, 32760), (40, 75600)])
 def test_the_512_tile_keeps_its_price_and_others_scale_by_the_sweep(lead: int, length: int) -> None:
-    with_table = compute_model_of(V5E)
+    # the table alone (a generation without the kernel's model prices tiles by it)
+    full = compute_model_of(V5E)
+    with_table = dataclasses.replace(
+        full, params=dataclasses.replace(full.params, splash_kernel=None)
+    )
     without = dataclasses.replace(
         with_table, params=dataclasses.replace(with_table.params, splash_tiles=None)
     )
     base = _call(lead, length, length, BASE_TILE)
+    assert full.attention_s(base) == without.attention_s(base)  # 512: no model moves it
     assert with_table.attention_s(base) == without.attention_s(base)
     assert TILES is not None
     for tile in TILES.plannable():
@@ -71,7 +76,8 @@ def test_the_512_tile_keeps_its_price_and_others_scale_by_the_sweep(lead: int, l
 
 
 def test_an_unmeasured_tile_is_priced_as_the_kernel_without_a_ratio() -> None:
-    model = compute_model_of(V5E)
+    full = compute_model_of(V5E)  # the table alone, as above
+    model = dataclasses.replace(full, params=dataclasses.replace(full.params, splash_kernel=None))
     call = _call(12, 9360, 9360, (384, 384, 384))
     bare = dataclasses.replace(model, params=dataclasses.replace(model.params, splash_tiles=None))
     assert model.attention_s(call) == bare.attention_s(call)
