@@ -317,3 +317,37 @@ def test_a_tile_the_core_cannot_hold_is_refused_in_one_line_with_one_that_fits()
     assert "--splash-blocks 4096,16384,512" in text and "128 MiB" in text
     assert "e.g. --splash-blocks 512,2048,512" in text
     check_tile_fits(calls, MODEL, (512, 8192, 512))  # 32 MiB: held, no error
+
+
+KERNEL_SWEEP = ROOT / "validation" / "v5e" / "splash_sweep" / "sweep.json"
+
+
+def test_the_kernel_fit_reads_only_its_fit_half_and_ships_as_fitted() -> None:
+    """The one split (seed 55) of the 176 timed kernels: the fit never reads the held-out
+    half (any change to those times leaves the fitted terms as they are), and the shipped
+    [compute.splash_kernel] time terms are that fit (printed with 4-5 digits)."""
+    from aoizora.studies.splash_kernel_fit import fit_time, report, split
+
+    cases = read_tile_cases(KERNEL_SWEEP)[1] + read_tile_cases(SWEEP)[1]
+    fit, held = split(cases)
+    assert len(cases) == 176 and {c.tile for c in fit} & {c.tile for c in held}
+    keys = {(c.shape, c.tile) for c in fit}
+    assert not keys & {(c.shape, c.tile) for c in held}
+    shipped = MODEL.params.splash_kernel
+    assert shipped is not None
+    kernel = fit_time(fit, shipped, peak_flops_per_s=MODEL.peak_flops_per_s)
+    # every held-out time doubled in the measured input: the same split, the same fit
+    held_keys = {(c.shape, c.tile) for c in held}
+    changed = tuple(dataclasses.replace(c, kernel_s=2 * c.kernel_s)
+                    if (c.shape, c.tile) in held_keys else c for c in cases)  # fmt: skip
+    fit2, held2 = split(changed)
+    assert fit2 == fit and len(held2) == len(held)
+    assert fit_time(fit2, shipped, peak_flops_per_s=MODEL.peak_flops_per_s) == kernel
+    assert kernel.body == shipped.body
+    for name in ("step_s", "q_block_s", "q_row_s"):
+        assert getattr(kernel, name) == pytest.approx(getattr(shipped, name), rel=1e-3, abs=1e-15)
+    # the held-out half, judged: MAPE under 3 %, the best plannable tile at every shape
+    r = report(held, shipped, peak_flops_per_s=MODEL.peak_flops_per_s,
+               hbm_bandwidth_bytes_per_s=MODEL.hbm_bandwidth_bytes_per_s)  # fmt: skip
+    assert len(r.errors) == 68 and r.mape < 0.03
+    assert len(r.picks) == 7 and all(over <= 0.001 for *_, over in r.picks)
