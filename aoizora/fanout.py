@@ -79,6 +79,7 @@ class FanOut:
         self._ray: Any = None
         self._remote: Any = None
         self._ray_processes: list[tuple[int, str]] = []  # what a local Ray started
+        self._seen: dict[int, Any] = {}  # every pool worker seen at a submit (_exitcodes)
         self._reaper: subprocess.Popen[bytes] | None = None
         if ray_address is not None:
             self._ray, started = _start_ray(ray_address)
@@ -128,6 +129,7 @@ class FanOut:
             payloads = [cloudpickle.dumps((fn, item)) for item in items]
             with deferred():  # a submit may start a worker: never leave one half-started
                 futures = [self._pool.submit(_run_pickled, p) for p in payloads]
+            self._seen.update((id(p), p) for p in self._pool_processes())  # _exitcodes
             del payloads  # the pool holds its own copies until each task is sent
             for future in futures:
                 yield cloudpickle.loads(self._result(future))
@@ -143,10 +145,15 @@ class FanOut:
         except MemoryError:
             raise worker_death(memory_error=True) from None
 
+    def _pool_processes(self) -> list[Any]:
+        return list((getattr(self._pool, "_processes", None) or {}).values())
+
     def _exitcodes(self) -> list[int | None]:
-        """The pool's workers' exit codes (None: still running), each waited for briefly:
-        the pool is broken and ends them itself."""
-        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        """The exit codes of every worker the pool started (None: still running), each
+        waited for briefly: the pool is broken and ends them itself. Workers seen at
+        submit count too: the broken pool may have dropped the one that died first from
+        its table, leaving only those it ended with SIGTERM."""
+        processes = list(({**self._seen} | {id(p): p for p in self._pool_processes()}).values())
         for proc in processes:
             with contextlib.suppress(Exception):
                 proc.join(_DEATH_WAIT_S)
