@@ -1,0 +1,120 @@
+"""The program zoo's chip rows: read, turned into measurement rows, split, and reported.
+
+``validation/v5e/zoo/rows.jsonl`` holds one JSON object a program timed on a TPU v5e chip
+(``validation/v5e/zoo/measure.py``): its id, family, configuration, the timed calls
+(``samples_s``), the profile's device time (``device_s``) and the compiler's memory analysis.
+:func:`measurement_rows` writes them in the measurement format ``aoizora validate`` reads
+(docs/validation.md), each row's ``workload`` the zoo's factory (``aoizora.zoo:p017``);
+:func:`halves` splits them once by :data:`aoizora.zoo.SPLIT_SEED` into the fit half and the
+held-out half, and :func:`family_report` gives the error of each family in each half.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aoizora.zoo import split
+
+__all__ = ["FamilyError", "ZooRow", "family_report", "halves", "measurement_rows", "read_rows"]
+
+_HARDWARE = "TPU v5 lite: 1 devices on 1 host, slice v5e:1x1"
+_SOFTWARE = "jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1"
+_COLUMNS = ("row_id,kind,slice,wraparound,collective,groups,size_bytes,algorithm,model,clip,"
+            "mesh_shape,mesh_axes,rules_id,attention,device_order,attention_kernel,phase,steps,"
+            "figure_s,other_s,vae_decode_chunk,workload,splash_blocks,scoped_vmem_kib,measured_s,"
+            "spread_s,spread_kind,peak_hbm_bytes,hardware,software,software_date,status,source,"
+            "notes").split(",")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ZooRow:
+    """One zoo program as the chip ran it: ``measured_s`` the mean of the timed calls."""
+
+    id: str
+    family: str
+    name: str
+    params: Mapping[str, Any]
+    samples_s: tuple[float, ...]
+    device_s: float
+    peak_hbm_bytes: int | None
+
+    @property
+    def measured_s(self) -> float:
+        return statistics.fmean(self.samples_s)
+
+
+def read_rows(path: str | Path) -> list[ZooRow]:
+    """The rows of a ``rows.jsonl``, by id; a program that failed on the chip is left out."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        if "error" in r:
+            continue
+        rows.append(ZooRow(r["id"], r["family"], r["name"], r["params"], tuple(r["samples_s"]),
+                           r["device_s"], r.get("peak_hbm_bytes")))  # fmt: skip
+    return sorted(rows, key=lambda r: r.id)
+
+
+def halves(rows: Sequence[ZooRow]) -> tuple[list[ZooRow], list[ZooRow]]:
+    """``rows`` split once by :func:`aoizora.zoo.split`: (fit half, held-out half)."""
+    fit, _ = split([r.id for r in rows])
+    keep = set(fit)
+    return [r for r in rows if r.id in keep], [r for r in rows if r.id not in keep]
+
+
+def measurement_rows(rows: Iterable[ZooRow], *, date: str = "2026-12-07") -> str:
+    """``rows`` as a measurement CSV (docs/validation.md) for ``aoizora validate``."""
+    out = io.StringIO()
+    out.write("# The program zoo (aoizora.zoo) timed on one TPU v5e chip: validation/README.md, "
+              "'The program zoo'.\n")  # fmt: skip
+    writer = csv.DictWriter(out, _COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        std = statistics.stdev(r.samples_s) if len(r.samples_s) > 1 else 0.0
+        writer.writerow({
+            "row_id": f"z-{r.id}", "kind": "step", "slice": "v5e:1x1", "model": r.name,
+            "mesh_shape": "1", "mesh_axes": "dp", "rules_id": "dp", "attention": "none",
+            "device_order": "0", "workload": f"aoizora.zoo:{r.id}",
+            "measured_s": repr(r.measured_s), "spread_s": repr(std), "spread_kind": "std",
+            "peak_hbm_bytes": "" if r.peak_hbm_bytes is None else str(r.peak_hbm_bytes),
+            "hardware": _HARDWARE, "software": _SOFTWARE, "software_date": date,
+            "source": "validation/v5e/zoo/measure.py, run " + date,
+            "notes": f"zoo {r.family} program {r.id}; {len(r.samples_s)} timed calls after 2 "
+                     f"warm-up, mean; device ops {r.device_s:.6g} s by its profile",
+        })  # fmt: skip
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class FamilyError:
+    """The errors of one family (or ``"all"``) in one half: MAPE and the worst, signed."""
+
+    family: str
+    count: int
+    mape: float
+    worst: float
+
+    @staticmethod
+    def of(family: str, errors: Sequence[float]) -> FamilyError:
+        worst = max(errors, key=abs) if errors else 0.0
+        mape = statistics.fmean(abs(e) for e in errors) if errors else 0.0
+        return FamilyError(family, len(errors), mape, worst)
+
+
+def family_report(rows: Sequence[ZooRow], predicted_s: Mapping[str, float]) -> list[FamilyError]:
+    """Per family, then ``"all"``: the relative errors of ``predicted_s`` (by id) against each
+    row's measured time, over the rows that have a prediction."""
+    by_family: dict[str, list[float]] = {}
+    for r in rows:
+        if r.id in predicted_s:
+            e = predicted_s[r.id] / r.measured_s - 1.0
+            by_family.setdefault(r.family, []).append(e)
+    report = [FamilyError.of(f, by_family[f]) for f in sorted(by_family)]
+    return [*report, FamilyError.of("all", [e for es in by_family.values() for e in es])]
