@@ -71,6 +71,7 @@ from aoizora.hlo.nodes import (
 )
 from aoizora.placement.device_order import Coord, DeviceOrder
 from sim.collectives import CollectivePlan, collective_flows
+from sim.columns import ColumnPlan, FlowColumns, collective_columns
 from sim.compute import Attention, Matmul, Work
 from sim.engine import Compute, Flow, simulate
 from sim.records import SimResult
@@ -98,9 +99,11 @@ __all__ = [
     "sim_kind",
 ]
 
+# A node of a region's DAG: a ring or all-to-all may stay compact (``columns=True``).
+Node = Flow | Compute | FlowColumns
 # ``(slice_, nodes) -> (releases, finishes)`` in node order: another way to the
 # engine's times (see :func:`simulate_region`).
-NodeTimesFn = Callable[[Slice, Sequence[Flow | Compute]], tuple[Sequence[float], Sequence[float]]]
+NodeTimesFn = Callable[[Slice, Sequence[Node]], tuple[Sequence[float], Sequence[float]]]
 
 _ATTENTION_RE = re.compile(r"splash|flash|attention|mha|mqa|gqa", re.IGNORECASE)
 
@@ -331,8 +334,10 @@ class _RegionSim:
         region_times: dict[int, float],
         stand_ins: Mapping[int, float] | None = None,
         node_times: NodeTimesFn | None = None,
+        columns: bool = False,
     ) -> None:
         self.graph = graph
+        self.compact = columns and node_times is not None
         self.slice = slice_
         self.order = order
         self.algorithm = algorithm
@@ -347,7 +352,7 @@ class _RegionSim:
         self, region_id: int
     ) -> tuple[SimResult | None, float, list[tuple[int, float, float]], float]:
         region = self.graph.regions[region_id]
-        nodes: list[Flow | Compute] = []
+        nodes: list[Node] = []
         prev: tuple[str, ...] = ()
         compute_s = 0.0
         done_ids: dict[int, str] = {}
@@ -368,6 +373,12 @@ class _RegionSim:
                     nodes.append(stand_in)
                     done_ids[c.id] = stand_in.id
                     flow_ids[c.id] = []
+                    continue
+                compact = self._columns(c, prev) if self.compact else None
+                if compact is not None:  # a ring or all-to-all kept as columns
+                    nodes.extend(compact.nodes)
+                    done_ids[c.id] = compact.join.id
+                    flow_ids[c.id] = [compact.columns.id]
                     continue
                 plan = collective_plan(
                     c,
@@ -410,8 +421,22 @@ class _RegionSim:
             timings.append((cid, end - begin, max(0.0, end - ready)))
         return result, max(finish.values(), default=0.0), timings, compute_s
 
+    def _columns(self, c: Collective, prev: tuple[str, ...]) -> ColumnPlan | None:
+        kind = sim_kind(c)
+        if kind == "collective-permute":
+            return None
+        return collective_columns(
+            kind,
+            [[self.order.coords[d] for d in g] for g in c.groups],
+            buffer_bytes=float(c.buffer_bytes),
+            algorithm=algorithm_for(self.algorithm, kind),
+            id_prefix=f"c{c.id}",
+            after=prev,
+            slice_=self.slice,
+        )
+
     def _simulate(
-        self, nodes: Sequence[Flow | Compute]
+        self, nodes: Sequence[Node]
     ) -> tuple[SimResult | None, dict[str, float], dict[str, float]]:
         """The engine's run (or ``node_times``'): the result, releases and finishes by id."""
         if self.node_times is not None:
@@ -419,7 +444,7 @@ class _RegionSim:
             ids = [nd.id for nd in nodes]
             released = dict(zip(ids, release_s, strict=True))
             return None, released, dict(zip(ids, finish_s, strict=True))
-        result = simulate(self.slice, nodes)
+        result = simulate(self.slice, [nd for nd in nodes if not isinstance(nd, FlowColumns)])
         finish: dict[str, float] = {c.id: c.finish_s for c in result.computes}
         release: dict[str, float] = {f.id: f.release_s for f in result.flows}
         finish.update({f.id: f.finish_s for f in result.flows})
@@ -436,6 +461,7 @@ def simulate_region(
     algorithm: str | Mapping[str, str] | None = None,
     stand_ins: Mapping[int, float] | None = None,
     node_times: NodeTimesFn | None = None,
+    columns: bool = False,
 ) -> tuple[float, dict[int, tuple[float, float]]]:
     """One region's simulated time and each collective's (release, end) in it.
 
@@ -443,9 +469,12 @@ def simulate_region(
     over; collectives in ``stand_ins`` become delays of the given duration.
     ``node_times(slice_, nodes)`` -> (releases, finishes), in node order, runs
     the DAG instead of the engine: it must give the engine's times (the
-    planner passes :func:`aoizora.rank.lumped.lumped_times`).
+    planner passes :func:`aoizora.rank.lumped.lumped_times`). With ``columns`` it
+    gets rings and all-to-alls as :class:`~sim.columns.FlowColumns` (for
+    :func:`aoizora.rank.compact.mixed_times`), never as their flows.
     """
-    runner = _RegionSim(graph, slice_, order, algorithm, dict(region_times), stand_ins, node_times)
+    args = (graph, slice_, order, algorithm, dict(region_times), stand_ins, node_times, columns)
+    runner = _RegionSim(*args)
     _, makespan, _, _ = runner.run(region_id)
     return makespan, runner.spans
 

@@ -32,7 +32,11 @@ each collective's *isolated* duration (:class:`~aoizora.rank.bound.TimelineBound
 
 Every engine run here (a collective alone, a region's joint run) goes through
 :mod:`aoizora.rank.lumped`: symmetric traffic runs as one representative per
-class of alike flows, with the engine's own rules, else the engine runs.
+class of alike flows, with the engine's own rules, else the engine runs. Ring
+and all-to-all collectives get there as columns (:mod:`sim.columns`), their
+classes found without building their flows (:mod:`aoizora.rank.compact`): a
+1,024-device region of ring all-reduces in flight together is tens of millions
+of flows, a few thousand columns.
 
 Only the arithmetic differs from the full replay (sums in another order), so
 the two agree to float rounding; ``tests/aoizora/test_rank.py`` checks
@@ -61,10 +65,12 @@ from aoizora.hlo.nodes import (
 )
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.rank.bound import TimelineBound, translated_coords
-from aoizora.rank.lumped import lumped_times, simulate_nodes
+from aoizora.rank.compact import APPROXIMATED, mixed_times
+from aoizora.rank.lumped import simulate_nodes
 from aoizora.rank.rings import RingSchedule, ring_schedule
-from aoizora.replay import collective_plan, sim_kind, simulate_region
+from aoizora.replay import algorithm_for, collective_plan, sim_kind, simulate_region
 from sim.collectives import CollectivePlan
+from sim.columns import collective_columns
 from sim.engine import Flow, simulate
 from sim.routing import check_order, link_ids
 from sim.topology import Slice
@@ -166,7 +172,7 @@ class ExactQ2:
         self._routes: dict[tuple[Coord, Coord], tuple[int, ...]] = {}
         self._ordering = check_order(slice_, None)  # the engine's dimension order
         self.stats = {"closed_form": 0, "engine_alone": 0, "regions_composed": 0,
-                      "regions_simulated": 0}  # fmt: skip
+                      "regions_simulated": 0, "regions_approximated": 0}  # fmt: skip
         self._twin = _region_classes(graph)
 
     def step_time(self, order: DeviceOrder) -> float:
@@ -200,10 +206,12 @@ class ExactQ2:
         for _ in range(len(started) + 1):
             if joint:
                 stand_ins = {c: durations[c] for c in started if c not in joint}
+                approximated = len(APPROXIMATED)
                 t, spans = simulate_region(
-                    self.graph, self.slice, order, rid, times,
-                    algorithm=self.algorithm, stand_ins=stand_ins, node_times=lumped_times,
+                    self.graph, self.slice, order, rid, times, algorithm=self.algorithm,
+                    stand_ins=stand_ins, node_times=mixed_times, columns=True,
                 )  # fmt: skip
+                self.stats["regions_approximated"] += len(APPROXIMATED) > approximated
                 release = {c: a for c, (a, _) in spans.items()}
                 end = {c: b for c, (_, b) in spans.items()}
             else:
@@ -276,12 +284,28 @@ class ExactQ2:
                 got = self._closed_form(plan)
             if got is None:
                 self.stats["engine_alone"] += 1
-                plan = plan or self._plan(c, moved)
-                got = simulate_nodes(self.slice, plan.nodes).makespan_s
+                got = self._engine_alone(c, moved, plan)
             else:
                 self.stats["closed_form"] += 1
             self._isolated[key] = got
         return got
+
+    def _engine_alone(
+        self, c: Collective, coords: Sequence[Coord], plan: CollectivePlan | None
+    ) -> float:
+        """The engine's duration of ``c`` alone: a ring or all-to-all from its columns
+        (:mod:`aoizora.rank.compact`, never its flows one by one), else its flows."""
+        kind = sim_kind(c)
+        cols = None if c.pairs or plan is not None else collective_columns(
+            kind, [[coords[d] for d in g] for g in c.groups],
+            buffer_bytes=float(c.buffer_bytes), algorithm=algorithm_for(self.algorithm, kind),
+            id_prefix=f"c{c.id}", slice_=self.slice,
+        )  # fmt: skip
+        if cols is not None:
+            _, finish = mixed_times(self.slice, cols.nodes)
+            return max(finish)
+        plan = plan or self._plan(c, coords)
+        return simulate_nodes(self.slice, plan.nodes).makespan_s
 
     def _ring(self, c: Collective, coords: Sequence[Coord]) -> RingSchedule | None:
         """``c``'s schedule in arrays when every group runs a ring (None otherwise)."""

@@ -268,7 +268,11 @@ def _is_equitable(system: FlowSystem, node_cell: np.ndarray, channel_cell: np.nd
 
 
 def equitable_partition(
-    system: FlowSystem, *, max_rounds: int = 64, max_cells: int | None = None
+    system: FlowSystem,
+    *,
+    max_rounds: int = 64,
+    max_cells: int | None = None,
+    depths: np.ndarray | None = None,
 ) -> Partition | None:
     """The coarsest equitable partition by colour refinement, verified; None if unverified.
 
@@ -278,12 +282,14 @@ def equitable_partition(
     parent cell mixing smaller ones -- down to depth 0, where no node has
     parents). Starting from it saves one refinement round per level of a
     ring's dependent steps. Refinement only splits cells, so once there are
-    more than ``max_cells`` node cells the answer is None at once.
+    more than ``max_cells`` node cells the answer is None at once. ``depths``
+    replaces the depths as the starting colour (:mod:`aoizora.rank.compact`,
+    whose column system is not a DAG).
     """
     n, m = system.num_nodes, system.capacity.size
     start_node = _renumber(
         system.is_flow.astype(np.int64), system.size_bytes, system.start_s,
-        system.duration_s, system.hops, _depths(system),
+        system.duration_s, system.hops, _depths(system) if depths is None else depths,
     )  # fmt: skip
     start_chan = _renumber(system.capacity)
     node, chan = start_node, start_chan
