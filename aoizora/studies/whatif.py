@@ -36,14 +36,18 @@ from aoizora.plan.clip_latency import ClipLatency
 from aoizora.plan.fields import compute_model_json
 from aoizora.plan.memory import PlanMemory
 from aoizora.planner import PlanOutcome, Progress, run_plan
-from aoizora.replay import ReplayResult, replay, step_link_totals
+from aoizora.rank.compact import DEFAULT_MAX_FLOWS
+from aoizora.replay import ReplayResult, collective_plan, replay, sim_kind, step_link_totals
 from aoizora.request.clip_plan import plan_clip
 from aoizora.resources import out_of_memory_line
 from aoizora.workloads.base import Workload
+from sim.columns import collective_columns
+from sim.coords import Coord
 from sim.errors import SimError
+from sim.routing import check_order, link_ids
 from sim.topology import Slice
 
-__all__ = ["WhatIfRow", "run_whatif", "step_utilisation", "whatif_row"]
+__all__ = ["WhatIfRow", "byte_utilisation", "run_whatif", "step_utilisation", "whatif_row"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,53 @@ def step_utilisation(result: ReplayResult, graph: CollectiveGraph) -> tuple[floa
     return max(values), sum(values) / len(values)
 
 
+def _step_flows(graph: CollectiveGraph, slice_: Slice, coords: Sequence[Coord]) -> int:
+    """How many flows a full replay of one run of every region builds."""
+    total = 0
+    for c in graph.collectives:
+        kind = sim_kind(c)
+        cols = None if c.pairs else collective_columns(
+            kind, [[coords[d] for d in g] for g in c.groups], buffer_bytes=1.0,
+            id_prefix="n", slice_=slice_,
+        )  # fmt: skip
+        total += len(c.pairs) if c.pairs else (cols.columns.num_flows if cols else 0)
+    return total
+
+
+def byte_utilisation(
+    graph: CollectiveGraph, slice_: Slice, coords: Sequence[Coord], step_s: float
+) -> tuple[float, float]:
+    """Peak and mean over links of (bytes carried over the step / bandwidth) / step time.
+
+    What a pod-scale step gets instead of its full replay's link records
+    (:func:`step_utilisation`; tens of millions of flows on 1,024 devices): each
+    collective's bytes on every link its columns' routes cross (:mod:`sim.columns`,
+    ``steps`` chunks a column, ``count`` runs a step), a lower bound of the link's
+    busy time (a link moves at most its bandwidth). Rings and all-to-alls only;
+    permutes and lines through their flows.
+    """
+    ordering = check_order(slice_, None)
+    carried: dict[int, float] = {}
+    for c in graph.collectives:
+        kind = sim_kind(c)
+        cols = None if c.pairs else collective_columns(
+            kind, [[coords[d] for d in g] for g in c.groups],
+            buffer_bytes=float(c.buffer_bytes), id_prefix="u", slice_=slice_,
+        )  # fmt: skip
+        if cols is not None:
+            f = cols.columns
+            ends = [(a, b, f.chunk_bytes * f.steps) for a, b in zip(f.src, f.dst, strict=True)]
+        else:
+            plan = collective_plan(c, coords, slice_=slice_, id_prefix="u")
+            ends = [(x.src, x.dst, x.size_bytes) for x in plan.flows]
+        for a, b, size in ends:
+            for k in link_ids(slice_, a, b, ordering):
+                carried[k] = carried.get(k, 0.0) + size * c.count
+    bw = slice_.link_bandwidth_bytes_per_s
+    values = [v / bw / step_s for v in carried.values() if v > 0] if step_s > 0 else []
+    return (max(values), sum(values) / len(values)) if values else (0.0, 0.0)
+
+
 def _winner_utilisation(outcome: PlanOutcome, cache: JsonCache | None) -> tuple[float, float]:
     """Peak and mean link utilisation of the winner's full replay (read from ``cache``
     when there: a pod-scale replay takes seconds)."""
@@ -123,7 +174,10 @@ def _winner_utilisation(outcome: PlanOutcome, cache: JsonCache | None) -> tuple[
         if got is not None:
             return float(got["peak"]), float(got["mean"])
     graph = graph_from_text(hlo_text)
-    peak, mean = step_utilisation(replay(graph, outcome.slice_, order), graph)
+    if _step_flows(graph, outcome.slice_, order.coords) > DEFAULT_MAX_FLOWS:
+        peak, mean = byte_utilisation(graph, outcome.slice_, order.coords, outcome.winner_q2_s)
+    else:
+        peak, mean = step_utilisation(replay(graph, outcome.slice_, order), graph)
     if cache is not None and key is not None:
         cache.put(key, {"peak": peak, "mean": mean})
     return peak, mean

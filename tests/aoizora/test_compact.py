@@ -19,7 +19,8 @@ import pytest
 from aoizora.placement.enumerate import raw_placements
 from aoizora.rank import compact
 from aoizora.rank.exact import ExactQ2
-from aoizora.replay import replay
+from aoizora.replay import collective_link_bytes, replay
+from aoizora.studies.whatif import byte_utilisation, step_utilisation
 from sim.columns import ColumnPlan, FlowColumns, collective_columns
 from sim.engine import Compute, Flow, simulate
 from sim.topology import Slice, load_slice
@@ -148,3 +149,19 @@ def test_the_approximation_stays_within_its_tolerance(seed: int) -> None:
     end = next(c.finish_s for c in engine.computes if c.id == "end")
     _, finish = compact.approximate_times(s, items, max_cells=3000)
     assert finish[-1] == pytest.approx(end, rel=0.04)
+
+
+def test_pod_scale_utilisation_is_the_links_bytes_over_bandwidth() -> None:
+    # byte_utilisation (columns x steps x runs on every link of a route) against
+    # collective_link_bytes (every flow of the full plans), and below the replay's
+    # busy times (a link moves at most its bandwidth).
+    s = load_slice("v5e:4x4", wraparound=True)
+    graph = mesh_program((4, 4), scale=8, halves=True)
+    order = next(iter(raw_placements((4, 4), s, directions=True))).order
+    result = replay(graph, s, order)
+    peak, mean = byte_utilisation(graph, s, order.coords, result.step_time_s)
+    carried = [v for v in collective_link_bytes(graph, s, order).values() if v > 0]
+    scale = s.link_bandwidth_bytes_per_s * result.step_time_s
+    assert peak * scale == pytest.approx(max(carried), rel=1e-12)
+    assert mean * scale == pytest.approx(sum(carried) / len(carried), rel=1e-12)
+    assert peak <= step_utilisation(result, graph)[0] * (1 + 1e-12)
