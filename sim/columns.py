@@ -48,16 +48,22 @@ class FlowColumns:
 
     Column ``c`` goes ``src[c] -> dst[c]``; its step-0 flow waits for ``after``,
     its step-``s`` flow for its own step ``s - 1`` and for step ``s - 1`` of
-    ``feed[c]`` (``-1``: for nothing else). ``labels[c]`` rebuilds the flow ids
-    (:meth:`ColumnPlan.expand`). ``id`` names the family in a node list: a node
-    whose ``after`` lists it waits for every column's last step.
+    ``feed[c]`` (``-1``: for nothing else). Columns come group by group
+    (``groups``: their numbers among the collective's groups), each group's
+    ``len(directions) * group_size`` ring columns direction by direction, or its
+    ``group_size * (group_size - 1)`` ordered pairs; :meth:`label` rebuilds a
+    column's place (and :meth:`flow_id` its flows' ids) from that alone. ``id``
+    names the family in a node list: a node whose ``after`` lists it waits for
+    every column's last step.
     """
 
     id: str
     src: tuple[Coord, ...]
     dst: tuple[Coord, ...]
     feed: tuple[int, ...]
-    labels: tuple[tuple[int, int, int], ...]  # (group, direction +1/-1 or target, member)
+    groups: tuple[int, ...]
+    group_size: int
+    directions: tuple[int, ...]  # +1 / -1 for rings; () for pairwise
     steps: int
     chunk_bytes: float
     start_s: float
@@ -72,9 +78,19 @@ class FlowColumns:
     def num_flows(self) -> int:
         return self.steps * self.num_columns
 
+    def label(self, column: int) -> tuple[int, int, int]:
+        """(group, direction or receiving member, sending member) of ``column``."""
+        n = self.group_size
+        block = n * (n - 1) if self.pairwise else len(self.directions) * n
+        g, r = divmod(column, block)
+        if self.pairwise:
+            i, j = divmod(r, n - 1)
+            return self.groups[g], j + (j >= i), i
+        return self.groups[g], self.directions[r // n], r % n
+
     def flow_id(self, prefix: str, step: int, column: int) -> str:
         """The id :func:`~sim.collectives.collective_flows` gives this flow."""
-        g, d, i = self.labels[column]
+        g, d, i = self.label(column)
         if self.pairwise:
             return f"{prefix}/g{g}/{i}->{d}"
         return f"{prefix}/g{g}/{_TAGS[d]}/s{step}/{i}"
@@ -98,7 +114,7 @@ class ColumnPlan:
     def expand(self) -> CollectivePlan:
         """The same flows, one by one, as :func:`~sim.collectives.collective_flows` builds them."""
         cols = self.columns
-        order = sorted(range(cols.num_columns), key=lambda c: (cols.labels[c][0], 0))
+        order = range(cols.num_columns)
         flows: list[Flow] = []
         finals: list[str] = []
         if cols.pairwise:
@@ -109,7 +125,7 @@ class ColumnPlan:
         else:
             runs: dict[tuple[int, int], list[int]] = {}
             for c in order:
-                runs.setdefault(cols.labels[c][:2], []).append(c)
+                runs.setdefault(cols.label(c)[:2], []).append(c)
             for run in runs.values():  # a group's one direction, step after step
                 for s in range(cols.steps):
                     for c in run:
@@ -160,29 +176,27 @@ def collective_columns(
     src: list[Coord] = []
     dst: list[Coord] = []
     feed: list[int] = []
-    labels: list[tuple[int, int, int]] = []
+    dirs: tuple[int, ...] = ()
     if algo == "pairwise":
         steps, chunk = 1, float(buffer_bytes) / n
-        for g, p in plans:
+        for _, p in plans:
             for i in range(n):
                 for j in range(n):
                     if i != j:
                         src.append(p.members[i])
                         dst.append(p.members[j])
                         feed.append(-1)
-                        labels.append((g, j, i))
     else:
         dirs = (1, -1) if algo == "bidir_ring" else (1,)
         steps = 2 * (n - 1) if kind == "all-reduce" else n - 1
         chunk = float(buffer_bytes) / n / len(dirs)
-        for g, p in plans:
+        for _, p in plans:
             for d in dirs:
                 base = len(src)
                 for i in range(n):
                     src.append(p.members[i])
                     dst.append(p.members[(i + d) % n])
                     feed.append(base + (i - d) % n)
-                    labels.append((g, d, i))
     overhead = float(slice_.chip.collective_overhead_s)
     head: tuple[Compute, ...] = ()
     deps = after
@@ -191,8 +205,8 @@ def collective_columns(
         deps = (head[0].id,)
     cols = FlowColumns(
         id=f"{id_prefix}/flows", src=tuple(src), dst=tuple(dst), feed=tuple(feed),
-        labels=tuple(labels), steps=steps, chunk_bytes=chunk, start_s=start_s, after=deps,
-        pairwise=algo == "pairwise",
+        groups=tuple(g for g, _ in plans), group_size=n, directions=dirs, steps=steps,
+        chunk_bytes=chunk, start_s=start_s, after=deps, pairwise=algo == "pairwise",
     )  # fmt: skip
     join = Compute(f"{id_prefix}/done", None, 0.0, start_s, (cols.id,))
     return ColumnPlan(kind, id_prefix, head, cols, join)
