@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from aoizora.cache import JsonCache, PlanCaches, plan_caches
-from aoizora.candidates.baselines import Baseline, baseline_candidates
+from aoizora.candidates.baselines import Baseline, baseline_candidates, illegal_baselines
 from aoizora.candidates.space import (
     Candidate,
     CandidateSpace,
@@ -596,6 +596,8 @@ def run_plan(
             caches=caches, say=say, pool=pool, splash_blocks=splash_blocks)  # fmt: skip
         timings.append(("stage1", time.perf_counter() - t0))
         baselines = baseline_candidates(workload, slice_)
+        for line in illegal_baselines(workload, slice_):
+            say(line)
         picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
         to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
         compiled, failed, compiled_ids, scored, search = stage2(

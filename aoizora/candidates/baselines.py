@@ -17,7 +17,9 @@ Every workload gets a baseline by one documented rule, and Wan keeps maxdiffusio
   rules, K/V all-gathered (``gather_kv``), ``mesh_utils.create_device_mesh`` order
   (maxdiffusion ``max_utils.create_device_mesh`` with ``allow_split_physical_axes:
   False``); and ``"maxdiffusion recipe"`` -- ``data`` = 2 (the CFG pair) x ``context``
-  = the rest, same rules, attention and device-order function. The natural-mesh rule
+  = the rest, same rules, attention and device-order function (one that is illegal on
+  the slice -- ``context`` = 8,192 devices divides neither the model nor the sequence --
+  is left out of the comparison and :func:`illegal_baselines` says why). The natural-mesh rule
   applied to Wan gives exactly the existing deployment on 4 chips or more (a test
   checks it; on 2 chips it puts the CFG pair on ``data``).
 * The Wan VAE decoder (``info["kind"] == "vae"``) keeps maxdiffusion's two VAE
@@ -53,7 +55,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from aoizora.candidates.space import Candidate, check_candidate, make_candidate, mesh_shapes
-from aoizora.errors import CandidateError
 from aoizora.tpu import default_device_order
 from aoizora.workloads.base import Workload
 from aoizora.workloads.rules import Rules, mesh_axes_of
@@ -67,6 +68,7 @@ __all__ = [
     "Baseline",
     "baseline_candidates",
     "default_deployment",
+    "illegal_baselines",
     "natural_mesh",
 ]
 
@@ -129,8 +131,11 @@ def default_deployment(workload: Workload, num_devices: int) -> tuple[Candidate,
     return None
 
 
-def _wan_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
-    out: list[tuple[str, Candidate, str]] = []
+def _wan_named(
+    workload: Workload, num_devices: int
+) -> list[tuple[str, Candidate, tuple[str, ...]]]:
+    """Each Wan baseline that has a mesh on ``num_devices``, with why it is illegal (if so)."""
+    out: list[tuple[str, Candidate, tuple[str, ...]]] = []
     meshes = {
         "existing deployment": {"context": num_devices},
         "maxdiffusion recipe": {"data": 2, "context": num_devices // 2},
@@ -140,13 +145,30 @@ def _wan_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Cand
         if math.prod(sizes.values()) != num_devices:
             continue  # one chip: no recipe with data = 2
         cand = make_candidate(workload, sizes, "maxdiffusion", "gather_kv")
-        reasons = check_candidate(workload, cand)
-        if reasons:
-            raise CandidateError(f"baseline {name!r} ({cand.id}) is illegal: {'; '.join(reasons)}")
-        out.append(
-            (name, cand, "maxdiffusion's " + ("defaults" if "existing" in name else "recipe"))
-        )
+        out.append((name, cand, check_candidate(workload, cand)))
     return out
+
+
+def _wan_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:
+    # An illegal one (context over 8,192 devices does not divide the model) is left out
+    # of the comparison, never the plan (illegal_baselines says why).
+    return [
+        (name, cand, "maxdiffusion's " + ("defaults" if "existing" in name else "recipe"))
+        for name, cand, reasons in _wan_named(workload, num_devices)
+        if not reasons
+    ]
+
+
+def illegal_baselines(workload: Workload, slice_: Slice) -> tuple[str, ...]:
+    """One line per named baseline that is illegal on ``slice_`` and left out, saying why."""
+    if str(workload.info.get("kind")) != "wan":
+        return ()
+    return tuple(
+        f"baseline {name!r} ({cand.id}) is illegal on {slice_.name}, left out of the "
+        f"comparison: {'; '.join(reasons)}"
+        for name, cand, reasons in _wan_named(workload, slice_.num_devices)
+        if reasons
+    )
 
 
 def _vae_baselines(workload: Workload, num_devices: int) -> list[tuple[str, Candidate, str]]:

@@ -339,3 +339,25 @@ def test_axes_used_only_together_fold_into_one_axis() -> None:
     # Under the fsdp rules, fsdp shards the weights alone and context the sequence:
     # a genuinely two-axis layout stays.
     assert "data2.fsdp2.context2.tensor1/fsdp/ring" in ids
+
+
+def test_an_illegal_wan_baseline_is_left_out_and_said_so() -> None:
+    # 4,096 tpu7x chips: context over 8,192 (or 4,096) devices divides neither the 14B's
+    # embed (5,120) nor its 75,600 tokens: both of maxdiffusion's meshes are illegal there.
+    # The plan compares with the legal ones only, and says why the others are missing
+    # (it used to end at the first with "baseline ... is illegal").
+    from aoizora.candidates.baselines import _wan_baselines, illegal_baselines
+    from aoizora.candidates.space import check_candidate
+
+    wl = wan_workload("wan2.1-14b", parse_resolution("720p"))
+    pod = load_slice("tpu7x:16x16x16")
+    lines = illegal_baselines(wl, pod)
+    assert [line.split("'")[1] for line in lines] == ["existing deployment", "maxdiffusion recipe"]
+    assert all("left out of the comparison" in line and "5120" in line for line in lines)
+    assert _wan_baselines(wl, pod.num_devices) == []
+    # Where they are legal nothing is said and both stay, each legal by the same check.
+    s = load_slice("tpu7x:8x8x8")
+    assert illegal_baselines(wl, s) == ()
+    kept = _wan_baselines(wl, s.num_devices)
+    assert [name for name, _, _ in kept] == ["existing deployment", "maxdiffusion recipe"]
+    assert all(not check_candidate(wl, cand) for _, cand, _ in kept)
