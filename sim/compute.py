@@ -76,6 +76,14 @@ def _pad(n: float, tile: int) -> float:
     return math.ceil(n / tile) * tile if n > 0 else 0.0
 
 
+def _either(a: bool | None, b: bool | None) -> bool | None:
+    """Two kernels' ``Work.row_window_naive`` summed: True if either is, None if neither
+    says."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a or b
+
+
 def mxu_utilisation(*, m: float, k: float, n: float, tile: int) -> float:
     """The fraction of a ``tile x tile`` MXU a ``(m x k) @ (k x n)`` matmul keeps busy.
 
@@ -198,6 +206,11 @@ class Work:
     # kernel's backend config says; True where unknown): alone in their kernel, only such
     # windows cost row_window_stream_s beyond their bytes
     row_window_f32_rows: bool = True
+    # Whether those windows run XLA's naive emitter: True where the compiled kernel's
+    # backend config has no cycle estimate (libtpu's cost model gave up on its window),
+    # False where it has one, None where no compiled kernel says (before layout: the row
+    # length decides, ComputeParams.row_window_slow_from)
+    row_window_naive: bool | None = None
     # Of hbm_bytes, a matmul kernel's reads beyond its writes, each read once (its
     # pipelined operand windows): they stream at ComputeParams.hbm_read_efficiency
     hbm_read_excess_bytes: float = 0.0
@@ -232,6 +245,7 @@ class Work:
             self.onchip_copy_full_tile_bytes + other.onchip_copy_full_tile_bytes,
             self.row_windows + other.row_windows,
             self.row_window_f32_rows or other.row_window_f32_rows,
+            _either(self.row_window_naive, other.row_window_naive),
             self.hbm_read_excess_bytes + other.hbm_read_excess_bytes,
             self.hbm_retile_copy_bytes + other.hbm_retile_copy_bytes,
             self.tile_gathers + other.tile_gathers,
@@ -383,16 +397,20 @@ class ComputeModel:
         """One attention call: its padded FLOPs at its kernel's efficiency, plus the kernel's
         measured cost per grid step and per q block when its blocks are known. A call at a
         tile the generation measured (:mod:`sim.splash_tiles`) costs its price at the 512
-        tile times the tile sweep's ratio of the two."""
+        tile times the tile sweep's ratio of the two; a splash call over heads narrower
+        than 128 lanes, times the kernel's ``narrow_head_factor``."""
         p = self.params
         kernel = p.kernel_for(attention)
+        narrow = 1.0
+        if kernel == p.tiled_kernel and p.splash_kernel is not None:
+            narrow = p.splash_kernel.narrow_factor(attention.head_dim, attention.value_dim)
         if kernel == p.tiled_kernel and attention.block_q and attention.tile != BASE_TILE:
             scale = self._tile_scale(attention)
             if scale != 1.0:
                 base = replace(attention, block_q=BASE_TILE[0], block_kv=BASE_TILE[1],
                                block_kv_compute=BASE_TILE[2])  # fmt: skip
-                return self._blocked_s(base, kernel) * scale
-        return self._blocked_s(attention, kernel)
+                return self._blocked_s(base, kernel) * scale * narrow
+        return self._blocked_s(attention, kernel) * narrow
 
     def _tile_scale(self, attention: Attention) -> float:
         """A call's price at its tile over its price at the 512 tile: ``1 - step_gain * (1 -
@@ -478,7 +496,8 @@ class ComputeModel:
     def row_window_s(self, work: Work) -> float:
         """The time of ``work``'s whole-row reduce-windows beyond their one op an element.
 
-        Over rows of at least ``row_window_slow_from`` (``n0``) XLA's naive emitter runs:
+        Where the compiled kernel says XLA's naive emitter runs (``Work.row_window_naive``;
+        where none says, over rows of at least ``row_window_slow_from``, ``n0``):
         ``elements x (2n - 1) taps x row_window_tap_s x (n / n0) ** row_window_tap_growth``
         (a tap costs more the longer the row: 21.9, 22.8 and 24.8 fs at 6,144, 7,168 and
         8,192 on v5e). Below that, a window in a kernel
@@ -502,11 +521,16 @@ class ComputeModel:
         0.0
         >>> m.row_window_s(Work(row_windows=((50, 4.0),), row_window_f32_rows=False))
         0.0
+        >>> m.row_window_s(Work(row_windows=((50, 1.0),), row_window_naive=True))  # 99 taps
+        99.0
+        >>> m.row_window_s(Work(row_windows=((100, 1.0),), row_window_naive=False))
+        0.5
         """
         p = self.params
         total = 0.0
         for n, elements in work.row_windows:
-            if n >= p.row_window_slow_from:
+            naive = work.row_window_naive
+            if naive or (naive is None and n >= p.row_window_slow_from):
                 growth = (n / p.row_window_slow_from) ** p.row_window_tap_growth
                 total += elements * (2 * n - 1) * p.row_window_tap_s * growth
             elif not work.matmuls and work.row_window_f32_rows:

@@ -65,6 +65,11 @@ _SUBLANES = 8  # kv segment ids are (8, block_kv) int32
 _BF16, _F32, _I32 = 2, 4, 4
 
 
+def _lanes(width: int) -> int:
+    """``width`` rounded up to whole 128-lane vregs."""
+    return -(-width // _LANES) * _LANES
+
+
 def q_row_bytes(head_dim: int, value_dim: int) -> int:
     """VMEM per q row of a block: q (bf16), the f32 output scratch and the bf16 output,
     the f32 running max and sum and the int32 q segment ids (128 lanes each).
@@ -105,6 +110,13 @@ class SplashKernel:
     # What a tile saves inside a whole step over what it saves alone (fitted on measured
     # step pairs; 1.0: the kernel's saving as it is).
     step_gain: float = 1.0
+    # A call over heads narrower than 128 lanes against its price with them padded to 128
+    # (the MXU's and a vreg's width): fitted on the program zoo's fit half (1.0: padded).
+    narrow_head_factor: float = 1.0
+
+    def narrow_factor(self, head_dim: int, value_dim: int) -> float:
+        """:attr:`narrow_head_factor` for heads under 128 lanes, else 1."""
+        return self.narrow_head_factor if min(head_dim, value_dim) < _LANES else 1.0
 
     # -- time -------------------------------------------------------------------------
     @functools.cached_property
@@ -140,7 +152,10 @@ class SplashKernel:
         """One call's seconds at ``tile`` (its lengths padded to the blocks) on a device of
         ``peak_flops_per_s`` and ``hbm_bandwidth_bytes_per_s``."""
         bq, bkv, bkvc = tile
-        flops = 2.0 * bq * bkvc * (head_dim + value_dim)
+        # A head narrower than a vreg's 128 lanes fills only part of each: the body's two
+        # products take as long as at 128 (and longer: narrow_head_factor, which a call's
+        # price takes, sim.compute.ComputeModel.attention_s)
+        flops = 2.0 * bq * bkvc * (_lanes(head_dim) + _lanes(value_dim))
         body_s = flops / (peak_flops_per_s * self.efficiency(bq, bkvc))
         bodies = bkv // bkvc * body_s
         dma_s = bkv * kv_row_bytes(head_dim, value_dim) / hbm_bandwidth_bytes_per_s
@@ -197,6 +212,9 @@ _EXAMPLE = (
 )
 
 
+_OPTIONAL = frozenset({"step_gain", "narrow_head_factor"})
+
+
 def parse_splash_kernel(
     table: Any, path: Path, sources: list[tuple[str, str]]
 ) -> SplashKernel | None:
@@ -206,7 +224,7 @@ def parse_splash_kernel(
     if table is None:
         return None
     keys = {"vmem_bytes", "default_scoped_vmem_bytes", "body", "source", *_NUMBERS}
-    if not isinstance(table, dict) or not keys <= set(table) <= keys | {"step_gain"}:
+    if not isinstance(table, dict) or not keys <= set(table) <= keys | _OPTIONAL:
         raise TopologyError(f"{path}: [compute.splash_kernel] must hold {_EXAMPLE}")
     chip: dict[str, int] = {}
     for key in ("vmem_bytes", "default_scoped_vmem_bytes"):
@@ -225,7 +243,7 @@ def parse_splash_kernel(
             f"{chip['default_scoped_vmem_bytes']} exceeds the core's vmem_bytes "
             f"{chip['vmem_bytes']}"
         )
-    numbers = {key: _number(table[key], key, path) for key in (*_NUMBERS, "step_gain")
+    numbers = {key: _number(table[key], key, path) for key in (*_NUMBERS, *sorted(_OPTIONAL))
                if key in table}  # fmt: skip
     body = tuple(
         _body(row, path) for row in (table["body"] if isinstance(table["body"], list) else [None])
@@ -235,7 +253,7 @@ def parse_splash_kernel(
         chip["vmem_bytes"], chip["default_scoped_vmem_bytes"], body, numbers["step_s"],
         numbers["q_block_s"], numbers["q_row_s"], numbers["buffers"], numbers["score_copies"],
         numbers["block_score_copies"], numbers["fixed_vmem_bytes"], str(table["source"]),
-        numbers.get("step_gain", 1.0),
+        numbers.get("step_gain", 1.0), numbers.get("narrow_head_factor", 1.0),
     )  # fmt: skip
 
 

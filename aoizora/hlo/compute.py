@@ -61,7 +61,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from aoizora.hlo.layouts import full_tiles, retile, sublane_f32_rows, tile_gather
+from aoizora.hlo.layouts import full_tiles, naive_window, retile, sublane_f32_rows, tile_gather
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
 from aoizora.hlo.windows import window_traffic_bytes
@@ -450,7 +450,8 @@ class CostModel:
             comp = self.module.computations[instr.attrs.get("calls", "").strip().lstrip("%")]
             outputs = max(e for _, e in work.row_windows)
             config = instr.attrs.get("backend_config", "")
-            work = replace(work, row_window_f32_rows=sublane_f32_rows(comp, config, outputs))
+            work = replace(work, row_window_f32_rows=sublane_f32_rows(comp, config, outputs),
+                           row_window_naive=naive_window(config))  # fmt: skip
         return work if traffic <= work.hbm_bytes else replace(work, hbm_bytes=traffic)
 
     def fusion(self, instr: Instruction) -> FusionSummary:

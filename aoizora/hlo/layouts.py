@@ -15,7 +15,7 @@ from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, Instruction
 from sim.tile_gather import Gather
 
-__all__ = ["full_tiles", "retile", "sublane_f32_rows", "tile_gather"]
+__all__ = ["full_tiles", "naive_window", "retile", "sublane_f32_rows", "tile_gather"]
 
 
 def tile_gather(comp: Computation, instr: Instruction, hbm_bytes: int) -> Gather | None:
@@ -72,6 +72,29 @@ def retile(source: Shape, result: Shape) -> bool:
     """
     return (source.element_type == "bf16" and source.tile_rows == 2 and result.tile_rows == 8
             and not result.memory_space)  # fmt: skip
+
+
+_NO_ESTIMATE = '"estimated_cycles":"9223372036854775807"'  # INT64_MAX: no estimate
+
+
+def naive_window(backend_config: str) -> bool | None:
+    """Whether a compiled fusion with a whole-row reduce-window runs it with XLA's naive
+    emitter: its backend config names a reduce-window emitter and libtpu's cost model left
+    its cycle estimate at INT64_MAX (it has none for that window); None where the config
+    names no such emitter (a program before layout, another backend). On v5e every such
+    kernel ran 15-23x slower an element than its bytes (rows of 5,632 to 8,192; every one
+    with an estimate, rows to 5,120, ran at its bytes' rate): validation/README.md, "The
+    program zoo".
+
+    >>> sublane = '{"emitter":"EmitReduceWindowSublane"},"estimated_cycles":'
+    >>> naive_window(sublane + '"9223372036854775807"'), naive_window(sublane + '"502825"')
+    (True, False)
+    >>> naive_window('{"emitter":"EmitMatmul"}') is None
+    True
+    """
+    if "EmitReduceWindow" not in backend_config:
+        return None
+    return _NO_ESTIMATE in backend_config
 
 
 def sublane_f32_rows(comp: Computation, backend_config: str, outputs: float) -> bool:

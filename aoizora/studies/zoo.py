@@ -12,6 +12,7 @@ held-out half, and :func:`family_report` gives the error of each family in each 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import statistics
@@ -20,9 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aoizora.hlo.profile import load_profile, read_text_file
+from aoizora.hlo.text import parse_module
+from aoizora.studies.explain import Explanation, explain, op_prices
 from aoizora.zoo import split
+from sim.chips import Chip
 
-__all__ = ["FamilyError", "ZooRow", "family_report", "halves", "measurement_rows", "read_rows"]
+__all__ = ["FamilyError", "ZooRow", "explain_row", "family_report", "fit_narrow_head_factor",
+           "halves", "measurement_rows", "read_rows"]  # fmt: skip
 
 _HARDWARE = "TPU v5 lite: 1 devices on 1 host, slice v5e:1x1"
 _SOFTWARE = "jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1"
@@ -35,7 +41,7 @@ _COLUMNS = ("row_id,kind,slice,wraparound,collective,groups,size_bytes,algorithm
 
 @dataclass(frozen=True)
 class ZooRow:
-    """One zoo program as the chip ran it: ``measured_s`` the mean of the timed calls."""
+    """One zoo program as the chip ran it: its timed calls and its profile's device time."""
 
     id: str
     family: str
@@ -47,7 +53,9 @@ class ZooRow:
 
     @property
     def measured_s(self) -> float:
-        return statistics.fmean(self.samples_s)
+        """The median of the timed calls: a call the host delayed (a compile running beside
+        the first programs of a chip call) moves it least."""
+        return statistics.median(self.samples_s)
 
 
 def read_rows(path: str | Path) -> list[ZooRow]:
@@ -87,7 +95,7 @@ def measurement_rows(rows: Iterable[ZooRow], *, date: str = "2026-12-07") -> str
             "hardware": _HARDWARE, "software": _SOFTWARE, "software_date": date,
             "source": "validation/v5e/zoo/measure.py, run " + date,
             "notes": f"zoo {r.family} program {r.id}; {len(r.samples_s)} timed calls after 2 "
-                     f"warm-up, mean; device ops {r.device_s:.6g} s by its profile",
+                     f"warm-up, median; device ops {r.device_s:.6g} s by its profile",
         })  # fmt: skip
     return out.getvalue()
 
@@ -118,3 +126,38 @@ def family_report(rows: Sequence[ZooRow], predicted_s: Mapping[str, float]) -> l
             by_family.setdefault(r.family, []).append(e)
     report = [FamilyError.of(f, by_family[f]) for f in sorted(by_family)]
     return [*report, FamilyError.of("all", [e for es in by_family.values() for e in es])]
+
+
+def _with_narrow_factor(chip: Chip, factor: float) -> Chip:
+    params = chip.compute
+    kernel = params.splash_kernel
+    if kernel is None:
+        raise ValueError(f"{chip.generation} has no [compute.splash_kernel] to fit")
+    kernel = dataclasses.replace(kernel, narrow_head_factor=factor)
+    return dataclasses.replace(chip, compute=dataclasses.replace(params, splash_kernel=kernel))
+
+
+def explain_row(row: ZooRow, programs: Path, chip: Chip) -> Explanation:
+    """``row``'s program as it ran (``programs/<id>.hlo.txt.gz``) priced op by op on
+    ``chip`` beside its profile (``programs/<id>.ops.json.gz``)."""
+    module = parse_module(read_text_file(programs / f"{row.id}.hlo.txt.gz"))
+    profile = load_profile(programs / f"{row.id}.ops.json.gz", module=module.name)
+    return explain(profile, module, op_prices(module, chip))
+
+
+def fit_narrow_head_factor(fit: Sequence[ZooRow], programs: Path, chip: Chip) -> float:
+    """The splash body's time over heads narrower than 128 lanes against the same body at
+    128 (``SplashKernel.narrow_head_factor``): the median, over the ``fit`` rows' splash
+    DiTs with such heads, of their attention kernels' measured time over what the kernel
+    model prices with the factor at 1. Reads only ``fit``'s rows."""
+    base = _with_narrow_factor(chip, 1.0)
+    ratios = []
+    for row in fit:
+        if row.params.get("attention") != "splash" or row.params["head_dim"] >= 128:
+            continue
+        e = explain_row(row, programs, base)
+        ops = [r for r in e.rows if r.category == "attention"]
+        ratios.append(sum(r.measured_s for r in ops) / sum(r.predicted_s for r in ops))
+    if not ratios:
+        raise ValueError("no splash DiT with a head under 128 lanes in the fit rows")
+    return round(statistics.median(ratios), 3)
