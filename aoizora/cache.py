@@ -54,11 +54,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from aoizora.atomic import write_atomic
+from aoizora.software import package_version
 from sim.topology import Slice
 
 __all__ = [
@@ -130,11 +130,8 @@ def versions() -> str:
     import jax
 
     parts = [f"jax={jax.__version__}"]
-    for dist in ("jaxlib", "libtpu"):
-        try:
-            parts.append(f"{dist}={metadata.version(dist)}")
-        except metadata.PackageNotFoundError:
-            parts.append(f"{dist}=none")
+    for dist in ("jaxlib", "libtpu"):  # libtpu: the library jax loads (aoizora.software)
+        parts.append(f"{dist}={package_version(dist) or 'none'}")
     return ",".join(parts)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -38,10 +39,12 @@ from pathlib import Path
 
 __all__ = [
     "BUILD_COMMIT_FILE",
+    "LIBTPU_PATH_VARIABLE",
     "PINNED",
     "TRACKED",
     "aoizora_commit",
     "aoizora_version",
+    "package_version",
     "running_versions",
     "version_drift",
     "version_line",
@@ -152,15 +155,38 @@ def version_line() -> str:
     return f"{line} (commit {commit})" if commit is not None else line
 
 
+# jax loads the libtpu this names instead of the installed package's (jax's
+# _src/cloud_tpu_init.py and the PJRT plugin read it); `aoizora validate --libtpu` sets it
+LIBTPU_PATH_VARIABLE = "TPU_LIBRARY_PATH"
+
+
+def _libtpu_at(path: str) -> str:
+    """The version of the libtpu library file ``path``: its wheel's ``.dist-info`` beside
+    the package folder holding it (``DIR/libtpu/libtpu.so`` -> ``DIR/libtpu-X.dist-info``),
+    else ``"custom (PATH)"``: a library no wheel describes is still not the pin."""
+    folder = Path(path).resolve().parent
+    for info in sorted(folder.parent.glob("libtpu-*.dist-info")):
+        return info.name[len("libtpu-") : -len(".dist-info")]
+    return f"custom ({path})"
+
+
+def package_version(name: str) -> str | None:
+    """The running version of ``name`` (one of :data:`TRACKED`; ``None`` when not
+    installed). For libtpu, the library jax will load: the one ``$TPU_LIBRARY_PATH`` names
+    when set, else the installed package's."""
+    if name == "libtpu":
+        path = os.environ.get(LIBTPU_PATH_VARIABLE)
+        if path:
+            return _libtpu_at(path)
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def running_versions() -> dict[str, str | None]:
-    """The installed versions of :data:`TRACKED` (``None`` when not installed)."""
-    out: dict[str, str | None] = {}
-    for name in TRACKED:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    """The running versions of :data:`TRACKED` (:func:`package_version`)."""
+    return {name: package_version(name) for name in TRACKED}
 
 
 def version_drift(

@@ -19,7 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from aoizora.commands.args import (
@@ -28,9 +31,9 @@ from aoizora.commands.args import (
     resume_from_cache,
     use_topology_dir,
 )
-from aoizora.errors import AoizoraError
+from aoizora.errors import AoizoraError, ValidationError
 from aoizora.interrupts import phase
-from aoizora.software import warn_version_drift
+from aoizora.software import LIBTPU_PATH_VARIABLE, package_version, warn_version_drift
 from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
@@ -41,11 +44,21 @@ from aoizora.studies.validation import (
     read_measurements,
     validate,
 )
+from aoizora.studies.validation.compilers import (
+    compiler_note,
+    format_side_by_side,
+    libtpu_of,
+    side_by_side,
+)
 from aoizora.studies.validation.memory import validate_memory
 from aoizora.studies.validation.step import predict_step_memory
 from sim.errors import SimError
 
 __all__ = ["register", "run", "format_report"]
+
+_LIBTPU_EXAMPLE = (
+    "the runtime's own: python -c 'import libtpu; print(libtpu.__file__)', its folder's libtpu.so"
+)
 
 
 def register(subparsers: Any) -> None:
@@ -101,6 +114,20 @@ def register(subparsers: Any) -> None:
         help="fail when the memory MAPE (step rows with peak_hbm_bytes, predicted by the "
         "compiled program's memory analysis) exceeds X percent",
     )
+    p.add_argument(
+        "--libtpu",
+        default=None,
+        metavar="PATH",
+        help="compile the step rows with this libtpu library (a wheel's libtpu/libtpu.so, "
+        "e.g. the runtime's own) instead of the installed one; plans and caches record it",
+    )
+    p.add_argument(
+        "--also-libtpu",
+        default=None,
+        metavar="PATH",
+        help="also predict every row with this libtpu (a second process) and print both "
+        "predictions side by side",
+    )
     add_cache_argument(p)  # step rows share the planner's compile results
     add_compute_arguments(p, kernel=False)  # rows name their kernel
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -154,13 +181,45 @@ def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
     return "\n".join(lines)
 
 
+def _libtpu_file(flag: str, path: str) -> str:
+    if not Path(path).is_file():
+        raise ValidationError(
+            f"{flag} {path}: no such file; give a libtpu library, e.g. {_LIBTPU_EXAMPLE}"
+        )
+    return str(Path(path).resolve())
+
+
+def _other_compiler(args: argparse.Namespace) -> dict[str, Any]:
+    """``aoizora validate FILE --json`` with ``--also-libtpu``'s library, in a child process
+    (a process loads one libtpu)."""
+    command = [sys.executable, "-m", "aoizora", "validate", args.file, "--json",
+               "--libtpu", _libtpu_file("--also-libtpu", args.also_libtpu)]  # fmt: skip
+    if args.cache_dir:
+        command += ["--cache-dir", args.cache_dir]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        return dict(json.loads(done.stdout))
+    except json.JSONDecodeError:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise ValidationError(
+            f"--also-libtpu {args.also_libtpu}: the second validation failed (exit "
+            f"{done.returncode}): {tail[0]}"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Predict, report, and return 1 when the gate fails."""
+    if args.libtpu:  # before jax loads a TPU library: the whole process compiles with it
+        os.environ[LIBTPU_PATH_VARIABLE] = _libtpu_file("--libtpu", args.libtpu)
     use_topology_dir(args)
     resume_from_cache(args.cache_dir)
     rows = read_measurements(args.file)
     check_tpu_rows(rows, name=args.file)  # a dry run's CPU rows say nothing about a slice
     warn_version_drift("validate")  # the predictions compile with this jax/libtpu
+    predicting = package_version("libtpu")
+    note = compiler_note({r.row_id: libtpu_of(r.software) for r in rows}, predicting)
+    if note is not None:
+        print(f"aoizora validate: {note}", file=sys.stderr)
     with phase(f"the predictions of {args.file}"):
         try:
             report = validate(rows, predictors=default_predictors(cache_dir=args.cache_dir))
@@ -182,8 +241,16 @@ def run(args: argparse.Namespace) -> int:
         and memory.mape_percent is not None
         and memory.mape_percent > args.max_memory_mape
     )
+    other = _other_compiler(args) if args.also_libtpu else None
+    pairs = side_by_side(report.to_json_dict(), other) if other is not None else []
+    other_libtpu = str((other or {}).get("libtpu") or "?")
     if args.json:
         out = report.to_json_dict()
+        out["libtpu"] = predicting
+        out["compiler_note"] = note
+        if other is not None:
+            out["also"] = {"libtpu": other_libtpu,
+                           "rows": [p.to_json_dict() for p in pairs]}  # fmt: skip
         out["memory"] = memory.to_json_dict()
         out["thresholds"] = dataclasses.asdict(thresholds)
         out["failures"] = rows_failed = [
@@ -205,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(out, indent=2, sort_keys=False) + "\n")
     else:
         text = "\n".join([format_report(report, failures), *memory.lines()])
+        if pairs:
+            text += "\n\n" + format_side_by_side(pairs, str(predicting), other_libtpu)
         if memory_failed:
             text += f"\nmemory gate FAILED: MAPE above --max-memory-mape {args.max_memory_mape}"
         sys.stdout.write(text + "\n")

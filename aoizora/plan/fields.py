@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import math
 import os
 import re
@@ -26,7 +25,7 @@ import jax.numpy as jnp
 
 from aoizora.errors import PlanError, WorkloadError
 from aoizora.placement.device_order import Coord
-from aoizora.software import aoizora_commit, aoizora_version
+from aoizora.software import aoizora_commit, aoizora_version, package_version
 from aoizora.workloads.base import Workload
 from aoizora.workloads.clip import Clip
 from aoizora.workloads.rules import is_logical_axes, rule_pair_from_json
@@ -155,7 +154,8 @@ class Provenance:
     @classmethod
     def current(cls) -> Provenance:
         """The running versions: AoiZora's (its checkout's when run from one, with the
-        commit) and jax/jaxlib/libtpu's, read with :mod:`importlib.metadata`."""
+        commit) and jax/jaxlib/libtpu's (:func:`aoizora.software.package_version`: the
+        libtpu that compiles)."""
         return cls(
             aoizora=aoizora_version(),
             jax=_version("jax"),
@@ -177,10 +177,7 @@ class Provenance:
 
 
 def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return package_version(package)  # the libtpu that compiles (aoizora.software)
 
 
 @dataclass(frozen=True)
