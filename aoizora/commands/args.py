@@ -10,9 +10,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from aoizora.errors import WorkloadError
+from aoizora.errors import CompileError, WorkloadError
 from aoizora.interrupts import set_resume_note
 from aoizora.resources import DEFAULT_MEMORY_FRACTION
+from aoizora.software import LIBTPU_PATH_VARIABLE
 from aoizora.workloads.wan_config import WAN_CONFIGS
 from sim.topology import Slice
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # a type only: building the parser must not start jax (bad in
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "add_cache_argument",
+    "add_libtpu_argument",
     "add_compute_arguments",
     "add_search_arguments",
     "add_workload_arguments",
@@ -29,9 +31,11 @@ __all__ = [
     "check_slices",
     "fan_out_options",
     "progress_printer",
+    "libtpu_file",
     "resume_from_cache",
     "search_budget_work",
     "select_attention_kernel",
+    "use_libtpu",
     "use_topology_dir",
     "workload_from_args",
 ]
@@ -175,6 +179,38 @@ def add_cache_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+_LIBTPU_EXAMPLE = (
+    "the runtime's own: python -c 'import libtpu; print(libtpu.__file__)' on the TPU host, "
+    "that folder's libtpu.so (pip install --target DIR libtpu==VERSION gives DIR/libtpu/libtpu.so)"
+)
+
+
+def add_libtpu_argument(p: argparse.ArgumentParser, *, what: str) -> None:
+    """``--libtpu PATH``: compile with this libtpu library instead of the installed one."""
+    p.add_argument(
+        "--libtpu",
+        default=None,
+        metavar="PATH",
+        help=f"compile {what} with this libtpu library (a wheel's libtpu/libtpu.so, e.g. the "
+        "runtime's own) instead of the installed one; plans, rows and caches record its version",
+    )
+
+
+def libtpu_file(flag: str, path: str) -> str:
+    """``path`` resolved, or a :class:`CompileError` naming the flag when it is no file."""
+    if not os.path.isfile(path):
+        raise CompileError(f"{flag} {path}: no such file; give a libtpu library, e.g. "
+                           f"{_LIBTPU_EXAMPLE}")  # fmt: skip
+    return os.path.realpath(path)
+
+
+def use_libtpu(args: argparse.Namespace) -> None:
+    """Make ``--libtpu`` the library jax loads, in this process and the workers it starts
+    (``$TPU_LIBRARY_PATH``, read when jax first loads a TPU library)."""
+    if getattr(args, "libtpu", None):
+        os.environ[LIBTPU_PATH_VARIABLE] = libtpu_file("--libtpu", args.libtpu)
+
+
 def resume_from_cache(cache_dir: str) -> None:
     """Say on an interrupt that finished work is in ``cache_dir`` and a rerun resumes."""
     set_resume_note(f"finished work is cached in {cache_dir} and a rerun resumes from it")
@@ -195,6 +231,7 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
         help="rank at most this many placements per sharding (simplest first; default all)",
     )
     add_cache_argument(p)
+    add_libtpu_argument(p, what="the programs")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument(
         "--workers",

@@ -45,6 +45,7 @@ from aoizora.commands.args import (
     progress_printer,
     resume_from_cache,
     select_attention_kernel,
+    use_libtpu,
     use_topology_dir,
     workload_from_args,
 )
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             "--emit maxdiffusion out/"
         )
     use_topology_dir(args)
+    use_libtpu(args)  # before jax starts: every compile (and worker) uses it
     (slice_,) = select_attention_kernel(args, [load_slice(args.slice_name)])
     check_slices([slice_])  # before the workload is built: a bad slice fails in milliseconds
     # Only now import the planner (and jax): bad input above is refused before jax starts.

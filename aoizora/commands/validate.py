@@ -19,21 +19,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from aoizora.commands.args import (
     add_cache_argument,
     add_compute_arguments,
+    add_libtpu_argument,
+    libtpu_file,
     resume_from_cache,
+    use_libtpu,
     use_topology_dir,
 )
 from aoizora.errors import AoizoraError, ValidationError
 from aoizora.interrupts import phase
-from aoizora.software import LIBTPU_PATH_VARIABLE, package_version, warn_version_drift
+from aoizora.software import package_version, warn_version_drift
 from aoizora.studies.validation import (
     GroupReport,
     Thresholds,
@@ -55,10 +56,6 @@ from aoizora.studies.validation.step import predict_step_memory
 from sim.errors import SimError
 
 __all__ = ["register", "run", "format_report"]
-
-_LIBTPU_EXAMPLE = (
-    "the runtime's own: python -c 'import libtpu; print(libtpu.__file__)', its folder's libtpu.so"
-)
 
 
 def register(subparsers: Any) -> None:
@@ -114,13 +111,7 @@ def register(subparsers: Any) -> None:
         help="fail when the memory MAPE (step rows with peak_hbm_bytes, predicted by the "
         "compiled program's memory analysis) exceeds X percent",
     )
-    p.add_argument(
-        "--libtpu",
-        default=None,
-        metavar="PATH",
-        help="compile the step rows with this libtpu library (a wheel's libtpu/libtpu.so, "
-        "e.g. the runtime's own) instead of the installed one; plans and caches record it",
-    )
+    add_libtpu_argument(p, what="the step rows")
     p.add_argument(
         "--also-libtpu",
         default=None,
@@ -181,19 +172,11 @@ def format_report(report: ValidationReport, failures: tuple[Any, ...]) -> str:
     return "\n".join(lines)
 
 
-def _libtpu_file(flag: str, path: str) -> str:
-    if not Path(path).is_file():
-        raise ValidationError(
-            f"{flag} {path}: no such file; give a libtpu library, e.g. {_LIBTPU_EXAMPLE}"
-        )
-    return str(Path(path).resolve())
-
-
 def _other_compiler(args: argparse.Namespace) -> dict[str, Any]:
     """``aoizora validate FILE --json`` with ``--also-libtpu``'s library, in a child process
     (a process loads one libtpu)."""
     command = [sys.executable, "-m", "aoizora", "validate", args.file, "--json",
-               "--libtpu", _libtpu_file("--also-libtpu", args.also_libtpu)]  # fmt: skip
+               "--libtpu", libtpu_file("--also-libtpu", args.also_libtpu)]  # fmt: skip
     if args.cache_dir:
         command += ["--cache-dir", args.cache_dir]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -209,8 +192,7 @@ def _other_compiler(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Predict, report, and return 1 when the gate fails."""
-    if args.libtpu:  # before jax loads a TPU library: the whole process compiles with it
-        os.environ[LIBTPU_PATH_VARIABLE] = _libtpu_file("--libtpu", args.libtpu)
+    use_libtpu(args)  # before jax loads a TPU library: the whole process compiles with it
     use_topology_dir(args)
     resume_from_cache(args.cache_dir)
     rows = read_measurements(args.file)

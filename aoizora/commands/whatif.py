@@ -31,6 +31,7 @@ from aoizora.commands.args import (
     progress_printer,
     resume_from_cache,
     select_attention_kernel,
+    use_libtpu,
     use_topology_dir,
     workload_from_args,
 )
@@ -247,6 +248,7 @@ def run(args: argparse.Namespace) -> int:
     resume_from_cache(args.cache_dir)
     check_clip_arguments(args)
     use_topology_dir(args)
+    use_libtpu(args)  # before jax starts: every compile (and worker) uses it
     # bad specs fail before any work
     slices = select_attention_kernel(args, [parse_slice_spec(spec) for spec in specs])
     check_slices(slices)  # and so do slices libtpu cannot describe

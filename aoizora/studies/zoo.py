@@ -157,7 +157,7 @@ def fit_narrow_head_factor(fit: Sequence[ZooRow], programs: Path, chip: Chip) ->
             continue
         e = explain_row(row, programs, base)
         ops = [r for r in e.rows if r.category == "attention"]
-        ratios.append(sum(r.measured_s for r in ops) / sum(r.predicted_s for r in ops))
+        ratios.append(sum(r.measured_s for r in ops) / sum(r.predicted_s or 0.0 for r in ops))
     if not ratios:
         raise ValueError("no splash DiT with a head under 128 lanes in the fit rows")
     return round(statistics.median(ratios), 3)

@@ -50,7 +50,7 @@ def _sds(shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
 
 
 def _stacked(
-    shapes: dict[str, tuple[tuple[int, ...], tuple[str | None, ...]]], layers: int
+    shapes: Mapping[str, tuple[tuple[int, ...], tuple[str | None, ...]]], layers: int
 ) -> tuple[dict[str, jax.ShapeDtypeStruct], dict[str, tuple[str | None, ...]]]:
     """Per-layer weights stacked on a leading ``layers`` axis."""
     params = {k: _sds((layers, *shape)) for k, (shape, _) in shapes.items()}
