@@ -41,7 +41,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "aoizora.fanout",
         "aoizora.software",
     ),
-    ("aoizora.workloads",),
+    ("aoizora.workloads", "aoizora.zoo"),  # the zoo: workloads of drawn programs
     ("aoizora.tpu",),
     ("aoizora.candidates",),
     ("aoizora.stage1",),

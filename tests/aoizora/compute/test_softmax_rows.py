@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from aoizora.hlo.compute import CostModel
-from aoizora.hlo.profile import load_profile, read_text_file
-from aoizora.hlo.text import parse_module
 from sim.compute import compute_model_of
 from sim.topology import load_chip
+from tests.aoizora.compute.profiled import window_fusions
 
 V5E = Path(__file__).resolve().parents[3] / "validation" / "v5e"
 MODEL = compute_model_of(load_chip("v5e"))
@@ -28,15 +26,8 @@ def _windows(folder: Path, pattern: str) -> list[tuple[str, str, bool, float, fl
     top-level fusion with a whole-row window and no matmul in the profiles of ``folder``."""
     out = []
     for ops in sorted(folder.glob(pattern)):
-        hlo = parse_module(read_text_file(str(ops).replace(".ops.json.gz", ".hlo.txt.gz")))
-        costs = CostModel(hlo)
-        where = {i.name: (c, i) for c in hlo.computations.values() for i in c.instructions}
-        for op in load_profile(ops, module=hlo.name).ops:
-            comp, instr = where.get(op.name, (None, None))
-            if comp is None or instr is None or instr.opcode != "fusion" or op.count_per_step <= 0:
-                continue
-            work = costs.instruction(comp, instr)
-            if not work.row_windows or work.matmuls:
+        for instr, op, work in window_fusions(ops):
+            if work.matmuls:
                 continue
             emitter = re.search(r'"emitter":"(\w+)"', instr.attrs.get("backend_config", ""))
             seconds = op.per_step_s / op.count_per_step
