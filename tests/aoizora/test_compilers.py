@@ -106,3 +106,13 @@ def test_also_libtpu_predicts_every_row_again_in_a_second_process(tmp_path: Path
         assert (
             pair["other_predicted_s"] == pair["predicted_s"] == rows[pair["row_id"]]["predicted_s"]
         )
+
+
+def test_plan_refuses_a_missing_libtpu_before_any_work(tmp_path: Path) -> None:
+    missing = tmp_path / "libtpu.so"
+    command = [sys.executable, "-m", "aoizora", "plan", "--workload", "aoizora.zoo:p013",
+               "--slice", "v5e:1x1", "--libtpu", str(missing)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith("libtpu.so)") and len(done.stderr.splitlines()) == 1
+    assert f"--libtpu {missing}: no such file" in done.stderr
