@@ -555,6 +555,13 @@ def stage2(
     return compiled, failed, ok_ids, scored, summary
 
 
+def _baselines(workload: Workload, slice_: Slice, say: Progress) -> tuple[Baseline, ...]:
+    """The named baselines, saying which are illegal here and left out of the comparison."""
+    for line in illegal_baselines(workload, slice_):
+        say(line)
+    return baseline_candidates(workload, slice_)
+
+
 def run_plan(
     workload: Workload,
     slice_: Slice,
@@ -595,9 +602,7 @@ def run_plan(
         ranking, stage1_failed, by_id = _run_stage1(workload, space, slice_, top_k=top_k,
             caches=caches, say=say, pool=pool, splash_blocks=splash_blocks)  # fmt: skip
         timings.append(("stage1", time.perf_counter() - t0))
-        baselines = baseline_candidates(workload, slice_)
-        for line in illegal_baselines(workload, slice_):
-            say(line)
+        baselines = _baselines(workload, slice_, say)
         picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
         to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
         compiled, failed, compiled_ids, scored, search = stage2(
