@@ -161,6 +161,9 @@ def test_current_provenance_reads_installed_versions(monkeypatch: pytest.MonkeyP
         return real(name)
 
     monkeypatch.setattr(importlib.metadata, "version", without_libtpu)
+    # libtpu's import names its own library in $TPU_LIBRARY_PATH (the library jax loads,
+    # aoizora.software.package_version): without libtpu that is unset too
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
     missing = Provenance.current()
     assert missing.libtpu is None and missing.jax == now.jax
     order = _plan().device_order()
