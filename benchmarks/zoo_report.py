@@ -49,8 +49,9 @@ def main() -> None:
             device[r.id] = e.predicted_s / e.step_s * r.measured_s
             timed[r.id] = e.predicted_s + chip.compute.program_launch_s
         figures = [("device", device), ("timed", timed)]
-        if plans:
-            figures.append(("plan", {r.id: plans[r.id] for r in part if r.id in plans}))
+        planned = {r.id: plans[r.id] for r in part if r.id in plans}
+        if planned:  # a validation of some rows (e.g. the held-out half's) reports those
+            figures.append(("plan", planned))
         for how, predicted in figures:
             for f in family_report(part, predicted):
                 print(_line(half, how, f))
