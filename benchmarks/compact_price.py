@@ -15,7 +15,6 @@ Speeds depend on the machine's load: say it (``uptime``) when quoting them.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -25,16 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aoizora.rank import compact  # noqa: E402
 from aoizora.rank.lumped import lumped_times  # noqa: E402
 from sim.columns import collective_columns  # noqa: E402
-from sim.topology import Slice, load_slice  # noqa: E402
-from tests.aoizora.test_compact import _flows, _region  # noqa: E402
-
-
-def _devices(name: str, seed: int | None) -> tuple[Slice, list[tuple[int, ...]]]:
-    s = load_slice(name)
-    devs = [c for c in s.coords for _ in range(s.chip.devices_per_chip)]
-    if seed is not None:
-        random.Random(seed).shuffle(devs)
-    return s, devs
+from tests.aoizora.test_compact import _devices, _flows, _region  # noqa: E402
 
 
 def _case(name: str, seed: int | None, specs: list[tuple[str, int, float]]) -> None:

@@ -38,16 +38,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from aoizora.rank.lumped import (
-    _MASK,
     FlowSystem,
     Partition,
     _CellRun,
     _Cells,
-    _refine,
     _renumber,
-    _wrapping_sum,
     equitable_partition,
     lumped_times,
+    refine_round,
 )
 from sim.cables import channels
 from sim.columns import FlowColumns
@@ -347,7 +345,7 @@ def coarse_partition(
     fit. Unlike an equitable partition it need not give the engine's times:
     what it gives is the approximation :func:`approximate_times` documents.
     """
-    n, m = system.num_nodes, system.capacity.size
+    n = system.num_nodes
     own = np.zeros(n, dtype=np.int64)
     own[: len(cs.plain)] = np.arange(1, len(cs.plain) + 1)
     node = _renumber(own, system.size_bytes, system.hops, start)
@@ -356,14 +354,7 @@ def coarse_partition(
     rng = np.random.default_rng(0x5EED)
     for _ in range(max_rounds):
         counts = (int(node.max()) + 1, int(chan.max()) + 1)
-        w_chan, w_parent, w_flow = (
-            rng.integers(0, _MASK, size=k, dtype=np.uint64, endpoint=True)
-            for k in (counts[1], counts[0], counts[0])
-        )
-        by_links = _wrapping_sum(w_chan[chan[system.pair_channel]], system.pair_node, n)
-        by_parents = _wrapping_sum(w_parent[node[system.parent]], system.child, n)
-        on_chan = _wrapping_sum(w_flow[node[system.pair_node]], system.pair_channel, m)
-        node, chan = _refine(node, by_links, by_parents), _refine(chan, on_chan)
+        node, chan = refine_round(system, node, chan, counts, rng)
         if (int(node.max()) + 1, int(chan.max()) + 1) == counts:
             return Partition(node, chan)
         if _lifted_size(cs, node) > max_cells:

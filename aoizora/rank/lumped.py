@@ -66,6 +66,7 @@ __all__ = [
     "equitable_partition",
     "flow_system",
     "lumped_times",
+    "refine_round",
     "simulate_cells",
     "simulate_nodes",
 ]
@@ -267,6 +268,28 @@ def _is_equitable(system: FlowSystem, node_cell: np.ndarray, channel_cell: np.nd
     return True
 
 
+def refine_round(
+    system: FlowSystem,
+    node: np.ndarray,
+    chan: np.ndarray,
+    counts: tuple[int, int],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One round of colour refinement of (node cells, channel cells), ``counts`` cells of
+    each: a node's new colour hashes its cell, its channels' cells and its parents' cells;
+    a channel's, its cell and the cells of the flows on it (random weights summed: equal
+    multisets give equal sums)."""
+    n, m = system.num_nodes, system.capacity.size
+    w_chan, w_parent, w_flow = (
+        rng.integers(0, _MASK, size=k, dtype=np.uint64, endpoint=True)
+        for k in (counts[1], counts[0], counts[0])
+    )
+    by_links = _wrapping_sum(w_chan[chan[system.pair_channel]], system.pair_node, n)
+    by_parents = _wrapping_sum(w_parent[node[system.parent]], system.child, n)
+    on_chan = _wrapping_sum(w_flow[node[system.pair_node]], system.pair_channel, m)
+    return _refine(node, by_links, by_parents), _refine(chan, on_chan)
+
+
 def equitable_partition(
     system: FlowSystem,
     *,
@@ -299,15 +322,7 @@ def equitable_partition(
     for _ in range(max_rounds):
         if counts[0] > limit:
             return None
-        w_chan, w_parent, w_flow = (
-            rng.integers(0, _MASK, size=k, dtype=np.uint64, endpoint=True)
-            for k in (counts[1], counts[0], counts[0])
-        )
-        by_links = _wrapping_sum(w_chan[chan[system.pair_channel]], system.pair_node, n)
-        by_parents = _wrapping_sum(w_parent[node[system.parent]], system.child, n)
-        on_chan = _wrapping_sum(w_flow[node[system.pair_node]], system.pair_channel, m)
-        node = _refine(node, by_links, by_parents)
-        chan = _refine(chan, on_chan)
+        node, chan = refine_round(system, node, chan, counts, rng)
         grown = (int(node.max()) + 1 if n else 0, int(chan.max()) + 1 if m else 0)
         if grown == counts:
             break
