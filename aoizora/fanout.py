@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -49,6 +50,23 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _DEATH_WAIT_S = 2.0  # how long a broken pool's worker is waited for, for its exit code
+_POLL_S = 0.01
+
+
+def _exitcode(proc: Any, *, deadline_s: float) -> int | None:
+    """A pool worker's exit code, waited for until ``deadline_s`` (``time.monotonic``).
+
+    The broken pool's manager thread joins the same workers: when its ``waitpid`` reaps
+    one first, ours gets ECHILD and reads ``None`` until that thread stores the code (it
+    must take the GIL back first), so a dead worker is polled again, not taken as alive.
+    """
+    with contextlib.suppress(Exception):
+        proc.join(max(0.0, deadline_s - time.monotonic()))
+    code: int | None = getattr(proc, "exitcode", None)
+    while code is None and time.monotonic() < deadline_s:
+        time.sleep(_POLL_S)
+        code = getattr(proc, "exitcode", None)
+    return code
 
 
 def default_workers() -> int:
@@ -154,10 +172,8 @@ class FanOut:
         submit count too: the broken pool may have dropped the one that died first from
         its table, leaving only those it ended with SIGTERM."""
         processes = list(({**self._seen} | {id(p): p for p in self._pool_processes()}).values())
-        for proc in processes:
-            with contextlib.suppress(Exception):
-                proc.join(_DEATH_WAIT_S)
-        return [getattr(proc, "exitcode", None) for proc in processes]
+        deadline_s = time.monotonic() + _DEATH_WAIT_S
+        return [_exitcode(proc, deadline_s=deadline_s) for proc in processes]
 
     def _ray_result(self, ref: Any) -> bytes:
         """:meth:`_result` on Ray: a crashed worker or node, or a task out of memory."""

@@ -6,13 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from aoizora.errors import AoizoraError, WorkerDied
-from aoizora.fanout import default_workers, fan_out
+from aoizora.fanout import _exitcode, default_workers, fan_out
 from aoizora.hlo.graph import graph_from_text
 from aoizora.interrupts import phase
 from aoizora.placement.space import PlacementSpace
@@ -201,6 +202,35 @@ def test_a_worker_that_dies_is_one_error_naming_the_phase_and_how(
     assert message.startswith("a worker process died during Stage 1 on v5p:8x8x8: ")
     assert how in message and "--workers" in message and "\n" not in message
     assert got.value.exit_code == 3
+
+
+class _ReapedElsewhere:
+    """A dead worker as the broken pool's manager thread leaves it for a moment: that
+    thread's ``waitpid`` reaped it, so ours read ``None`` until the thread stores the
+    code (its first ``reads`` reads)."""
+
+    def __init__(self, reads: int, code: int) -> None:
+        self.reads, self.code, self.joins = reads, code, 0
+
+    def join(self, timeout: float | None = None) -> None:
+        self.joins += 1
+
+    @property
+    def exitcode(self) -> int | None:
+        self.reads -= 1
+        return None if self.reads >= 0 else self.code
+
+
+def test_a_worker_reaped_by_the_pools_own_thread_still_gives_its_exit_code() -> None:
+    """The race CI met: ``exit status 7`` read as ``None`` left only the SIGTERM the
+    pool sent the other worker, and the error named the wrong death."""
+    dead = _ReapedElsewhere(reads=3, code=7)
+    assert _exitcode(dead, deadline_s=time.monotonic() + 2.0) == 7
+    assert dead.joins == 1
+    alive = _ReapedElsewhere(reads=10**9, code=0)
+    started = time.monotonic()
+    assert _exitcode(alive, deadline_s=started + 0.05) is None  # a live worker: the bound
+    assert time.monotonic() - started < 1.0
 
 
 # Loaded first by every Python process of the command (the planner and each spawned
