@@ -145,9 +145,12 @@ def window_traffic_bytes(
     steps = math.prod(grid["iteration_bounds"])
     depth = grid["iteration_bounds"][-1]  # contraction steps: more than 1, the kernel moves
     columns = -(-conv.shape.dims[-1] // (grid["kernel_window_bounds"][-1] * _LANES))
-    # each lhs element is fetched once per column tile; each kernel element once per row
-    # tile when the contraction is split (else its window stays put over the rows)
-    lhs_reads = columns
-    rhs_reads = max(1, steps // (columns * depth)) if depth > 1 else 1
+    rows = max(1, steps // (columns * depth))
+    # each lhs element is fetched once per column tile, unless one window holds the whole
+    # lhs (one row tile, the contraction unsplit): a window whose place does not change
+    # between iterations is not fetched again; each kernel element once per row tile when
+    # the contraction is split (else its window stays put over the rows)
+    lhs_reads = columns if rows * depth > 1 else 1
+    rhs_reads = rows if depth > 1 else 1
     traffic = lhs_bytes * lhs_reads + rhs_bytes * rhs_reads + rest + output_bytes
     return max(once_bytes, round(traffic))
