@@ -59,6 +59,7 @@ from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.space import Node, PlacementSpace
 from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
 from aoizora.rank.bounds_of_nodes import NodeBounds
+from aoizora.rank.search_progress import progress_line
 
 __all__ = [
     "DEFAULT_SEARCH_BUDGET",
@@ -300,20 +301,30 @@ class _Search:
         self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
         self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
         self.stop_at = math.inf  # perf_counter() time past which no node is split or bounded
+        self.probes_cut = False  # the budget or the deadline stopped the probes
 
     # -- incumbents --------------------------------------------------------------
 
     def incumbent(self, j: int) -> float:
         return self.best[j] if self.per_job else min(self.best, default=math.inf)
 
-    def past_limit(self) -> bool:
-        """Past ``stop_at`` or the budget, with a placement replayed (a search always
-        finds one); says which in ``stopped_by``."""
-        if min(self.best, default=math.inf) == math.inf:
+    def past_budget(self) -> bool:
+        """Past the work budget, with a placement replayed (a search always finds one);
+        says so in ``stopped_by``."""
+        if min(self.best, default=math.inf) == math.inf or self.budget is None:
             return False
-        if self.budget is not None and self.work >= self.budget.work:
+        if self.work >= self.budget.work:
             self.stopped_by = "budget"
             return True
+        return False
+
+    def past_limit(self) -> bool:
+        """Past the budget or ``stop_at``, with a placement replayed; says which in
+        ``stopped_by``."""
+        if self.past_budget():
+            return True
+        if min(self.best, default=math.inf) == math.inf:
+            return False
         if time.perf_counter() >= self.stop_at:
             self.stopped_by = "deadline"
             return True
@@ -391,6 +402,9 @@ class _Search:
             seen = {st.class_key(o.physical_ids) for _, o in st.job.extra_orders}
             found: list[tuple[float, str, Leaf]] = []
             for _ in range(n):
+                if self.past_budget():  # the given orders (or the walks) spent it all
+                    self.probes_cut = True
+                    break
                 node = space.random_leaf(rng)
                 leaf = Leaf(j, space.label(node), space.physical_ids(node), space.complexity(node))
                 key = st.class_key(leaf.physical_ids)
@@ -407,6 +421,9 @@ class _Search:
         within 0.5 % of Q2, so one far above the best replayed would only cost its
         replay: a 256-chip gather program's costs ~60x a Ulysses program's)."""
         for start in range(0, len(probed), _PROBE_BATCH):
+            if self.past_budget():  # counted, so the same probes on any machine
+                self.probes_cut = True
+                break
             batch = [
                 leaf
                 for bound, leaf in probed[start : start + _PROBE_BATCH]
@@ -546,7 +563,9 @@ def search_placements(
     start, so it depends on the machine's load) stop the search: past either no node
     is split or bounded (children of a node being split keep its bound), the batch
     already collected is replayed, and the report carries the bound left open.
-    The given orders and the probes are replayed whatever the budget.
+    The given orders are replayed whatever the budget; the probes stop at the budget (at
+    a pod's size the given orders alone can spend it: the bound still gives the gap), not
+    at the deadline (a deadline-stopped search still has their incumbent).
     ``probes`` random walks a tree seed its probes (0: none). ``gap_tolerance``
     (a fraction, e.g. ``0.001``) stops the search once no open
     placement can beat the best found by more than that fraction of it; the
@@ -572,7 +591,7 @@ def search_placements(
     run.replay_probes(run.probe(probes, _PROBES_KEPT))
     last = time.perf_counter()
     if progress is not None:  # the given orders and probes can take minutes on 256 chips
-        progress(_progress_line(run, last - t0))
+        progress(progress_line(run, last - t0))
     pause_point("search")  # a test seam (aoizora.interrupts), a no-op otherwise
     while True:
         batch = run.collect()
@@ -582,13 +601,13 @@ def search_placements(
         now = time.perf_counter()
         if progress is not None and now - last >= progress_every_s:
             last = now
-            progress(_progress_line(run, now - t0))
+            progress(progress_line(run, now - t0))
         if deadline_s is not None and now - t0 >= deadline_s:
             run.stopped_by = "deadline"
             break
     report = _report(run, time.perf_counter() - t0)
     if progress is not None:
-        progress(_progress_line(run, report.seconds, final=report))
+        progress(progress_line(run, report.seconds, final=report))
     return report
 
 
@@ -626,25 +645,3 @@ def _report(run: _Search, seconds: float) -> SearchReport:
         tuple(jobs), wj, winner, bound, seconds, run.nodes_bounded, work=run.work,
         stopped_by=None if complete else run.stopped_by,
     )  # fmt: skip
-
-
-def _progress_line(run: _Search, seconds: float, *, final: SearchReport | None = None) -> str:
-    total = sum(st.total for st in run.states)
-    simulated = sum(st.simulated for st in run.states)
-    worse = sum(st.proven_worse for st in run.states)
-    repeats = sum(st.repeats for st in run.states)
-    best = min((st.best() for st in run.states), default=math.inf)
-    bound = min([best, *(b for b, _, _, _ in run.heap)])
-    gap = 0.0 if best <= 0 or math.isinf(best) else max(0.0, (best - bound) / best)
-    head = "[search] done" if final is not None else "[search]"
-    spent = f"{run.work:,} work" + (f" of {run.budget.work:,}" if run.budget else "")
-    why = ""
-    if final is not None and final.stopped_by is not None:
-        why = {"budget": "; the work budget is spent", "deadline": "; the deadline passed",
-               "gap": "; within the gap asked for"}.get(final.stopped_by, "")  # fmt: skip
-    return (
-        f"{head} {seconds:.1f} s, {run.nodes_bounded} nodes bounded, {spent}: {simulated} "
-        f"simulated, {repeats} repeats, {worse} proven worse, "
-        f"{total - simulated - repeats - worse} open of {total} placements; best "
-        f"{best * 1e3:.2f} ms, bound {bound * 1e3:.2f} ms, gap {gap * 100:.2f}%{why}"
-    )

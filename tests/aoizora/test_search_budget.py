@@ -160,8 +160,30 @@ def test_the_budget_and_the_gap_stop_reasons_are_reported() -> None:
     assert by_deadline.stopped_by == "deadline"
     tiny = search_placements(jobs, _Exact(jobs), budget=SearchBudget(work=1))
     assert tiny.stopped_by == "budget" and tiny.work >= 1
-    # The given orders and the probes are replayed whatever the budget.
+    # The given orders are replayed whatever the budget (the probes are not: below).
     assert all(j.simulated >= 1 for j in tiny.jobs)
+
+
+def test_the_probes_stop_at_the_budget_the_given_orders_spent() -> None:
+    # On a pod the given orders alone can spend the budget many times over (tpu7x:8x8x8:
+    # 4.7e9 of 5e8): the probes are then neither walked nor replayed, and the bound left
+    # open still gives a true gap.
+    jobs = _jobs()
+    lines: list[str] = []
+    free = search_placements(jobs, _Exact(jobs), progress=lines.append)  # proves the best
+    assert free.complete and sum(j.simulated for j in free.jobs) > 2  # probes replayed
+    assert "probes cut short" not in lines[0]
+    spent = search_placements(
+        jobs, _Exact(jobs), budget=SearchBudget(work=1), progress=lines.append
+    )
+    assert [j.simulated for j in spent.jobs] == [1, 1]  # the two forced default orders
+    sizes = [program_size(j.graph) + NODE_OVERHEAD for j in jobs]
+    roots = sum(len(j.space.roots()) * c for j, c in zip(jobs, sizes, strict=True))
+    # Nothing past the seed's root bounds and the forced replays: no walk was bounded.
+    assert spent.work == roots + REPLAY_COST * sum(sizes)
+    assert spent.bound_s <= free.winner.q2_s <= spent.winner.q2_s
+    assert spent.stopped_by == "budget" and spent.gap > 0
+    assert "probes cut short: the work budget is spent" in lines[-2]
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])
