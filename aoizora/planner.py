@@ -60,6 +60,7 @@ from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import Stage1Ranking, rank_stage1
 from aoizora.stage1.recall import ExhaustiveCheck, exhaustive_check
 from aoizora.stage1.sweep import score_candidates, with_tiles
+from aoizora.timebound import TimeBound, compiles_within, say_search_stop, search_deadline
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
@@ -86,10 +87,6 @@ DEFAULT_ORDER_LABEL = "default order"
 Progress = Callable[[str], None]
 
 
-def _quiet(_: str) -> None:
-    pass
-
-
 @dataclass(frozen=True)
 class SearchLimits:
     """When the placement search stops (:func:`run_plan`'s ``search_*`` arguments)."""
@@ -97,6 +94,7 @@ class SearchLimits:
     seconds: float | None
     gap: float
     budget: SearchBudget | None
+    bound: TimeBound | None = None  # its time left, when the search starts, is a deadline too
 
 
 @dataclass(frozen=True)
@@ -441,8 +439,8 @@ def _rank_all(
     # A finished search is read back, a stopped one resumed (aoizora.rank.search_cache).
     report = cached_search(
         jobs, evaluator, cache=caches.search if caches else None, programs=evaluator.digests,
-        per_job=per_candidate, deadline_s=search.seconds, gap_tolerance=search.gap,
-        budget=search.budget, progress=say,
+        per_job=per_candidate, deadline_s=search_deadline(search.bound, search.seconds),
+        gap_tolerance=search.gap, budget=search.budget, progress=say,
     )  # fmt: skip
     # A plan's figure is one call as it is timed: the device's step (the search's Q2, the
     # same launch under every placement, so left out of the search) and the host's launch.
@@ -578,6 +576,7 @@ def run_plan(
     search_gap: float = DEFAULT_SEARCH_GAP,
     search_budget: SearchBudget | None = DEFAULT_SEARCH_BUDGET,
     splash_blocks: tuple[int, int, int] | None = None,
+    time_bound: TimeBound | None = None,
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
@@ -591,8 +590,9 @@ def run_plan(
     busy or an idle machine; None: no limit), ``search_seconds`` (wall clock) or within
     ``search_gap`` of the best, with its proven bound and gap. ``splash_blocks``: every
     candidate's splash tiles (None: Stage 1 plans each one's, :mod:`aoizora.stage1.tiles`;
-    baselines run the 512s). Raises :class:`PlanError`."""
-    say = progress or _quiet
+    baselines run the 512s). ``time_bound`` cuts the compiles and stops the search
+    (:mod:`aoizora.timebound`). Raises :class:`PlanError`."""
+    say = progress or (lambda _: None)
     timings: list[tuple[str, float]] = []
     t_start = time.perf_counter()
     caches = plan_caches(cache_dir) if cache_dir is not None else None
@@ -602,14 +602,18 @@ def run_plan(
         ranking, stage1_failed, by_id = _run_stage1(workload, space, slice_, top_k=top_k,
             caches=caches, say=say, pool=pool, splash_blocks=splash_blocks)  # fmt: skip
         timings.append(("stage1", time.perf_counter() - t0))
-        baselines = _baselines(workload, slice_, say)
-        picks = _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind)
+        picks, baselines = compiles_within(
+            time_bound, _stage1_picks(ranking, by_id, say, per_attention_kind=per_attention_kind),
+            _baselines(workload, slice_, say), names=lambda b: b.name, round_s=timings[-1][1],
+            workers=pool.workers, where=slice_.name, say=say,
+        )  # fmt: skip
         to_compile = _to_compile(picks, ranking, baselines, by_id, exhaustive=exhaustive)
         compiled, failed, compiled_ids, scored, search = stage2(
             workload, slice_, to_compile, picks=picks, caches=caches,
             say=say, timings=timings, max_placements=max_placements, exhaustive=exhaustive,
-            pool=pool, search=SearchLimits(search_seconds, search_gap, search_budget),
+            pool=pool, search=SearchLimits(search_seconds, search_gap, search_budget, time_bound),
         )  # fmt: skip
+    say_search_stop(time_bound, search_seconds, search, slice_.name, say)
     if not scored:
         raise PlanError(
             f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "

@@ -14,6 +14,7 @@ from aoizora.errors import CompileError, WorkloadError
 from aoizora.interrupts import set_resume_note
 from aoizora.resources import DEFAULT_MEMORY_FRACTION
 from aoizora.software import LIBTPU_PATH_VARIABLE
+from aoizora.timebound import DEFAULT_MINUTES, FLAG, TimeBound, time_bound
 from aoizora.workloads.wan_config import WAN_CONFIGS
 from sim.topology import Slice
 
@@ -26,9 +27,11 @@ __all__ = [
     "add_libtpu_argument",
     "add_compute_arguments",
     "add_search_arguments",
+    "add_time_argument",
     "add_workload_arguments",
     "check_search_arguments",
     "check_slices",
+    "command_time_bound",
     "fan_out_options",
     "progress_printer",
     "libtpu_file",
@@ -284,6 +287,28 @@ def add_search_arguments(p: argparse.ArgumentParser, *, top_k_default: int) -> N
         f"fraction faster than the best found (default {DEFAULT_GAP}: 0.1%%); 0 proves the "
         "best, with no work budget unless --search-budget is given",
     )
+
+
+def add_time_argument(p: argparse.ArgumentParser, *, what: str) -> None:
+    """``--max-minutes``: the time bound of ``what`` (:mod:`aoizora.timebound`)."""
+    p.add_argument(
+        FLAG,
+        type=float,
+        default=None,
+        metavar="MIN",
+        help=f"the most wall time {what} may take (default {DEFAULT_MINUTES:g}; none with "
+        "--exhaustive or --search-gap 0; 0: none): compiles Stage 1's time says would not "
+        "fit are left out, baselines first, and the placement search stops with its best "
+        "placement, bound and gap; Stage 1, a round of compiles and the default orders' "
+        "replays always run (docs/planner.md)",
+    )
+
+
+def command_time_bound(args: argparse.Namespace) -> TimeBound | None:
+    """The bound ``--max-minutes`` asks for, from now; by default none when the command
+    asks for everything (``--exhaustive``, ``--search-gap 0``)."""
+    asks_all = bool(getattr(args, "exhaustive", False)) or args.search_gap == 0.0
+    return time_bound(args.max_minutes, default=0.0 if asks_all else DEFAULT_MINUTES)
 
 
 def check_search_arguments(args: argparse.Namespace) -> None:

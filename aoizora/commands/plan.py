@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING, Any
 from aoizora.commands.args import (
     add_compute_arguments,
     add_search_arguments,
+    add_time_argument,
     add_workload_arguments,
     check_search_arguments,
     check_slices,
+    command_time_bound,
     fan_out_options,
     progress_printer,
     resume_from_cache,
@@ -72,6 +74,7 @@ def register(subparsers: Any) -> None:
     add_workload_arguments(p)
     p.add_argument("--slice", required=True, dest="slice_name", help="TPU slice, e.g. v5e:2x4")
     add_search_arguments(p, top_k_default=2)
+    add_time_argument(p, what="the plan of the step")
     add_compute_arguments(p)
     p.add_argument(
         "--per-attention-kind",
@@ -132,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.topology import load_slice
 
     check_search_arguments(args)
+    bound = command_time_bound(args)  # from now: jax's start counts too
     splash_blocks = parse_splash_blocks(args.splash_blocks)
     resume_from_cache(args.cache_dir)
     check_clip_arguments(args)
@@ -163,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         max_placements=args.max_placements,
         progress=progress,
         splash_blocks=splash_blocks,
+        time_bound=bound,
         **fan_out_options(args),  # type: ignore[arg-type]
     )
     clip = None

@@ -17,16 +17,20 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from aoizora.commands.args import (
     add_compute_arguments,
     add_search_arguments,
+    add_time_argument,
     add_workload_arguments,
     check_search_arguments,
     check_slices,
+    command_time_bound,
     fan_out_options,
     progress_printer,
     resume_from_cache,
@@ -37,7 +41,10 @@ from aoizora.commands.args import (
 )
 from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
 
-__all__ = ["register", "render_rows", "rows_to_csv", "run"]
+if TYPE_CHECKING:  # a type only: the parser is built before jax starts
+    from aoizora.timebound import TimeBound
+
+__all__ = ["register", "render_rows", "rows_to_csv", "run", "shares_of"]
 
 
 def register(subparsers: Any) -> None:
@@ -54,6 +61,9 @@ def register(subparsers: Any) -> None:
         help="comma-separated slice specs NAME[+wrap[=FLAGS]], e.g. v5e:4x4,v5e:4x4+wrap,v6e:4x4",
     )
     add_search_arguments(p, top_k_default=1)
+    add_time_argument(
+        p, what="the whole study (each slice gets the time left over the slices left)"
+    )
     add_compute_arguments(p)
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -234,6 +244,19 @@ def rows_to_csv(rows: Any) -> str:
     return out.getvalue()
 
 
+def shares_of(bound: TimeBound | None, slices: int, plan: Callable[..., Any]) -> Callable[..., Any]:
+    """``plan`` (:func:`aoizora.planner.run_plan`) with each slice's share of the study's
+    time ``bound``: the time left over the slices left, so a slice that ends early leaves
+    its rest to the next."""
+    planned = itertools.count()
+
+    def within_share(*args: Any, **kwargs: Any) -> Any:
+        share = None if bound is None else bound.share(slices - next(planned))
+        return plan(*args, time_bound=share, **kwargs)
+
+    return within_share
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -245,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
     if not specs:
         raise WorkloadError(f"--slices {args.slices!r} names no slice; e.g. v5e:2x4,v5e:4x4")
     check_search_arguments(args)
+    bound = command_time_bound(args)  # the whole study's, from now
     resume_from_cache(args.cache_dir)
     check_clip_arguments(args)
     use_topology_dir(args)
@@ -253,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
     slices = select_attention_kernel(args, [parse_slice_spec(spec) for spec in specs])
     check_slices(slices)  # and so do slices libtpu cannot describe
     # Only now import the planner (and jax): bad input above is refused in milliseconds.
+    from aoizora.planner import run_plan
     from aoizora.studies.whatif import run_whatif
 
     workload = workload_from_args(args, progress_printer(quiet=args.quiet))
@@ -263,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         max_placements=args.max_placements,
         cache_dir=args.cache_dir,
         progress=progress_printer(quiet=args.quiet),
+        plan=shares_of(bound, len(slices), run_plan),
         plan_options=fan_out_options(args),
         clip=clip_options(args) if args.clip else None,
     )

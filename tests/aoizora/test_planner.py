@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from aoizora.report.directory import busiest_region, write_report_dir
 from aoizora.report.summary import outcome_summary, render_report
 from aoizora.stage1.q1 import Stage1Estimate, rank_stage1
 from aoizora.stage1.recall import exhaustive_check
+from aoizora.timebound import TimeBound
 from aoizora.tpu import topology_devices
 from aoizora.workloads.wan import WAN_CONFIGS, parse_resolution, wan_workload
 from sim.topology import load_slice
@@ -186,6 +188,29 @@ def test_baselines_are_ranked_by_the_same_q2(cold: PlanOutcome) -> None:
         assert match and match[0].q2_s == b.q2_s
     logical = cold.baselines[-1]
     assert logical.candidate_id == cold.stage1.kept_ids[0]
+
+
+def test_a_spent_time_bound_compiles_the_picks_alone_and_says_so(
+    cold: PlanOutcome, cache_dir: Path
+) -> None:
+    # A bound already spent when Stage 1 ends (its estimates are cached here): the picks
+    # are compiled (a plan needs them), the baselines are left out in one line naming
+    # them and --max-minutes, and the search still runs (MIN_SEARCH_S) to the same winner.
+    lines: list[str] = []
+    spent = TimeBound(minutes=1.0, seconds=60.0, ends_at=time.monotonic() - 1.0)
+    out = run_plan(
+        wan_workload(MODEL, CLIP), load_slice("v5e:2x2"), top_k=2, cache_dir=str(cache_dir),
+        progress=lines.append, time_bound=spent, workers=2,
+    )  # fmt: skip
+    assert out.compiled_ids == cold.stage1_picks
+    assert [b.name for b in out.baselines] == [LOGICAL_SEARCH]
+    cut = [line for line in lines if "--max-minutes raises it" in line]
+    assert len(cut) == 1
+    assert "left out existing deployment, maxdiffusion recipe; --max-minutes raises it" in cut[0]
+    assert "the time bound (1 min, --max-minutes): 0 s left on v5e:2x2" in cut[0]
+    winner = min((s for s in cold.scored if s.in_top_k), key=lambda s: s.best.q2_s)
+    assert out.winner_q2_s == winner.best.q2_s and out.search is not None
+    assert out.search.stopped_by is None  # the tiny search ends well within MIN_SEARCH_S
 
 
 def test_winner_q2_replays_from_the_plan_file(cold: PlanOutcome, tmp_path: Path) -> None:
