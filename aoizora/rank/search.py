@@ -60,6 +60,7 @@ from aoizora.placement.space import Node, PlacementSpace
 from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
 from aoizora.rank.bounds_of_nodes import NodeBounds
 from aoizora.rank.search_progress import progress_line
+from aoizora.rank.work import NODE_OVERHEAD, ORDER_COST, PAIR_COST, REPLAY_COST, program_size
 
 __all__ = [
     "DEFAULT_SEARCH_BUDGET",
@@ -85,36 +86,6 @@ _PROBES_KEPT = 2  # probe leaves replayed a tree (the best of its random walks b
 # and in 7 of 8 of 256 (docs/placements.md, "Bounds from sub-axis sets").
 _PROBE_SHARE = 0.02
 _PROBE_BATCH = 2  # probes replayed at once (then the incumbent filters the rest)
-# What bounding one node costs besides its transfers (numpy calls, heap, bookkeeping), in
-# transfers: measured ~1 ms a node for small programs against ~0.17 us a transfer for
-# large ones on this 2-core machine (docs/placements.md, "The work budget").
-NODE_OVERHEAD = 6_000
-REPLAY_COST = 100  # an exact replay costs this many bounded nodes of its program
-# A node whose pending axis's orders its bound visits (rank.set_bounds.pending_bounds)
-# pays ORDER_COST an order visited and NODE_OVERHEAD a pattern bounded: ~60 us and ~1 ms
-# on this machine (docs/placements.md, bound 4, "Pending-axis orders").
-ORDER_COST = 350
-# ... and PAIR_COST a permute pair bounded at one order (aoizora.rank.pending, in numpy:
-# 0.25 s for 4,096 orders x 256 pairs on v6e:16x16 here, ~1.4 units), and a node's work
-# for every extra timeline it runs over the children's Pareto front.
-PAIR_COST = 1
-
-
-def program_size(graph: CollectiveGraph) -> int:
-    """The point-to-point transfers ``graph``'s collectives make once: ``n (n - 1)`` a
-    group of ``n`` devices (every member sends to every other, as a ring's steps or an
-    all-to-all do), one a collective-permute pair. Placement-independent: the work
-    budget's measure of how big a program is.
-
-    >>> from types import SimpleNamespace as C  # a graph's collectives, as far as it looks
-    >>> ring = C(groups=((0, 1, 2, 3), (4, 5, 6, 7)), pairs=())
-    >>> program_size(C(collectives=[ring, C(groups=(), pairs=((0, 1), (1, 0)))]))
-    26
-    """
-    total = 0
-    for c in graph.collectives:
-        total += len(c.pairs) if c.pairs else sum(len(g) * (len(g) - 1) for g in c.groups)
-    return total
 
 
 @dataclass(frozen=True)
@@ -301,7 +272,8 @@ class _Search:
         self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
         self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
         self.stop_at = math.inf  # perf_counter() time past which no node is split or bounded
-        self.probes_cut = False  # the budget or the deadline stopped the probes
+        self.probes_cut = False  # the work budget stopped the probes
+        self.roots_floored = 0  # roots pushed under their job's floor, not bounded
 
     # -- incumbents --------------------------------------------------------------
 
@@ -362,7 +334,7 @@ class _Search:
         st.proven_worse += 1 if isinstance(item, Leaf) else st.job.space.count(item)
 
     def seed(self) -> list[Leaf]:
-        """Push every tree's roots and every extra order; return the forced leaves."""
+        """Push every extra order; return the forced leaves (replayed before the roots)."""
         forced: list[Leaf] = []
         for j, st in enumerate(self.states):
             job = st.job
@@ -373,10 +345,26 @@ class _Search:
                     continue
                 bound = self.leaf_bound(j, order.physical_ids)
                 self.push(bound, j, leaf)
-            if job.tree:
-                for root in job.space.roots():
-                    self.push(self.node_bound(j, root), j, root)
         return forced
+
+    def seed_roots(self) -> None:
+        """Push every tree's roots, each under its bound -- or, once past the budget or
+        the deadline, under its job's *floor*: the step with every collective taking no
+        time, below every placement's Q2 (a pod's roots can take minutes to bound: 1,086
+        of 8,192 devices each on tpu7x:16x16x16)."""
+        for j, st in enumerate(self.states):
+            if not st.job.tree:
+                continue
+            floor: float | None = None
+            for root in st.job.space.roots():
+                if not self.past_limit():
+                    self.push(self.node_bound(j, root), j, root)
+                    continue
+                if floor is None:
+                    free = {c.id: 0.0 for c in st.job.graph.collectives}
+                    floor = st.bounds.timeline.step_time(free)
+                self.push(floor, j, root)
+                self.roots_floored += 1
 
     def probe(self, descents: int, keep: int) -> list[tuple[float, Leaf]]:
         """Leaves of each tree worth replaying first: of ``descents`` random
@@ -587,6 +575,7 @@ def search_placements(
     forced = run.seed()
     if forced:
         run.record(forced)
+    run.seed_roots()  # after the forced: past the budget or the deadline, under floors
     # After the forced: their Q2 filters the probes.
     run.replay_probes(run.probe(probes, _PROBES_KEPT))
     last = time.perf_counter()

@@ -30,6 +30,8 @@ def progress_line(run: _Search, seconds: float, *, final: SearchReport | None = 
                "gap": "; within the gap asked for"}.get(final.stopped_by, "")  # fmt: skip
     elif final is None and run.probes_cut:  # at a pod's size the given orders can spend it
         why = "; probes cut short: the work budget is spent"
+    if run.roots_floored:
+        why += f"; {run.roots_floored} roots under their sharding's floor (not bounded)"
     return (
         f"{head} {seconds:.1f} s, {run.nodes_bounded} nodes bounded, {spent}: {simulated} "
         f"simulated, {repeats} repeats, {worse} proven worse, "

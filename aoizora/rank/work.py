@@ -1,0 +1,40 @@
+"""The work budget's units (:class:`aoizora.rank.search.SearchBudget`): what bounding a
+node and replaying a placement of a program cost, counted, not timed (docs/placements.md,
+"The work budget")."""
+
+from __future__ import annotations
+
+from aoizora.hlo.graph import CollectiveGraph
+
+__all__ = ["NODE_OVERHEAD", "ORDER_COST", "PAIR_COST", "REPLAY_COST", "program_size"]
+
+# What bounding one node costs besides its transfers (numpy calls, heap, bookkeeping), in
+# transfers: measured ~1 ms a node for small programs against ~0.17 us a transfer for
+# large ones on this 2-core machine (docs/placements.md, "The work budget").
+NODE_OVERHEAD = 6_000
+REPLAY_COST = 100  # an exact replay costs this many bounded nodes of its program
+# A node whose pending axis's orders its bound visits (rank.set_bounds.pending_bounds)
+# pays ORDER_COST an order visited and NODE_OVERHEAD a pattern bounded: ~60 us and ~1 ms
+# on this machine (docs/placements.md, bound 4, "Pending-axis orders").
+ORDER_COST = 350
+# ... and PAIR_COST a permute pair bounded at one order (aoizora.rank.pending, in numpy:
+# 0.25 s for 4,096 orders x 256 pairs on v6e:16x16 here, ~1.4 units), and a node's work
+# for every extra timeline it runs over the children's Pareto front.
+PAIR_COST = 1
+
+
+def program_size(graph: CollectiveGraph) -> int:
+    """The point-to-point transfers ``graph``'s collectives make once: ``n (n - 1)`` a
+    group of ``n`` devices (every member sends to every other, as a ring's steps or an
+    all-to-all do), one a collective-permute pair. Placement-independent: the work
+    budget's measure of how big a program is.
+
+    >>> from types import SimpleNamespace as C  # a graph's collectives, as far as it looks
+    >>> ring = C(groups=((0, 1, 2, 3), (4, 5, 6, 7)), pairs=())
+    >>> program_size(C(collectives=[ring, C(groups=(), pairs=((0, 1), (1, 0)))]))
+    26
+    """
+    total = 0
+    for c in graph.collectives:
+        total += len(c.pairs) if c.pairs else sum(len(g) * (len(g) - 1) for g in c.groups)
+    return total
