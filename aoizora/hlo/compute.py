@@ -283,6 +283,7 @@ class FusionSummary:
     output_onchip_bytes: int = 0
     param_logical_bytes: tuple[int, ...] = ()
     row_windows: tuple[tuple[int, float], ...] = ()  # sim.compute.Work.row_windows
+    reduces: bool = False  # a reduce in it or a nested fusion: a reduction kernel
 
     @property
     def flops(self) -> float:
@@ -291,30 +292,37 @@ class FusionSummary:
     @property
     def work(self) -> Work:
         """The fusion as one kernel: its matmuls, other FLOPs, HBM and on-chip bytes; a
-        matmul kernel's reads beyond its writes apart (they stream faster on the chip:
-        :attr:`sim.compute.Work.hbm_read_excess_bytes`)."""
+        matmul or reduction kernel's reads beyond its writes apart (they stream faster on
+        the chip: :attr:`sim.compute.Work.hbm_read_excess_bytes`)."""
         read = sum(self.param_read_bytes)
         onchip = sum(self.param_onchip_bytes) + self.output_onchip_bytes
         return Work(
             matmuls=self.matmuls, other_flops=self.other_flops,
             hbm_bytes=read + self.output_bytes, onchip_bytes=onchip,
             row_windows=self.row_windows,
-            hbm_read_excess_bytes=read_excess_bytes(read, self.output_bytes, self.matmuls),
+            hbm_read_excess_bytes=read_excess_bytes(
+                read, self.output_bytes, self.matmuls, reduces=self.reduces
+            ),
         )  # fmt: skip
 
 
 _SLICE_RE = re.compile(r"\[(\d+):(\d+)(?::(\d+))?\]")
 
 
-def read_excess_bytes(read: int, written: int, matmuls: Sequence[Matmul]) -> int:
-    """A matmul kernel's HBM reads beyond its writes (:attr:`sim.compute.Work.
-    hbm_read_excess_bytes`; 0 for any other kernel: element-wise passes that mostly read
-    keep the read-and-write rate, docs/simulator.md).
+def read_excess_bytes(
+    read: int, written: int, matmuls: Sequence[Matmul], *, reduces: bool = False
+) -> int:
+    """A matmul or reduction kernel's HBM reads beyond its writes (:attr:`sim.compute.
+    Work.hbm_read_excess_bytes`; 0 for any other kernel: element-wise passes keep the
+    read-and-write rate). A kernel that ``reduces`` (a ``reduce`` in it) streams its
+    input as a matmul streams its operand: the program zoo's fit half, docs/simulator.md.
 
     >>> read_excess_bytes(900, 100, [Matmul(1, 8, 8, 8)]), read_excess_bytes(900, 100, [])
     (800, 0)
+    >>> read_excess_bytes(900, 100, [], reduces=True)
+    800
     """
-    return max(0, read - written) if matmuls else 0
+    return max(0, read - written) if matmuls or reduces else 0
 
 
 def slice_read_bytes(source: Shape, instr: Instruction) -> int:
@@ -433,7 +441,8 @@ class CostModel:
             onchip_copy_full_tile_bytes=onchip if full else 0,
             hbm_retile_copy_bytes=hbm if retiled else 0,
             row_windows=row_windows(instr),
-            hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls),
+            hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls,
+                                                    reduces=op == "reduce"),
             tile_gathers=() if gather is None else (gather,),
         )  # fmt: skip
 
@@ -471,6 +480,7 @@ class CostModel:
         custom: list[Instruction] = []
         rows: list[tuple[int, float]] = []
         users: dict[str, list[Instruction]] = {}
+        reduces = False
         for instr in comp.instructions:
             for operand in instr.operands:
                 users.setdefault(operand, []).append(instr)
@@ -482,6 +492,7 @@ class CostModel:
                 markers |= inner.markers
                 custom.extend(inner.custom_calls)
                 rows.extend(inner.row_windows)
+                reduces = reduces or inner.reduces
             elif collective_base(instr.opcode) is not None:
                 collectives.append((comp, instr))
             elif instr.opcode == "custom-call":
@@ -495,6 +506,7 @@ class CostModel:
                 matmuls.extend(own)
                 other += flops
                 rows.extend(row_windows(instr))
+                reduces = reduces or instr.opcode == "reduce"
         root = comp.root
         logical: list[int] = []
         split: list[tuple[int, int]] = []
@@ -519,6 +531,7 @@ class CostModel:
             output_onchip_bytes=out_onchip,
             param_logical_bytes=tuple(logical),
             row_windows=tuple(rows),
+            reduces=reduces,
         )
 
     def _param_read(
