@@ -272,7 +272,7 @@ class _Search:
         self.best = [math.inf] * len(self.states)  # best Q2 replayed so far, per job
         self.raw: dict[tuple[int, tuple[int, ...]], int] = {}  # descriptions per queued class
         self.stop_at = math.inf  # perf_counter() time past which no node is split or bounded
-        self.probes_cut = False  # the work budget stopped the probes
+        self.probes_cut = False  # the deadline stopped the probes
         self.roots_floored = 0  # roots pushed under their job's floor, not bounded
 
     # -- incumbents --------------------------------------------------------------
@@ -280,27 +280,22 @@ class _Search:
     def incumbent(self, j: int) -> float:
         return self.best[j] if self.per_job else min(self.best, default=math.inf)
 
-    def past_budget(self) -> bool:
-        """Past the work budget, with a placement replayed (a search always finds one);
-        says so in ``stopped_by``."""
-        if min(self.best, default=math.inf) == math.inf or self.budget is None:
-            return False
-        if self.work >= self.budget.work:
-            self.stopped_by = "budget"
-            return True
-        return False
-
     def past_limit(self) -> bool:
-        """Past the budget or ``stop_at``, with a placement replayed; says which in
-        ``stopped_by``."""
-        if self.past_budget():
-            return True
+        """Past the budget or ``stop_at``, with a placement replayed (a search always finds
+        one); says which in ``stopped_by``."""
         if min(self.best, default=math.inf) == math.inf:
             return False
-        if time.perf_counter() >= self.stop_at:
-            self.stopped_by = "deadline"
+        if self.budget is not None and self.work >= self.budget.work:
+            self.stopped_by = "budget"
             return True
-        return False
+        return self.past_deadline()
+
+    def past_deadline(self) -> bool:
+        """Past ``stop_at``, with a placement replayed; says so in ``stopped_by``."""
+        if min(self.best, default=math.inf) == math.inf or time.perf_counter() < self.stop_at:
+            return False
+        self.stopped_by = "deadline"
+        return True
 
     def bounded(self, j: int) -> None:
         """Count one node bound of job ``j`` (its work too)."""
@@ -348,16 +343,16 @@ class _Search:
         return forced
 
     def seed_roots(self) -> None:
-        """Push every tree's roots, each under its bound -- or, once past the budget or
-        the deadline, under its job's *floor*: the step with every collective taking no
-        time, below every placement's Q2 (a pod's roots can take minutes to bound: 1,086
-        of 8,192 devices each on tpu7x:16x16x16)."""
+        """Push every tree's roots, each under its bound (whatever the budget) -- or, once
+        past the deadline, under its job's *floor*: the step with every collective taking
+        no time, below every placement's Q2 (a pod's roots can take minutes to bound:
+        1,086 of 8,192 devices each on tpu7x:16x16x16)."""
         for j, st in enumerate(self.states):
             if not st.job.tree:
                 continue
             floor: float | None = None
             for root in st.job.space.roots():
-                if not self.past_limit():
+                if not self.past_deadline():
                     self.push(self.node_bound(j, root), j, root)
                     continue
                 if floor is None:
@@ -390,7 +385,7 @@ class _Search:
             seen = {st.class_key(o.physical_ids) for _, o in st.job.extra_orders}
             found: list[tuple[float, str, Leaf]] = []
             for _ in range(n):
-                if self.past_budget():  # the given orders (or the walks) spent it all
+                if self.past_deadline():  # the given orders (or the roots) took it all
                     self.probes_cut = True
                     break
                 node = space.random_leaf(rng)
@@ -409,7 +404,7 @@ class _Search:
         within 0.5 % of Q2, so one far above the best replayed would only cost its
         replay: a 256-chip gather program's costs ~60x a Ulysses program's)."""
         for start in range(0, len(probed), _PROBE_BATCH):
-            if self.past_budget():  # counted, so the same probes on any machine
+            if self.past_deadline():
                 self.probes_cut = True
                 break
             batch = [
@@ -551,9 +546,10 @@ def search_placements(
     start, so it depends on the machine's load) stop the search: past either no node
     is split or bounded (children of a node being split keep its bound), the batch
     already collected is replayed, and the report carries the bound left open.
-    The given orders are replayed whatever the budget; the probes stop at the budget (at
-    a pod's size the given orders alone can spend it: the bound still gives the gap), not
-    at the deadline (a deadline-stopped search still has their incumbent).
+    The given orders are replayed, and the roots bounded and the probes walked and replayed,
+    whatever the budget; past the deadline the roots left wait under their sharding's floor
+    and the probes stop (on a pod the given orders alone can take it: the bound still gives
+    the gap).
     ``probes`` random walks a tree seed its probes (0: none). ``gap_tolerance``
     (a fraction, e.g. ``0.001``) stops the search once no open
     placement can beat the best found by more than that fraction of it; the
@@ -575,7 +571,7 @@ def search_placements(
     forced = run.seed()
     if forced:
         run.record(forced)
-    run.seed_roots()  # after the forced: past the budget or the deadline, under floors
+    run.seed_roots()  # after the forced: past the deadline, under floors
     # After the forced: their Q2 filters the probes.
     run.replay_probes(run.probe(probes, _PROBES_KEPT))
     last = time.perf_counter()

@@ -14,7 +14,7 @@ __all__ = ["progress_line"]
 def progress_line(run: _Search, seconds: float, *, final: SearchReport | None = None) -> str:
     """One ``[search]`` line: time, nodes, work, the placements' fates, best, bound and
     gap; the final one (``final``) says what stopped the search, an earlier one whether
-    the work budget cut the probes short."""
+    the deadline cut the probes short."""
     total = sum(st.total for st in run.states)
     simulated = sum(st.simulated for st in run.states)
     worse = sum(st.proven_worse for st in run.states)
@@ -29,7 +29,7 @@ def progress_line(run: _Search, seconds: float, *, final: SearchReport | None = 
         why = {"budget": "; the work budget is spent", "deadline": "; the deadline passed",
                "gap": "; within the gap asked for"}.get(final.stopped_by, "")  # fmt: skip
     elif final is None and run.probes_cut:  # at a pod's size the given orders can spend it
-        why = "; probes cut short: the work budget is spent"
+        why = "; probes cut short: the deadline passed"
     if run.roots_floored:
         why += f"; {run.roots_floored} roots under their sharding's floor (not bounded)"
     return (

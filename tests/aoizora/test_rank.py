@@ -26,7 +26,7 @@ from aoizora.placement.space import Node, PlacementSpace
 from aoizora.rank.bounds_of_nodes import NodeBounds, collective_shapes, traffic_order
 from aoizora.rank.exact import ExactQ2
 from aoizora.rank.jobs import mesh_job
-from aoizora.rank.search import Job, Leaf, search_placements
+from aoizora.rank.search import Job, Leaf, SearchBudget, search_placements
 from aoizora.replay import replay
 from sim.topology import Slice, load_slice
 from tests.aoizora.synthetic import mesh_program, twin_permutes
@@ -441,15 +441,16 @@ def test_probes_beat_a_bad_given_order_before_any_node_is_split(shape: tuple[int
     evaluate = _replays([graph], s, shape)
 
     optimum = search_placements([job], evaluate).winner.q2_s
-    alone = search_placements([job], evaluate, deadline_s=0.0, probes=0)
-    probed = search_placements([job], evaluate, deadline_s=0.0)
-    assert alone.winner.leaf.label == "scrambled"  # a deadline of 0: the forced order only
+    spent = SearchBudget(work=1)  # past it after the forced order: no node is split
+    alone = search_placements([job], evaluate, budget=spent, probes=0)
+    probed = search_placements([job], evaluate, budget=spent)
+    assert alone.winner.leaf.label == "scrambled"  # the forced order only
     assert optimum <= probed.winner.q2_s < alone.winner.q2_s
     assert probed.bound_s <= optimum  # the bound holds with probes
     jr = probed.jobs[0]
     assert jr.num_placements == space.count() + 1 + (jr.simulated - 1)  # probes are extras
     assert jr.simulated + jr.repeats + jr.proven_worse + jr.open == jr.num_placements
-    again = search_placements([job], evaluate, deadline_s=0.0)
+    again = search_placements([job], evaluate, budget=spent)
     assert again.jobs == probed.jobs and again.winner == probed.winner  # seeded: the same
 
 
