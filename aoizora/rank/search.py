@@ -86,6 +86,9 @@ _PROBES_KEPT = 2  # probe leaves replayed a tree (the best of its random walks b
 # and in 7 of 8 of 256 (docs/placements.md, "Bounds from sub-axis sets").
 _PROBE_SHARE = 0.02
 _PROBE_BATCH = 2  # probes replayed at once (then the incumbent filters the rest)
+# Of a deadline, the share the roots may take: the probes, which find a pod's best placement
+# in seconds (tpu7x:8x8x8: 3.3 s), get the rest (with all 20 s its roots left them none).
+_ROOTS_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,7 @@ class _Search:
         self.stop_at = math.inf  # perf_counter() time past which no node is split or bounded
         self.probes_cut = False  # the deadline stopped the probes
         self.roots_floored = 0  # roots pushed under their job's floor, not bounded
+        self.roots_stop_at = math.inf  # past it no root is bounded (the probes get the rest)
 
     # -- incumbents --------------------------------------------------------------
 
@@ -290,9 +294,11 @@ class _Search:
             return True
         return self.past_deadline()
 
-    def past_deadline(self) -> bool:
-        """Past ``stop_at``, with a placement replayed; says so in ``stopped_by``."""
-        if min(self.best, default=math.inf) == math.inf or time.perf_counter() < self.stop_at:
+    def past_deadline(self, stop_at: float | None = None) -> bool:
+        """Past ``stop_at`` (default: the search's), with a placement replayed; says so in
+        ``stopped_by``."""
+        at = self.stop_at if stop_at is None else stop_at
+        if min(self.best, default=math.inf) == math.inf or time.perf_counter() < at:
             return False
         self.stopped_by = "deadline"
         return True
@@ -344,15 +350,15 @@ class _Search:
 
     def seed_roots(self) -> None:
         """Push every tree's roots, each under its bound (whatever the budget) -- or, once
-        past the deadline, under its job's *floor*: the step with every collective taking
-        no time, below every placement's Q2 (a pod's roots can take minutes to bound:
-        1,086 of 8,192 devices each on tpu7x:16x16x16)."""
+        past :data:`_ROOTS_SHARE` of the deadline, under its job's *floor*: the step with
+        every collective taking no time, below every placement's Q2 (a pod's roots can take
+        minutes to bound: 1,086 of 8,192 devices each on tpu7x:16x16x16)."""
         for j, st in enumerate(self.states):
             if not st.job.tree:
                 continue
             floor: float | None = None
             for root in st.job.space.roots():
-                if not self.past_deadline():
+                if not self.past_deadline(self.roots_stop_at):
                     self.push(self.node_bound(j, root), j, root)
                     continue
                 if floor is None:
@@ -568,6 +574,7 @@ def search_placements(
     )  # fmt: skip
     if deadline_s is not None:
         run.stop_at = t0 + deadline_s
+        run.roots_stop_at = t0 + _ROOTS_SHARE * deadline_s
     forced = run.seed()
     if forced:
         run.record(forced)
