@@ -278,6 +278,7 @@ class _Search:
         self.probes_cut = False  # the deadline stopped the probes
         self.roots_floored = 0  # roots pushed under their job's floor, not bounded
         self.roots_stop_at = math.inf  # past it no root is bounded (the probes get the rest)
+        self.s_per_replay_work = 0.0  # the forced replays' seconds a work unit
 
     # -- incumbents --------------------------------------------------------------
 
@@ -418,6 +419,12 @@ class _Search:
                 for bound, leaf in probed[start : start + _PROBE_BATCH]
                 if bound < self.incumbent(leaf.job)
             ]
+            # Not one the deadline would stop halfway, at the rate the forced replays ran
+            # (tpu7x:16x16x16: 544 s for two of 8,192 devices).
+            cost = sum(REPLAY_COST * self.states[leaf.job].node_cost for leaf in batch)
+            if self.past_deadline(self.stop_at - cost * self.s_per_replay_work):
+                self.probes_cut = True
+                break
             for leaf in batch:
                 self.states[leaf.job].total += 1  # an extra placement of its sharding
             if batch:
@@ -577,7 +584,9 @@ def search_placements(
         run.roots_stop_at = t0 + _ROOTS_SHARE * deadline_s
     forced = run.seed()
     if forced:
+        started, work = time.perf_counter(), run.work
         run.record(forced)
+        run.s_per_replay_work = (time.perf_counter() - started) / max(1, run.work - work)
     run.seed_roots()  # after the forced: past the deadline, under floors
     # After the forced: their Q2 filters the probes.
     run.replay_probes(run.probe(probes, _PROBES_KEPT))
