@@ -2,7 +2,7 @@
 
 - a what-if's slices share the study's bound: each gets the time left over the slices
   left, so one that ends early leaves its rest to the next;
-- the compiles: with two rounds left (a round expected as long as Stage 1 took)
+- the compiles: with 1.5 rounds left (a round expected as long as Stage 1 took)
   everything is compiled; with less, no baseline and one round of picks, said in one
   line that names what was left out and the flag;
 - the search gets the time left, at least ``MIN_SEARCH_S``, or ``--search-seconds``
@@ -82,16 +82,16 @@ def _compiles(left_s: float, *, round_s: float, picks: int = 2, workers: int = 2
 def test_compiles_beyond_what_the_time_left_holds_are_left_out_baselines_first(
     clock: _Clock,
 ) -> None:
-    # Two rounds left: everything, silently.
-    (picks, baselines), lines = _compiles(300.0, round_s=150.0)
+    # 1.5 rounds left: everything, silently.
+    (picks, baselines), lines = _compiles(225.0, round_s=150.0)
     assert picks == ["pick0", "pick1"] and baselines == ["existing deployment", "recipe"]
     assert lines == []
     # Less: the picks of one round, no baseline, one line naming them and the flag.
-    (picks, baselines), lines = _compiles(299.0, round_s=150.0, picks=3)
+    (picks, baselines), lines = _compiles(224.0, round_s=150.0, picks=3)
     assert picks == ["pick0", "pick1"] and baselines == []
     assert len(lines) == 1 and "\n" not in lines[0]
     assert "left out pick2, existing deployment, recipe; --max-minutes raises it" in lines[0]
-    assert "299 s left on tpu7x:8x8x8 after Stage 1 (150 s)" in lines[0]
+    assert "224 s left on tpu7x:8x8x8 after Stage 1 (150 s) holds less than 1.5 rounds" in lines[0]
     # Past the bound: still the first pick (a plan needs one), here one worker's round.
     (picks, baselines), lines = _compiles(-50.0, round_s=10.0, workers=1)
     assert picks == ["pick0"] and baselines == [] and "0 s left" in lines[0]
