@@ -290,10 +290,12 @@ class _Search:
         one); says which in ``stopped_by``."""
         if min(self.best, default=math.inf) == math.inf:
             return False
+        if self.past_deadline():  # first: past both, the deadline is what cut the search
+            return True
         if self.budget is not None and self.work >= self.budget.work:
             self.stopped_by = "budget"
             return True
-        return self.past_deadline()
+        return False
 
     def past_deadline(self, stop_at: float | None = None) -> bool:
         """Past ``stop_at`` (default: the search's), with a placement replayed; says so in
