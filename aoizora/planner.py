@@ -560,6 +560,16 @@ def _baselines(workload: Workload, slice_: Slice, say: Progress) -> tuple[Baseli
     return baseline_candidates(workload, slice_)
 
 
+def _require_scored(
+    workload: Workload, slice_: Slice, scored: Sequence[object], failed: Sequence[tuple[str, str]]
+) -> None:
+    """Raise :class:`PlanError` when no candidate compiled to a feasible program."""
+    if not scored:
+        why = "; ".join(f"{c}: {r}" for c, r in failed[:3])
+        raise PlanError(f"no candidate of {workload.name} compiled to a feasible program on "
+                        f"{slice_.name}; failures: {why}")  # fmt: skip
+
+
 def run_plan(
     workload: Workload,
     slice_: Slice,
@@ -580,17 +590,13 @@ def run_plan(
 ) -> PlanOutcome:
     """Plan ``workload`` on ``slice_``: Stage 1, Stage 2, winner and baselines.
 
-    Stage 1 hands its top ``top_k`` by Q1 to Stage 2 (``per_attention_kind=True``
-    adds the best-Q1 candidate of every attention kind the top-K lacks).
-    ``progress`` receives one line per step of long work. ``cache_dir`` keeps Stage-1
-    estimates, compiles and Q2 times across runs (:mod:`aoizora.cache`). Stage-1 lowering,
-    compiles and exact replays fan out over ``workers`` processes (default: the machine's
-    cores) or a Ray cluster at ``ray`` (``"local"`` starts one); the plan is the same.
-    The placement search stops at ``search_budget`` (work, counted: the same plan on a
-    busy or an idle machine; None: no limit), ``search_seconds`` (wall clock) or within
-    ``search_gap`` of the best, with its proven bound and gap. ``splash_blocks``: every
-    candidate's splash tiles (None: Stage 1 plans each one's, :mod:`aoizora.stage1.tiles`;
-    baselines run the 512s). ``time_bound`` cuts the compiles and stops the search
+    Stage 1 hands its top ``top_k`` by Q1 to Stage 2 (``per_attention_kind``: and the best
+    of every attention kind the top-K lacks); ``progress`` gets a line per step of long work;
+    ``cache_dir`` keeps Stage 1, compiles and Q2 across runs (:mod:`aoizora.cache`); the work
+    fans out over ``workers`` processes or a Ray cluster at ``ray``, the plan the same. The
+    search stops at ``search_budget`` (counted work; None: none), ``search_seconds`` or within
+    ``search_gap``, with its bound and gap; ``splash_blocks``: every candidate's splash tiles
+    (None: Stage 1 plans them); ``time_bound`` cuts compiles and the search
     (:mod:`aoizora.timebound`). Raises :class:`PlanError`."""
     say = progress or (lambda _: None)
     timings: list[tuple[str, float]] = []
@@ -614,18 +620,14 @@ def run_plan(
             pool=pool, search=SearchLimits(search_seconds, search_gap, search_budget, time_bound),
         )  # fmt: skip
     say_search_stop(time_bound, search_seconds, search, slice_.name, say)
-    if not scored:
-        raise PlanError(
-            f"no candidate of {workload.name} compiled to a feasible program on {slice_.name}; "
-            f"failures: {'; '.join(f'{c}: {r}' for c, r in failed[:3])}"
-        )
+    _require_scored(workload, slice_, scored, failed)
     # One Q2 ranks every compile: a baseline's sharding may win too (the report says so).
     winner = min(scored, key=lambda s: (s.best.q2_s, s.candidate.id, s.best.placement_id))
     logical_best = by_id[ranking.kept[0].candidate_id]
     gains = {e.candidate_id: e.splash_gain_s for e in (*ranking.kept, *ranking.dropped_weak)}
-    timings.append(("total", time.perf_counter() - t_start))
-    # The winner's own compile: this run's, or the one that filled the cache.
-    timings.append(("winner_compile", winner.compile.first_compile_s))
+    # the winner's own compile: this run's, or the one that filled the cache
+    timings += [("total", time.perf_counter() - t_start),
+                ("winner_compile", winner.compile.first_compile_s)]  # fmt: skip
     return PlanOutcome(
         workload=workload,
         slice_=slice_,

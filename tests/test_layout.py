@@ -40,6 +40,7 @@ STAGES: tuple[tuple[str, ...], ...] = (
         "aoizora.cache",
         "aoizora.fanout",
         "aoizora.software",
+        "aoizora.timebound",  # the time bound every phase reads
     ),
     ("aoizora.workloads", "aoizora.zoo"),  # the zoo: workloads of drawn programs
     ("aoizora.tpu",),

@@ -3,15 +3,54 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the search imports this module
-    from aoizora.rank.search import SearchReport, _Search
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 __all__ = ["progress_line"]
 
 
-def progress_line(run: _Search, seconds: float, *, final: SearchReport | None = None) -> str:
+# What the line reads of the search (aoizora.rank.search imports this module, so it is
+# described here by shape, not imported back).
+class _Job(Protocol):
+    @property
+    def total(self) -> int: ...
+    @property
+    def simulated(self) -> int: ...
+    @property
+    def proven_worse(self) -> int: ...
+    @property
+    def repeats(self) -> int: ...
+    def best(self) -> float: ...
+
+
+class _Budget(Protocol):
+    @property
+    def work(self) -> int: ...
+
+
+class _Run(Protocol):
+    @property
+    def states(self) -> Sequence[_Job]: ...
+    @property
+    def heap(self) -> Sequence[tuple[float, int, int, Any]]: ...
+    @property
+    def work(self) -> int: ...
+    @property
+    def budget(self) -> _Budget | None: ...
+    @property
+    def nodes_bounded(self) -> int: ...
+    @property
+    def probes_cut(self) -> bool: ...
+    @property
+    def roots_floored(self) -> int: ...
+
+
+class _Report(Protocol):
+    @property
+    def stopped_by(self) -> str | None: ...
+
+
+def progress_line(run: _Run, seconds: float, *, final: _Report | None = None) -> str:
     """One ``[search]`` line: time, nodes, work, the placements' fates, best, bound and
     gap; the final one (``final``) says what stopped the search, an earlier one whether
     the deadline cut the probes short."""
