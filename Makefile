@@ -42,13 +42,12 @@ lint: $(TEST_STAMP)
 	$(BIN)/mypy
 
 # One test process per core (CI has 2): a module's tests stay in one process
-# (--dist loadscope), so a module-scoped fixture compiles once, handed out longest module
-# first (tests/conftest.py; --no-loadscope-reorder keeps that order); the processes share
+# (--dist loadscope), so a module-scoped fixture compiles once; the processes share
 # one compile cache (tests/aoizora/conftest.py). PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

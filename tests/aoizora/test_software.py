@@ -265,10 +265,9 @@ def test_measure_warns_when_the_plan_was_made_with_other_versions(
 
 
 class _Item:
-    """The attributes of a pytest item the collection hook uses."""
+    """The two attributes of a pytest item the collection hook uses."""
 
-    def __init__(self, nodeid: str = "tests/t.py::t", **keywords: bool) -> None:
-        self.nodeid = nodeid
+    def __init__(self, **keywords: bool) -> None:
         self.keywords = keywords
         self.markers: list[pytest.MarkDecorator] = []
 
@@ -289,19 +288,3 @@ def test_pinned_libtpu_tests_skip_only_under_another_libtpu(
     if skipped[0]:
         (mark,) = items[0].markers
         assert mark.mark.name == "skip" and f"libtpu {libtpu} runs here" in mark.kwargs["reason"]
-
-
-def test_the_longest_modules_are_handed_out_first() -> None:
-    """The collection hook orders modules for xdist's workers: the known long ones first
-    (longest first), then the rest by test count; a module's tests stay together, in order."""
-    import tests.conftest as conftest
-
-    slow, rank = "tests/aoizora/test_interrupts.py", "tests/aoizora/test_rank.py"
-    ids = ["tests/a.py::x", "tests/a.py::y", "tests/b.py::x", f"{rank}::x", "tests/c.py::x",
-           "tests/c.py::y", "tests/c.py::z", f"{slow}::x", f"{slow}::y"]  # fmt: skip
-    items = [_Item(i) for i in ids]
-    conftest._longest_modules_first(items)  # type: ignore[arg-type]
-    assert [i.nodeid for i in items] == [
-        f"{slow}::x", f"{slow}::y", f"{rank}::x", "tests/c.py::x", "tests/c.py::y",
-        "tests/c.py::z", "tests/a.py::x", "tests/a.py::y", "tests/b.py::x",
-    ]  # fmt: skip
