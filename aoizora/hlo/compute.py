@@ -458,9 +458,10 @@ class CostModel:
         if work.row_windows:
             comp = self.module.computations[instr.attrs.get("calls", "").strip().lstrip("%")]
             outputs = max(e for _, e in work.row_windows)
+            row = max(n for n, _ in work.row_windows)
             config = instr.attrs.get("backend_config", "")
             work = replace(work, row_window_f32_rows=sublane_f32_rows(comp, config, outputs),
-                           row_window_naive=naive_window(config))  # fmt: skip
+                           row_window_naive=naive_window(config, row))  # fmt: skip
         return work if traffic <= work.hbm_bytes else replace(work, hbm_bytes=traffic)
 
     def fusion(self, instr: Instruction) -> FusionSummary:

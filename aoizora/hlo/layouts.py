@@ -11,6 +11,9 @@ only what the compiled HLO prints.
 
 from __future__ import annotations
 
+import math
+import re
+
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, Instruction
 from sim.tile_gather import Gather
@@ -75,26 +78,44 @@ def retile(source: Shape, result: Shape) -> bool:
 
 
 _NO_ESTIMATE = '"estimated_cycles":"9223372036854775807"'  # INT64_MAX: no estimate
+_KERNEL_WINDOW = re.compile(r'"kernel_window_bounds":\[([^\]]*)\]')
+_LANES = 128  # a kernel window counts a row in tiles of 128 elements
 
 
-def naive_window(backend_config: str) -> bool | None:
-    """Whether a compiled fusion with a whole-row reduce-window runs it with XLA's naive
-    emitter: its backend config names a reduce-window emitter and libtpu's cost model left
-    its cycle estimate at INT64_MAX (it has none for that window); None where the config
-    names no such emitter (a program before layout, another backend). On v5e every such
-    kernel ran 15-23x slower an element than its bytes (rows of 5,632 to 8,192; every one
-    with an estimate, rows to 5,120, ran at its bytes' rate): validation/README.md, "The
-    program zoo".
+def naive_window(backend_config: str, row: int) -> bool | None:
+    """Whether a compiled fusion with a whole-row reduce-window over rows of ``row``
+    elements runs it with XLA's naive emitter: its backend config names a reduce-window
+    emitter and, for the sublane emitter, its kernel window (``kernel_window_bounds``, in
+    tiles of 128) holds less than the row, so the kernel steps over the row once for every
+    output tile (a grid of (row / 128)^2); where the config gives no such window (or names
+    the lane emitter), libtpu's cost model having no cycle estimate for it (INT64_MAX).
+    None where the config names no such emitter (a program before layout, another
+    backend). On v5e (libtpu 0.0.42.1) the window held the
+    row up to 5,376 elements (16.5 MB of scoped VMEM) and every such kernel ran at the rate
+    of its bytes; from 5,632 it held one tile and ran 15-23x slower an element. The cycle
+    estimate alone misread one kernel: at 5,376 it had none and ran at its bytes' rate
+    (validation/README.md, "The program zoo").
 
-    >>> sublane = '{"emitter":"EmitReduceWindowSublane"},"estimated_cycles":'
-    >>> naive_window(sublane + '"9223372036854775807"'), naive_window(sublane + '"502825"')
-    (True, False)
-    >>> naive_window('{"emitter":"EmitMatmul"}') is None
+    >>> cfg = ('{"emitter":"EmitReduceWindowSublane"},"estimated_cycles":"%s",'
+    ...        '"kernel_window_bounds":["1","1","%d"]')
+    >>> naive_window(cfg % ("9223372036854775807", 1), 5632)
+    True
+    >>> naive_window(cfg % ("9223372036854775807", 42), 5376)  # no estimate, whole row
+    False
+    >>> naive_window('{"emitter":"EmitReduceWindowSublane"},"estimated_cycles":"502825"', 4096)
+    False
+    >>> naive_window('{"emitter":"EmitMatmul"}', 4096) is None
     True
     """
     if "EmitReduceWindow" not in backend_config:
         return None
-    return _NO_ESTIMATE in backend_config
+    window = _KERNEL_WINDOW.search(backend_config)
+    if window is None or "EmitReduceWindowSublane" not in backend_config:
+        # the lane emitter's window counts its row otherwise (4 for 1,024 f32 elements):
+        # measured with an estimate and at its bytes' rate every time, the estimate decides
+        return _NO_ESTIMATE in backend_config
+    tiles = math.prod(int(b.strip().strip('"')) for b in window.group(1).split(",") if b.strip())
+    return tiles * _LANES < row
 
 
 def sublane_f32_rows(comp: Computation, backend_config: str, outputs: float) -> bool:
