@@ -240,7 +240,11 @@ def run_whatif(
     clip: Mapping[str, Any] | None = None,
 ) -> tuple[WhatIfRow, ...]:
     """Plan ``workload`` on every slice (:func:`sim.topology.parse_slice_spec` reads
-    specs such as ``v5e:4x4+wrap``), in the given order; rows are labelled ``slice_.spec``.
+    specs such as ``v5e:4x4+wrap``), the most devices first (ties in the given order);
+    rows, labelled ``slice_.spec``, in the given order. Largest first because what runs
+    whatever a time bound (Stage 1, one round of compiles) grows with the devices: planned
+    first, a pod's comes out of the shares of the smaller slices after it, and the last
+    slice's is the smallest (:func:`aoizora.commands.whatif.shares_of`).
 
     A slice that cannot be planned (unknown shape, nothing fits in HBM, every
     compile failed, out of memory: a ``MemoryError``, a worker that died, the memory
@@ -250,8 +254,10 @@ def run_whatif(
     whole clip's latency to every row (:func:`aoizora.request.clip_plan.plan_clip`).
     """
     say = progress or (lambda _: None)
-    rows: list[WhatIfRow] = []
-    for i, slice_ in enumerate(slices, start=1):
+    done: dict[int, WhatIfRow] = {}
+    order = sorted(range(len(slices)), key=lambda k: (-slices[k].num_devices, k))
+    for i, k in enumerate(order, start=1):
+        slice_ = slices[k]
         spec = slice_.spec
         say(f"== what-if {i}/{len(slices)}: {spec} ({slice_.num_chips} chips)")
         try:
@@ -269,26 +275,24 @@ def run_whatif(
             if clip is not None:
                 options = dict(plan_options or {}, max_placements=max_placements)
                 row = _with_clip(row, outcome, say, cache_dir=cache_dir, clip=clip, **options)
-            rows.append(row)
+            done[k] = row
         except (AoizoraError, SimError, MemoryError) as exc:
             # a slice out of memory is its row's error: unwound, the next slice has it back
             if isinstance(exc, MemoryError):
                 exc = ResourceError(out_of_memory_line(exc))
             say(f"== what-if {spec}: failed: {exc}")
-            rows.append(
-                WhatIfRow(
-                    spec=spec,
-                    num_chips=slice_.num_chips,
-                    num_devices=slice_.num_devices,
-                    wraparound=slice_.wraparound,
-                    winner=None,
-                    placement=None,
-                    step_s=None,
-                    baselines_s=(),
-                    peak_link_utilisation=None,
-                    mean_link_utilisation=None,
-                    plan_s=None,
-                    error=str(exc),
-                )
+            done[k] = WhatIfRow(
+                spec=spec,
+                num_chips=slice_.num_chips,
+                num_devices=slice_.num_devices,
+                wraparound=slice_.wraparound,
+                winner=None,
+                placement=None,
+                step_s=None,
+                baselines_s=(),
+                peak_link_utilisation=None,
+                mean_link_utilisation=None,
+                plan_s=None,
+                error=str(exc),
             )
-    return tuple(rows)
+    return tuple(done[k] for k in range(len(slices)))

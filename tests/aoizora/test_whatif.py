@@ -279,7 +279,33 @@ def test_a_slice_out_of_memory_is_its_rows_error_and_the_study_goes_on() -> None
 
     wl = wan_workload("wan-tiny", parse_resolution("64x64", frames=9))
     rows = run_whatif(wl, [load_slice("v5e:2x2"), load_slice("v5e:2x4")], plan=plan)
-    assert planned == ["v5e:2x2", "v5e:2x4"]
-    first, second = (r.error or "" for r in rows)
-    assert first.startswith("out of memory during the placement search on v5e:2x2")
-    assert second.startswith("a worker process died") and "\n" not in first + second
+    assert planned == ["v5e:2x4", "v5e:2x2"]  # the most devices first
+    first, second = (r.error or "" for r in rows)  # the rows in the given order
+    assert second.startswith("out of memory during the placement search on v5e:2x4")
+    assert first.startswith("a worker process died") and "\n" not in first + second
+
+
+def test_slices_are_planned_largest_first_and_reported_in_the_given_order() -> None:
+    """A pod's fixed work (Stage 1, a round of compiles) comes out of the smaller slices'
+    shares of a time bound, not past its end: the most devices are planned first (ties
+    in the given order); the rows keep the order the user gave, and so do the progress
+    lines' counts."""
+    from aoizora.studies.whatif import run_whatif
+    from aoizora.workloads.wan import parse_resolution, wan_workload
+    from sim.topology import load_slice
+
+    planned: list[str] = []
+
+    def plan(_wl: object, slice_: Any, **_kw: object) -> Any:
+        planned.append(slice_.spec)
+        raise MemoryError
+
+    lines: list[str] = []
+    specs = ["v5e:2x2", "v5e:4x4", "v6e:2x4", "v5e:2x4", "v5p:2x2x2"]
+    wl = wan_workload("wan-tiny", parse_resolution("64x64", frames=9))
+    rows = run_whatif(wl, [load_slice(s) for s in specs], plan=plan, progress=lines.append)
+    assert planned == ["v5e:4x4", "v6e:2x4", "v5e:2x4", "v5p:2x2x2", "v5e:2x2"]
+    assert [r.spec for r in rows] == specs
+    starts = [line for line in lines if line.startswith("== what-if ") and "/5: " in line]
+    assert [line.split()[2] for line in starts] == ["1/5:", "2/5:", "3/5:", "4/5:", "5/5:"]
+    assert [line.split()[3] for line in starts] == planned
