@@ -60,7 +60,7 @@ from aoizora.rank.search_cache import cached_search
 from aoizora.stage1.q1 import Stage1Ranking, rank_stage1
 from aoizora.stage1.recall import ExhaustiveCheck, exhaustive_check
 from aoizora.stage1.sweep import score_candidates, with_tiles
-from aoizora.timebound import TimeBound, compiles_within, say_search_stop, search_deadline
+from aoizora.timebound import FLAG, TimeBound, compiles_within, say_search_stop, search_deadline
 from aoizora.tpu import check_slice
 from aoizora.workloads.attention import attention_family
 from aoizora.workloads.base import Workload
@@ -448,17 +448,15 @@ def _rank_all(
     scored = []
     for (cand, result), g, jr in zip(compiled, graphs, report.jobs, strict=True):
         placements = tuple(
-            PlacementScore(
-                placement_id=sc.leaf.label,
-                order=DeviceOrder.from_physical_ids(
-                    sc.leaf.physical_ids, mesh_shape=cand.mesh_shape, slice_=slice_
-                ),
-                q2_s=sc.q2_s + launch,
-                num_raw=sc.num_raw,
-                aliases=sc.aliases,
-            )
+            PlacementScore(placement_id=sc.leaf.label, order=DeviceOrder.from_physical_ids(
+                sc.leaf.physical_ids, mesh_shape=cand.mesh_shape, slice_=slice_),
+                q2_s=sc.q2_s + launch, num_raw=sc.num_raw, aliases=sc.aliases)
             for sc in jr.scored
-        )
+        )  # fmt: skip
+        if not placements:  # a baseline's given order the search's deadline left open
+            say(f"[rank] {cand.id}: its default order was not replayed before the search's "
+                f"deadline; left out of the comparison; {FLAG} raises it")  # fmt: skip
+            continue
         scored.append(
             CandidateScores(
                 candidate=cand, compile=result, placements=placements,

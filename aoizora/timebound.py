@@ -15,11 +15,15 @@ does, phase by phase:
   what-ifs here: 2 left out v5e:16x16's baselines at load 5 (186 s left, Stage 1 109 s),
   and 1.5 makes the same choices as 2 on the three pod slices.
 - **The placement search** stops when the time is up (as ``--search-seconds`` does), with
-  its best placement, bound and gap; it gets at least :data:`MIN_SEARCH_S`, and the
-  given orders (each compiled sharding's default order) are always replayed.
+  its best placement, bound and gap; it gets at least :data:`MIN_SEARCH_S`. The first
+  pick's given order (its default order) is always replayed; the other shardings' (the
+  baselines', minutes each on a pod) as far as the deadline holds: one left out has no
+  figure, and a line says so.
 
 So a slice can end later than its share by what must run whatever the bound (Stage 1, one
-round of compiles, the given orders); the line says which bound stopped what.
+round of compiles, the first pick's given order); the line says which bound stopped what.
+A what-if plans its largest slice first, so that most of this comes out of the shares of
+the slices after it (:func:`aoizora.studies.whatif.run_whatif`).
 """
 
 from __future__ import annotations

@@ -60,7 +60,16 @@ from aoizora.placement.space import Node, PlacementSpace
 from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
 from aoizora.rank.bounds_of_nodes import NodeBounds
 from aoizora.rank.search_progress import progress_line
-from aoizora.rank.work import NODE_OVERHEAD, ORDER_COST, PAIR_COST, REPLAY_COST, program_size
+from aoizora.rank.work import (
+    DEFAULT_SEARCH_BUDGET,
+    DEFAULT_SEARCH_GAP,
+    NODE_OVERHEAD,
+    ORDER_COST,
+    PAIR_COST,
+    REPLAY_COST,
+    SearchBudget,
+    program_size,
+)
 
 __all__ = [
     "DEFAULT_SEARCH_BUDGET",
@@ -89,33 +98,6 @@ _PROBE_BATCH = 2  # probes replayed at once (then the incumbent filters the rest
 # Of a deadline, the share the roots may take: the probes, which find a pod's best placement
 # in seconds (tpu7x:8x8x8: 3.3 s), get the rest (with all 20 s its roots left them none).
 _ROOTS_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class SearchBudget:
-    """The work a search may do before it stops with its best placement, bound and gap.
-
-    ``work`` counts :func:`program_size` + ``NODE_OVERHEAD`` for every node bounded and
-    :data:`REPLAY_COST` times that for every placement replayed (from the Q2 cache
-    or not: a resumed search counts what a cold one does). The search checks it
-    between nodes, so it may overshoot by one batch of replays.
-    """
-
-    work: int
-
-    def __post_init__(self) -> None:
-        if isinstance(self.work, bool) or not isinstance(self.work, int) or self.work < 1:
-            raise PlacementError(
-                f"search budget {self.work!r} must be a positive number of work units, "
-                f"e.g. {DEFAULT_SEARCH_BUDGET.work}"
-            )
-
-
-# About 2 CPU minutes for the largest programs measured (256-member rings on v5e:16x16),
-# seconds on 16 chips; docs/placements.md, "The work budget".
-DEFAULT_SEARCH_BUDGET = SearchBudget(work=500_000_000)
-# The default stop: nothing left open can beat the best found by more than 0.1 %.
-DEFAULT_SEARCH_GAP = 0.001
 
 
 @dataclass(frozen=True)
@@ -279,6 +261,7 @@ class _Search:
         self.roots_floored = 0  # roots pushed under their job's floor, not bounded
         self.roots_stop_at = math.inf  # past it no root is bounded (the probes get the rest)
         self.s_per_replay_work = 0.0  # the forced replays' seconds a work unit
+        self.forced_deferred = 0  # given orders the deadline left to the heap
 
     # -- incumbents --------------------------------------------------------------
 
@@ -432,6 +415,21 @@ class _Search:
             if batch:
                 self.record(batch)
 
+    def record_forced(self, forced: Sequence[Leaf]) -> None:
+        """Replay the other shardings' given orders (cheapest first) as far as the deadline
+        holds at the first one's rate; the rest wait in the heap under their leaf bound."""
+        fits, spent = [], 0.0
+        for leaf in sorted(forced, key=lambda x: (self.states[x.job].node_cost, x.job)):
+            cost = REPLAY_COST * self.states[leaf.job].node_cost * self.s_per_replay_work
+            if not self.past_deadline(self.stop_at - spent - cost):
+                fits.append(leaf)
+                spent += cost
+        for leaf in (x for x in forced if x not in fits):
+            self.forced_deferred += 1
+            self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
+        if fits:
+            self.record(fits)
+
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
         self.bounded(j)
@@ -562,9 +560,10 @@ def search_placements(
     is split or bounded (children of a node being split keep its bound), the batch
     already collected is replayed, and the report carries the bound left open.
     The given orders are replayed, and the roots bounded and the probes walked and replayed,
-    whatever the budget; past the deadline the roots left wait under their sharding's floor
-    and the probes stop (on a pod the given orders alone can take it: the bound still gives
-    the gap).
+    whatever the budget; the first sharding's given orders always, the others' (cheapest
+    first) as far as the deadline holds, the rest left in the heap under their leaf bound;
+    past the deadline the roots left wait under their sharding's floor and the probes stop
+    (the bound still gives the gap).
     ``probes`` random walks a tree seed its probes (0: none). ``gap_tolerance``
     (a fraction, e.g. ``0.001``) stops the search once no open
     placement can beat the best found by more than that fraction of it; the
@@ -585,13 +584,14 @@ def search_placements(
         run.stop_at = t0 + deadline_s
         run.roots_stop_at = t0 + _ROOTS_SHARE * deadline_s
     forced = run.seed()
-    if forced:
+    if forced:  # the first sharding's (Stage 1's best) first: its rate prices the others'
+        first = [leaf for leaf in forced if leaf.job == forced[0].job]
         started, work = time.perf_counter(), run.work
-        run.record(forced)
+        run.record(first)
         run.s_per_replay_work = (time.perf_counter() - started) / max(1, run.work - work)
+        run.record_forced([leaf for leaf in forced if leaf.job != forced[0].job])
     run.seed_roots()  # after the forced: past the deadline, under floors
-    # After the forced: their Q2 filters the probes.
-    run.replay_probes(run.probe(probes, _PROBES_KEPT))
+    run.replay_probes(run.probe(probes, _PROBES_KEPT))  # the forced' Q2 filters them
     last = time.perf_counter()
     if progress is not None:  # the given orders and probes can take minutes on 256 chips
         progress(progress_line(run, last - t0))

@@ -4,9 +4,21 @@ node and replaying a placement of a program cost, counted, not timed (docs/place
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from aoizora.errors import PlacementError
 from aoizora.hlo.graph import CollectiveGraph
 
-__all__ = ["NODE_OVERHEAD", "ORDER_COST", "PAIR_COST", "REPLAY_COST", "program_size"]
+__all__ = [
+    "DEFAULT_SEARCH_BUDGET",
+    "DEFAULT_SEARCH_GAP",
+    "NODE_OVERHEAD",
+    "ORDER_COST",
+    "PAIR_COST",
+    "REPLAY_COST",
+    "SearchBudget",
+    "program_size",
+]
 
 # What bounding one node costs besides its transfers (numpy calls, heap, bookkeeping), in
 # transfers: measured ~1 ms a node for small programs against ~0.17 us a transfer for
@@ -38,3 +50,30 @@ def program_size(graph: CollectiveGraph) -> int:
     for c in graph.collectives:
         total += len(c.pairs) if c.pairs else sum(len(g) * (len(g) - 1) for g in c.groups)
     return total
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """The work a search may do before it stops with its best placement, bound and gap.
+
+    ``work`` counts :func:`program_size` + ``NODE_OVERHEAD`` for every node bounded and
+    :data:`REPLAY_COST` times that for every placement replayed (from the Q2 cache
+    or not: a resumed search counts what a cold one does). The search checks it
+    between nodes, so it may overshoot by one batch of replays.
+    """
+
+    work: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.work, bool) or not isinstance(self.work, int) or self.work < 1:
+            raise PlacementError(
+                f"search budget {self.work!r} must be a positive number of work units, "
+                f"e.g. {DEFAULT_SEARCH_BUDGET.work}"
+            )
+
+
+# About 2 CPU minutes for the largest programs measured (256-member rings on v5e:16x16),
+# seconds on 16 chips; docs/placements.md, "The work budget".
+DEFAULT_SEARCH_BUDGET = SearchBudget(work=500_000_000)
+# The default stop: nothing left open can beat the best found by more than 0.1 %.
+DEFAULT_SEARCH_GAP = 0.001

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -188,6 +189,32 @@ def test_baselines_are_ranked_by_the_same_q2(cold: PlanOutcome) -> None:
         assert match and match[0].q2_s == b.q2_s
     logical = cold.baselines[-1]
     assert logical.candidate_id == cold.stage1.kept_ids[0]
+
+
+def test_given_orders_the_deadline_cannot_hold_are_left_out_in_a_line(
+    cold: PlanOutcome, fresh_plan_cache: Callable[[str], Path]
+) -> None:
+    # A search whose deadline is spent at once (a pod slice's share, where one baseline's
+    # default order replays for minutes): the first pick's default order is replayed (a
+    # plan needs a placement), every other sharding's waits in the heap and, never
+    # replayed, is left out of the comparison in one line each; the plan has a winner.
+    # (A cache of its own: the session's holds the finished search, which would be read.)
+    lines: list[str] = []
+    out = run_plan(
+        wan_workload(MODEL, CLIP), load_slice("v5e:2x2"), top_k=2,
+        cache_dir=str(fresh_plan_cache("deadline")), progress=lines.append,
+        search_seconds=1e-9, workers=2,
+    )  # fmt: skip
+    left = [line for line in lines if "was not replayed before the search's deadline" in line]
+    assert left and all(line.endswith("--max-minutes raises it") for line in left)
+    assert out.search is not None and out.search.stopped_by == "deadline"
+    first = out.compiled_ids[0]
+    assert first == cold.stage1_picks[0] and {s.candidate.id for s in out.scored} == {first}
+    assert {line.split()[1].rstrip(":") for line in left} == set(out.compiled_ids[1:])
+    by_id = {c.candidate.id: c for c in cold.scored}  # the same compile, the same replay
+    assert out.winner_q2_s == by_id[first].score_of("default order").q2_s
+    for b in out.baselines:  # priced only where their sharding's order was replayed
+        assert (b.q2_s is not None) == (b.candidate_id == first), b
 
 
 def test_a_spent_time_bound_compiles_the_picks_alone_and_says_so(

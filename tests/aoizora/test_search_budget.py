@@ -37,6 +37,7 @@ from aoizora.rank.search import (
     Leaf,
     SearchBudget,
     SearchReport,
+    _Search,
     program_size,
     search_placements,
 )
@@ -164,7 +165,7 @@ def test_the_budget_and_the_gap_stop_reasons_are_reported() -> None:
     assert all(j.simulated >= 1 for j in tiny.jobs)
 
 
-def test_past_the_deadline_the_given_orders_took_no_root_or_probe_is_bounded() -> None:
+def test_past_the_deadline_the_given_order_took_no_root_or_probe_is_bounded() -> None:
     # On a pod the given orders alone can take the search's time (tpu7x:16x16x16: two
     # replays of 8,192 devices, 544 s), and bounding its 1,086 roots takes more than ten
     # minutes: past the deadline the roots stay open under their sharding's floor (every
@@ -175,9 +176,10 @@ def test_past_the_deadline_the_given_orders_took_no_root_or_probe_is_bounded() -
     assert free.complete and sum(j.simulated for j in free.jobs) > 2  # probes replayed
     assert "probes cut short" not in lines[0] and "floor" not in lines[0]
     late = search_placements(jobs, _Exact(jobs), deadline_s=0.0, progress=lines.append)
-    assert [j.simulated for j in late.jobs] == [1, 1]  # the two forced default orders
+    # the first sharding's forced default order; the second's waits under its leaf bound
+    assert [j.simulated for j in late.jobs] == [1, 0]
     sizes = [program_size(j.graph) + NODE_OVERHEAD for j in jobs]
-    assert late.work == REPLAY_COST * sum(sizes) and late.nodes_bounded == 0
+    assert late.work == REPLAY_COST * sizes[0] + sizes[1] and late.nodes_bounded == 1
     assert late.bound_s <= free.winner.q2_s <= late.winner.q2_s
     assert late.stopped_by == "deadline" and late.gap > 0
     roots = sum(len(j.space.roots()) for j in jobs)
@@ -275,3 +277,28 @@ def test_the_cli_refuses_a_bad_search_budget_in_one_line(
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1
     assert "--search-budget '0': must be a positive number of work units" in err
+
+
+def test_other_shardings_given_orders_wait_in_the_heap_when_the_deadline_cannot_hold_them() -> None:
+    # A pod baseline's default order replays for 100-200 s (tpu7x:8x8x16: 103 s of a 299 s
+    # share): after the first sharding's (Stage 1's best), the others' are replayed
+    # cheapest first as far as the deadline holds at the rate the first one's ran; the
+    # rest wait in the heap under their leaf bound, so the search's bound stays true.
+    jobs = [*_jobs(), _jobs()[1]]
+    evaluate = _Exact(jobs)
+    run = _Search(jobs, evaluate, batch_size=8, per_job=False, algorithm=None)
+    forced = run.seed()
+    assert [leaf.job for leaf in forced] == [0, 1, 2] and not run.heap
+    run.record(forced[:1])
+    run.s_per_replay_work = 100.0 / (REPLAY_COST * run.states[1].node_cost)  # 100 s each
+    run.stop_at = time.perf_counter() + 150.0  # holds one more
+    run.record_forced(forced[1:])
+    assert [st.simulated for st in run.states] == [1, 1, 0] and run.forced_deferred == 1
+    [(bound, _, job, leaf)] = run.heap
+    assert (job, leaf) == (2, forced[2]) and bound <= evaluate([leaf])[0]
+    # With no deadline every given order is replayed.
+    free = _Search(jobs, evaluate, batch_size=8, per_job=False, algorithm=None)
+    given = free.seed()
+    free.record(given[:1])
+    free.record_forced(given[1:])
+    assert [st.simulated for st in free.states] == [1, 1, 1] and not free.heap
