@@ -9,11 +9,11 @@ does, phase by phase:
 - **Stage 1** runs whole: every legal candidate is scored (its estimates are cached).
 - **The compiles.** A round of compiles (one per worker) is expected to take about as long
   as Stage 1 took on the same slice (measured here: 110-150 s of Stage 1 against compiles
-  of 59-199 s on 512-2,048 devices, 25-110 s against 57-151 s on 64-256). The picks and
-  then the baselines are compiled as far as the rounds the time left holds, less
-  :data:`SEARCH_ROUNDS` of a round for the search (at least one round, with at least one
-  pick); what is left out is named in one line with the flag. (The rule of 1.5 rounds for
-  everything compiled 3 programs in 2 rounds on tpu7x:8x8x8 at a 297 s share: 464 s.)
+  of 59-199 s on 512-2,048 devices, 25-110 s against 57-151 s on 64-256). When the time left
+  does not hold :data:`ROUNDS_FOR_BASELINES` such rounds, the baselines are left out (one
+  line says so and names the flag) and Stage 1's picks cut to one round. 1.5 from two cold
+  what-ifs here: 2 left out v5e:16x16's baselines at load 5 (186 s left, Stage 1 109 s),
+  and 1.5 makes the same choices as 2 on the three pod slices.
 - **The placement search** stops when the time is up (as ``--search-seconds`` does), with
   its best placement, bound and gap; it gets at least :data:`MIN_SEARCH_S`. The first
   pick's given order (its default order) is always replayed; the other shardings' (the
@@ -40,7 +40,7 @@ __all__ = [
     "DEFAULT_MINUTES",
     "FLAG",
     "MIN_SEARCH_S",
-    "SEARCH_ROUNDS",
+    "ROUNDS_FOR_BASELINES",
     "TimeBound",
     "compiles_within",
     "say_search_stop",
@@ -60,7 +60,7 @@ class SearchStop(Protocol):
 
 DEFAULT_MINUTES = 15.0
 FLAG = "--max-minutes"
-SEARCH_ROUNDS = 0.5  # of a round of compiles, what the time left keeps for the search
+ROUNDS_FOR_BASELINES = 1.5  # rounds of compiles the time left must hold to compile baselines
 MIN_SEARCH_S = 20.0  # the search's least time, however late it starts
 
 
@@ -123,24 +123,20 @@ def compiles_within(
     ``bound``; a line to ``say`` names what was left out and the flag.
 
     ``round_s`` is what a round of ``workers`` compiles is expected to take (Stage 1's
-    time on the slice). The picks, then the baselines, as many as the whole rounds the
-    time left holds after :data:`SEARCH_ROUNDS` of one (at least one round, one pick)."""
-    if bound is None or round_s <= 0:
+    time on the slice). With :data:`ROUNDS_FOR_BASELINES` rounds left everything is
+    compiled; otherwise no baseline, and at most one round of picks (at least one)."""
+    left = math.inf if bound is None else bound.left()
+    if bound is None or left >= ROUNDS_FOR_BASELINES * round_s:
         return list(picks), list(baselines)
-    left, slots = bound.left(), max(1, workers)
-    rounds = max(1, math.floor(left / round_s - SEARCH_ROUNDS))
-    if rounds * slots >= len(picks) + len(baselines):
-        return list(picks), list(baselines)
-    kept = list(picks[: max(1, rounds * slots)])
-    kept_baselines = list(baselines[: max(0, rounds * slots - len(kept))])
-    dropped = [*picks[len(kept) :], *(names(b) for b in baselines[len(kept_baselines) :])]
-    say(
-        f"{bound.describe()}: {max(0.0, left):.0f} s left on {where} after Stage 1 "
-        f"({round_s:.0f} s) holds {rounds} round{'s' if rounds > 1 else ''} of {slots} "
-        f"compiles as long and {SEARCH_ROUNDS:g} of one for the search: left out "
-        f"{', '.join(dropped)}; {FLAG} raises it"
-    )
-    return kept, kept_baselines
+    kept = list(picks[: max(1, workers)])
+    dropped = [*picks[len(kept) :], *(names(b) for b in baselines)]
+    if dropped:
+        say(
+            f"{bound.describe()}: {max(0.0, left):.0f} s left on {where} after Stage 1 "
+            f"({round_s:.0f} s) holds less than {ROUNDS_FOR_BASELINES:g} rounds of compiles "
+            f"as long: left out {', '.join(dropped)}; {FLAG} raises it"
+        )
+    return kept, []
 
 
 def search_deadline(bound: TimeBound | None, asked: float | None) -> float | None:
