@@ -68,6 +68,7 @@ from aoizora.rank.work import (
     PAIR_COST,
     REPLAY_COST,
     SearchBudget,
+    check_gap_tolerance,
     program_size,
 )
 
@@ -261,7 +262,7 @@ class _Search:
         self.roots_floored = 0  # roots pushed under their job's floor, not bounded
         self.roots_stop_at = math.inf  # past it no root is bounded (the probes get the rest)
         self.s_per_replay_work = 0.0  # the forced replays' seconds a work unit
-        self.forced_deferred = 0  # given orders the deadline left to the heap
+        self.deferred: list[Leaf] = []  # given orders the deadline left to the heap
 
     # -- incumbents --------------------------------------------------------------
 
@@ -421,14 +422,21 @@ class _Search:
         fits, spent = [], 0.0
         for leaf in sorted(forced, key=lambda x: (self.states[x.job].node_cost, x.job)):
             cost = REPLAY_COST * self.states[leaf.job].node_cost * self.s_per_replay_work
-            if not self.past_deadline(self.stop_at - spent - cost):
-                fits.append(leaf)
+            if time.perf_counter() < self.stop_at - spent - cost:  # not past_deadline:
+                fits.append(leaf)  # a deferral alone does not stop the search
                 spent += cost
         for leaf in (x for x in forced if x not in fits):
-            self.forced_deferred += 1
+            self.deferred.append(leaf)
             self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
         if fits:
             self.record(fits)
+
+    def finish_forced(self) -> None:
+        """A search that ended by itself (proven, within the gap, the budget) did not need
+        its deadline: the given orders it left unreplayed are replayed (the baselines')."""
+        left = [x for x in self.deferred if not self.states[x.job].scored]
+        if self.stopped_by != "deadline" and left:
+            self.record(left)
 
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
@@ -608,19 +616,11 @@ def search_placements(
         if deadline_s is not None and now - t0 >= deadline_s:
             run.stopped_by = "deadline"
             break
+    run.finish_forced()
     report = _report(run, time.perf_counter() - t0)
     if progress is not None:
         progress(progress_line(run, report.seconds, final=report))
     return report
-
-
-def check_gap_tolerance(gap_tolerance: float) -> None:
-    """Raise :class:`PlacementError` unless ``0 <= gap_tolerance < 1``."""
-    if not 0.0 <= gap_tolerance < 1.0:
-        raise PlacementError(
-            f"gap tolerance {gap_tolerance!r} must be a fraction in [0, 1), e.g. 0.001 to "
-            "stop once no placement left can be more than 0.1% faster; 0 proves the best"
-        )
 
 
 def _report(run: _Search, seconds: float) -> SearchReport:

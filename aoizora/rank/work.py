@@ -17,6 +17,7 @@ __all__ = [
     "PAIR_COST",
     "REPLAY_COST",
     "SearchBudget",
+    "check_gap_tolerance",
     "program_size",
 ]
 
@@ -77,3 +78,12 @@ class SearchBudget:
 DEFAULT_SEARCH_BUDGET = SearchBudget(work=500_000_000)
 # The default stop: nothing left open can beat the best found by more than 0.1 %.
 DEFAULT_SEARCH_GAP = 0.001
+
+
+def check_gap_tolerance(gap_tolerance: float) -> None:
+    """Raise :class:`PlacementError` unless ``0 <= gap_tolerance < 1``."""
+    if not 0.0 <= gap_tolerance < 1.0:
+        raise PlacementError(
+            f"gap tolerance {gap_tolerance!r} must be a fraction in [0, 1), e.g. 0.001 to "
+            "stop once no placement left can be more than 0.1% faster; 0 proves the best"
+        )

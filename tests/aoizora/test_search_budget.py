@@ -293,9 +293,18 @@ def test_other_shardings_given_orders_wait_in_the_heap_when_the_deadline_cannot_
     run.s_per_replay_work = 100.0 / (REPLAY_COST * run.states[1].node_cost)  # 100 s each
     run.stop_at = time.perf_counter() + 150.0  # holds one more
     run.record_forced(forced[1:])
-    assert [st.simulated for st in run.states] == [1, 1, 0] and run.forced_deferred == 1
+    assert [st.simulated for st in run.states] == [1, 1, 0] and run.deferred == [forced[2]]
     [(bound, _, job, leaf)] = run.heap
     assert (job, leaf) == (2, forced[2]) and bound <= evaluate([leaf])[0]
+    assert run.stopped_by is None  # a deferral alone does not stop the search
+    # A search that then ends by itself (proven, the gap, the budget) replays what it left;
+    # one the deadline stopped does not.
+    run.stopped_by = "deadline"
+    run.finish_forced()
+    assert [st.simulated for st in run.states] == [1, 1, 0]
+    run.stopped_by = "gap"
+    run.finish_forced()
+    assert [st.simulated for st in run.states] == [1, 1, 1]
     # With no deadline every given order is replayed.
     free = _Search(jobs, evaluate, batch_size=8, per_job=False, algorithm=None)
     given = free.seed()
