@@ -90,11 +90,11 @@ def naive_window(backend_config: str, row: int) -> bool | None:
     output tile (a grid of (row / 128)^2); where the config gives no such window (or names
     the lane emitter), libtpu's cost model having no cycle estimate for it (INT64_MAX).
     None where the config names no such emitter (a program before layout, another
-    backend). On v5e (libtpu 0.0.42.1) the window held the
-    row up to 5,376 elements (16.5 MB of scoped VMEM) and every such kernel ran at the rate
-    of its bytes; from 5,632 it held one tile and ran 15-23x slower an element. The cycle
-    estimate alone misread one kernel: at 5,376 it had none and ran at its bytes' rate
-    (validation/README.md, "The program zoo").
+    backend). On v5e (libtpu 0.0.42.1) the window held the row up to 5,376 elements (16.5
+    MB of scoped VMEM) and every such kernel ran at the rate of its bytes; from 5,632 it
+    held one tile and ran 15-23x slower an element. The cycle estimate alone misread one
+    kernel: at 5,376 it had none and ran at its bytes' rate (validation/README.md, "The
+    program zoo").
 
     >>> cfg = ('{"emitter":"EmitReduceWindowSublane"},"estimated_cycles":"%s",'
     ...        '"kernel_window_bounds":["1","1","%d"]')
