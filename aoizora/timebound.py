@@ -41,6 +41,7 @@ __all__ = [
     "FLAG",
     "MIN_SEARCH_S",
     "ROUNDS_FOR_BASELINES",
+    "StudyShares",
     "TimeBound",
     "compiles_within",
     "say_search_stop",
@@ -77,9 +78,10 @@ class TimeBound:
         """Seconds to the deadline (negative past it)."""
         return self.ends_at - time.monotonic()
 
-    def share(self, slices_left: int) -> TimeBound:
-        """The next slice's part of a study's bound: the time left over the slices left."""
-        seconds = max(0.0, self.left()) / max(1, slices_left)
+    def share(self, slices_left: int, *, reserve_s: float = 0.0) -> TimeBound:
+        """The next slice's part of a study's bound: the time left, less ``reserve_s``
+        kept for the work after the last plan, over the slices left."""
+        seconds = max(0.0, self.left() - reserve_s) / max(1, slices_left)
         return TimeBound(self.minutes, seconds, time.monotonic() + seconds)
 
     def search_seconds(self, asked: float | None) -> float:
@@ -92,6 +94,33 @@ class TimeBound:
         """``the time bound (15 min, --max-minutes)``, with the slice's share if a part."""
         part = "" if self.seconds >= self.minutes * 60 else f"; {self.seconds:.0f} s this slice"
         return f"the time bound ({self.minutes:g} min, {FLAG}{part})"
+
+
+class StudyShares:
+    """The slices' shares of a what-if's ``bound`` (``None``: no bound), in the order they
+    are planned: the time left over the slices left, less the longest a slice's row has
+    taken after its plan so far (its winner's link utilisation, a full replay: 8-20 s on
+    512 chips), which the last slice's row will take past its share: the study ends
+    within its bound. A slice that ends early leaves its rest to the next."""
+
+    def __init__(self, bound: TimeBound | None, slices: int) -> None:
+        self.bound = bound
+        self.slices_left = slices
+        self.after_plan_s = 0.0  # the longest a row took after its plan
+        self._ended: float | None = None
+
+    def next(self) -> TimeBound | None:
+        """The share of the slice whose plan starts now."""
+        now = time.monotonic()
+        if self._ended is not None:
+            self.after_plan_s = max(self.after_plan_s, now - self._ended)
+        self.slices_left -= 1
+        if self.bound is None:
+            return None
+        return self.bound.share(self.slices_left + 1, reserve_s=self.after_plan_s)
+
+    def plan_ended(self) -> None:
+        self._ended = time.monotonic()
 
 
 def time_bound(minutes: float | None, *, default: float = DEFAULT_MINUTES) -> TimeBound | None:

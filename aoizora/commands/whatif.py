@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import itertools
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aoizora.commands.args import (
     add_compute_arguments,
@@ -40,9 +39,7 @@ from aoizora.commands.args import (
     workload_from_args,
 )
 from aoizora.commands.clip_args import add_clip_arguments, check_clip_arguments, clip_options
-
-if TYPE_CHECKING:  # a type only: the parser is built before jax starts
-    from aoizora.timebound import TimeBound
+from aoizora.timebound import StudyShares, TimeBound
 
 __all__ = ["register", "render_rows", "rows_to_csv", "run", "shares_of"]
 
@@ -246,13 +243,14 @@ def rows_to_csv(rows: Any) -> str:
 
 def shares_of(bound: TimeBound | None, slices: int, plan: Callable[..., Any]) -> Callable[..., Any]:
     """``plan`` (:func:`aoizora.planner.run_plan`) with each slice's share of the study's
-    time ``bound``: the time left over the slices left, so a slice that ends early leaves
-    its rest to the next."""
-    planned = itertools.count()
+    time ``bound`` (:class:`aoizora.timebound.StudyShares`)."""
+    shares = StudyShares(bound, slices)
 
     def within_share(*args: Any, **kwargs: Any) -> Any:
-        share = None if bound is None else bound.share(slices - next(planned))
-        return plan(*args, time_bound=share, **kwargs)
+        try:
+            return plan(*args, time_bound=shares.next(), **kwargs)
+        finally:
+            shares.plan_ended()
 
     return within_share
 

@@ -66,6 +66,7 @@ from aoizora.hlo.nodes import (
 from aoizora.placement.device_order import Coord, DeviceOrder
 from aoizora.rank.bound import TimelineBound, translated_coords
 from aoizora.rank.compact import APPROXIMATED, mixed_times
+from aoizora.rank.cutoff import check
 from aoizora.rank.lumped import simulate_nodes
 from aoizora.rank.rings import RingSchedule, ring_schedule
 from aoizora.replay import algorithm_for, collective_plan, sim_kind, simulate_region
@@ -178,7 +179,10 @@ class ExactQ2:
     def step_time(self, order: DeviceOrder) -> float:
         """The simulated step time of ``order`` (seconds)."""
         coords = order.coords
-        durations = {c.id: self._alone(c, coords) for c in self.graph.collectives}
+        durations: dict[int, float] = {}
+        for c in self.graph.collectives:
+            check()  # a search's deadline (aoizora.rank.cutoff)
+            durations[c.id] = self._alone(c, coords)
         times: dict[int, float] = {}
         # Identical regions (one windowed-einsum loop per matmul, many alike) run
         # identically: the same steps and collectives, callees of equal times.
@@ -187,6 +191,7 @@ class ExactQ2:
             calls = tuple(times[r] for st in self.timeline.regions[rid] for r in st.regions)
             key = (self._twin[rid], calls)
             if key not in seen:
+                check()
                 seen[key] = self._region(rid, order, durations, times)
             times[rid] = seen[key]
         return times[0]

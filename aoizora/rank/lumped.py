@@ -48,12 +48,14 @@ Checked against the engine on random programs, placements and slices to
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from aoizora.rank.cutoff import CHECK_EVERY, check
 from sim.cables import channels
 from sim.engine import Compute, Flow, simulate
 from sim.routing import check_order, link_ids
@@ -560,7 +562,9 @@ class _CellRun:
                 else:
                     self.work.append(c)
         self._run_work()
-        while True:
+        for instant in itertools.count():
+            if instant % CHECK_EVERY == 0:
+                check()  # a search's deadline (aoizora.rank.cutoff)
             if self.arrivals:
                 t = self.now
             else:

@@ -31,13 +31,8 @@ symmetry class) are counted, not replayed.
 placement is exact (the planner's ``--exhaustive`` needs each one's best);
 by default the incumbent is global, which proves far more of the space worse.
 
-A :class:`SearchBudget` bounds the search by the *work* it does, counted, not
-timed, so a budget stops the same search at the same node on a busy machine and
-an idle one: bounding a node of a sharding costs its :func:`program_size` (the
-point-to-point transfers its collectives make, plus a fixed share for the work
-every node costs) and replaying one of its placements :data:`REPLAY_COST` times
-that. Both grow with the program's group sizes as their CPU time does
-(docs/placements.md, "The work budget").
+A :class:`SearchBudget` bounds the search by the *work* it does, counted, not timed
+(:mod:`aoizora.rank.work`); a deadline by the clock (:mod:`aoizora.rank.cutoff`).
 """
 
 from __future__ import annotations
@@ -59,7 +54,9 @@ from aoizora.placement.device_order import DeviceOrder
 from aoizora.placement.space import Node, PlacementSpace
 from aoizora.placement.symmetry import canonical_rows, slice_automorphisms
 from aoizora.rank.bounds_of_nodes import NodeBounds
+from aoizora.rank.cutoff import ReplayCut, replays_until
 from aoizora.rank.search_progress import progress_line
+from aoizora.rank.search_report import JobReport, Leaf, Scored, SearchReport, relative_gap
 from aoizora.rank.work import (
     DEFAULT_SEARCH_BUDGET,
     DEFAULT_SEARCH_GAP,
@@ -117,89 +114,6 @@ class Job:
     extra_orders: tuple[tuple[str, DeviceOrder], ...] = ()
     forced: tuple[str, ...] = ()
     tree: bool = True
-
-
-@dataclass(frozen=True)
-class Leaf:
-    """One complete placement handed to the exact replay."""
-
-    job: int
-    label: str
-    physical_ids: tuple[int, ...]
-    complexity: tuple[int, int, int, int]
-
-
-@dataclass(frozen=True)
-class Scored:
-    """A simulated placement: its Q2 and the other labels that gave the same class."""
-
-    leaf: Leaf
-    q2_s: float
-    num_raw: int = 1
-    aliases: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class JobReport:
-    """What the search did for one sharding.
-
-    ``num_placements`` counts the family's descriptions plus the extra orders
-    and the probes replayed;
-    each was either replayed (``simulated`` distinct classes), a repeat of a
-    class already replayed (``repeats``), ``proven_worse`` by a bound, or left
-    open by a deadline (``open``). ``bound_s``: no open placement of this
-    sharding replays faster (``inf`` when none is open).
-    """
-
-    scored: tuple[Scored, ...]
-    num_placements: int
-    simulated: int
-    repeats: int
-    proven_worse: int
-    bound_s: float
-
-    @property
-    def open(self) -> int:
-        return self.num_placements - self.simulated - self.repeats - self.proven_worse
-
-
-@dataclass(frozen=True)
-class SearchReport:
-    """The search's answer: the best placement found, the bound and the gap.
-
-    ``seconds`` and ``nodes_bounded`` are the search's own, also when the report
-    was read back from the cache (``cached=True``, :mod:`aoizora.rank.search_cache`).
-    ``work`` is what it spent of its :class:`SearchBudget`; ``stopped_by`` says what
-    ended it before the optimum was proven: ``"budget"``, ``"deadline"``, ``"gap"``
-    (within the gap tolerance), or ``None``.
-    """
-
-    jobs: tuple[JobReport, ...]
-    winner_job: int
-    winner: Scored
-    bound_s: float
-    seconds: float
-    nodes_bounded: int
-    cached: bool = False
-    work: int = 0
-    stopped_by: str | None = None
-
-    @property
-    def complete(self) -> bool:
-        return all(j.open == 0 for j in self.jobs)
-
-    @property
-    def gap(self) -> float:
-        """(best found - bound) / best found; 0 when the search proved the optimum."""
-        return relative_gap(self.winner.q2_s, self.bound_s)
-
-
-def relative_gap(best_s: float, bound_s: float) -> float:
-    """``(best_s - bound_s) / best_s``; 0 when the bound reaches the best (proven).
-    >>> relative_gap(2.0, 1.5), relative_gap(2.0, 2.5)
-    (0.25, 0.0)
-    """
-    return 0.0 if bound_s >= best_s or best_s <= 0 else (best_s - bound_s) / best_s
 
 
 @dataclass
@@ -418,7 +332,9 @@ class _Search:
 
     def record_forced(self, forced: Sequence[Leaf]) -> None:
         """Replay the other shardings' given orders (cheapest first) as far as the deadline
-        holds at the first one's rate; the rest wait in the heap under their leaf bound."""
+        holds at the first one's rate, one at a time, each cut at the deadline
+        (:mod:`aoizora.rank.cutoff`: the rate can be minutes off); the rest wait in the
+        heap under their leaf bound."""
         fits, spent = [], 0.0
         for leaf in sorted(forced, key=lambda x: (self.states[x.job].node_cost, x.job)):
             cost = REPLAY_COST * self.states[leaf.job].node_cost * self.s_per_replay_work
@@ -426,17 +342,27 @@ class _Search:
                 fits.append(leaf)  # a deferral alone does not stop the search
                 spent += cost
         for leaf in (x for x in forced if x not in fits):
-            self.deferred.append(leaf)
-            self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
-        if fits:
-            self.record(fits)
+            self.defer(leaf)
+        for leaf in fits:
+            self.record_until(leaf)
 
     def finish_forced(self) -> None:
         """A search that ended by itself (proven, within the gap, the budget) did not need
         its deadline: the given orders it left unreplayed are replayed (the baselines')."""
-        left = [x for x in self.deferred if not self.states[x.job].scored]
-        if self.stopped_by != "deadline" and left:
-            self.record(left)
+        for leaf in [x for x in self.deferred if not self.states[x.job].scored]:
+            if self.stopped_by != "deadline":
+                self.record_until(leaf)
+
+    def defer(self, leaf: Leaf) -> None:
+        self.deferred.append(leaf)
+        self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
+
+    def record_until(self, leaf: Leaf) -> None:
+        try:
+            with replays_until(self.stop_at):
+                self.record([leaf])
+        except ReplayCut:
+            self.defer(leaf)
 
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
@@ -569,7 +495,8 @@ def search_placements(
     already collected is replayed, and the report carries the bound left open.
     The given orders are replayed, and the roots bounded and the probes walked and replayed,
     whatever the budget; the first sharding's given orders always, the others' (cheapest
-    first) as far as the deadline holds, the rest left in the heap under their leaf bound;
+    first) as far as the deadline holds, each cut at it (:mod:`aoizora.rank.cutoff`), the
+    rest left in the heap under their leaf bound;
     past the deadline the roots left wait under their sharding's floor and the probes stop
     (the bound still gives the gap).
     ``probes`` random walks a tree seed its probes (0: none). ``gap_tolerance``

@@ -1,6 +1,12 @@
 """The work budget's units (:class:`aoizora.rank.search.SearchBudget`): what bounding a
-node and replaying a placement of a program cost, counted, not timed (docs/placements.md,
-"The work budget")."""
+node and replaying a placement of a program cost, counted, not timed.
+
+A budget stops the same search at the same node on a busy machine and an idle one:
+bounding a node of a sharding costs its :func:`program_size` (the point-to-point
+transfers its collectives make, plus a fixed share for the work every node costs) and
+replaying one of its placements :data:`REPLAY_COST` times that. Both grow with the
+program's group sizes as their CPU time does (docs/placements.md, "The work budget").
+"""
 
 from __future__ import annotations
 

@@ -382,6 +382,8 @@ def test_a_signal_ignored_from_the_start_stays_ignored(ignored: bool) -> None:
         "from aoizora.interrupts import install_handlers\n"
         "if sys.argv[1] == 'ignored':  # as a background job of a script starts\n"
         "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "else:  # as from a terminal, however this test was started (nohup, a CI job)\n"
+        "    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "install_handlers('aoizora test')\n"
         "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
     )

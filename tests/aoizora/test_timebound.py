@@ -69,6 +69,28 @@ def test_each_slice_gets_the_time_left_over_the_slices_left(clock: _Clock) -> No
     assert nothing == [None]  # --max-minutes 0: no bound, no share
 
 
+def test_the_shares_keep_back_the_longest_a_row_took_after_its_plan(clock: _Clock) -> None:
+    # A row's link utilisation runs after its plan (a full replay: 8-20 s on 512 chips);
+    # the last slice's runs past its share, so every share after the first keeps back the
+    # longest such time seen: 3 pod slices ended 18 s past a 15-minute what-if.
+    study = time_bound(15.0)
+    assert study is not None
+    shares: list[TimeBound] = []
+    spent = iter([300.0, 300.0, 0.0])  # each slice's plan
+
+    def plan(*_: Any, time_bound: TimeBound, **__: Any) -> None:
+        shares.append(time_bound)
+        clock.now += next(spent)
+
+    planned = shares_of(study, 3, plan)
+    for after_s in (20.0, 8.0, 5.0):  # what each row takes after its plan
+        planned()
+        clock.now += after_s
+    # 900 / 3; then (900 - 320 - 20) / 2; then (900 - 628 - 20) / 1.
+    assert [s.seconds for s in shares] == [300.0, 280.0, 252.0]
+    assert 628.0 + 252.0 + 5.0 <= 900.0  # the study's end, within its bound
+
+
 def _compiles(left_s: float, *, round_s: float, picks: int = 2, workers: int = 2) -> Any:
     bound = TimeBound(15.0, 900.0, ends_at=timebound.time.monotonic() + left_s)
     lines: list[str] = []
