@@ -14,6 +14,7 @@ where it stopped.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from aoizora.cache import JsonCache, q2_key
 from aoizora.fanout import FanOut
 from aoizora.hlo.graph import CollectiveGraph, graph_from_text
 from aoizora.placement.device_order import DeviceOrder
+from aoizora.rank.cutoff import ReplayCut, deadline, replays_until
 from aoizora.rank.exact import ExactQ2
 from aoizora.rank.search import Leaf
 from aoizora.replay import network_footprint
@@ -47,6 +49,7 @@ class _Task:
     mesh_shape: tuple[int, ...]
     physical_ids: tuple[int, ...]
     algorithm: str | Mapping[str, str] | None
+    until_wall: float | None = None  # the search's deadline, time.time()'s clock
 
 
 _WORKER_Q2: dict[tuple[str, Slice], ExactQ2] = {}  # one per (program, slice) in each worker
@@ -61,7 +64,13 @@ def _replay_task(task: _Task) -> float:
     order = DeviceOrder.from_physical_ids(
         task.physical_ids, mesh_shape=task.mesh_shape, slice_=task.slice_
     )
-    return exact.step_time(order)
+    if task.until_wall is None:
+        return exact.step_time(order)
+    try:  # this process's clock: perf_counter() is not shared between machines
+        with replays_until(time.perf_counter() + task.until_wall - time.time()):
+            return exact.step_time(order)
+    except ReplayCut:
+        return math.nan  # cut at the deadline: the search leaves the leaf open
 
 
 class BatchEvaluator:
@@ -121,7 +130,7 @@ class BatchEvaluator:
         for i, q2 in zip(missing, self._replay([batch[i] for i in missing]), strict=True):
             out[i] = q2
             key = keys[i]
-            if self.cache is not None and key is not None:
+            if self.cache is not None and key is not None and not math.isnan(q2):
                 self.cache.put(key, {"step_time_s": q2})
         return [float(v) for v in out if v is not None]
 
@@ -157,13 +166,21 @@ class BatchEvaluator:
         return [float(v) for v in out if v is not None]
 
     def _local(self, leaf: Leaf) -> float:
+        """Q2 of ``leaf`` replayed here; NaN when cut at the search's deadline."""
         t0 = time.process_time()
-        q2 = self._exact(leaf.job).step_time(self._order(leaf))
+        try:
+            q2 = self._exact(leaf.job).step_time(self._order(leaf))
+        except ReplayCut:
+            return math.nan
         self._cost_s.setdefault(leaf.job, time.process_time() - t0)
         return q2
 
     def _fan_out(self, leaves: Sequence[Leaf]) -> list[float]:
+        """The leaves' Q2s from the pool's workers; NaN for a replay cut at the deadline
+        (:mod:`aoizora.rank.cutoff`'s, handed over on the wall clock)."""
         assert self.pool is not None
+        until = deadline()
+        until_wall = None if until is None else time.time() + until - time.perf_counter()
         tasks = [
             _Task(
                 hlo_text=self.programs[leaf.job].hlo_text,
@@ -172,6 +189,7 @@ class BatchEvaluator:
                 mesh_shape=self.programs[leaf.job].mesh_shape,
                 physical_ids=leaf.physical_ids,
                 algorithm=self.algorithm,
+                until_wall=None if until_wall is None or math.isinf(until_wall) else until_wall,
             )
             for leaf in leaves
         ]

@@ -342,27 +342,17 @@ class _Search:
                 fits.append(leaf)  # a deferral alone does not stop the search
                 spent += cost
         for leaf in (x for x in forced if x not in fits):
-            self.defer(leaf)
-        for leaf in fits:
-            self.record_until(leaf)
+            self.deferred.append(leaf)
+            self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
+        for leaf in fits:  # one at a time: each cut at the deadline
+            self.deferred += self.record([leaf])
 
     def finish_forced(self) -> None:
         """A search that ended by itself (proven, within the gap, the budget) did not need
         its deadline: the given orders it left unreplayed are replayed (the baselines')."""
         for leaf in [x for x in self.deferred if not self.states[x.job].scored]:
             if self.stopped_by != "deadline":
-                self.record_until(leaf)
-
-    def defer(self, leaf: Leaf) -> None:
-        self.deferred.append(leaf)
-        self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
-
-    def record_until(self, leaf: Leaf) -> None:
-        try:
-            with replays_until(self.stop_at):
                 self.record([leaf])
-        except ReplayCut:
-            self.defer(leaf)
 
     def leaf_bound(self, j: int, ids: tuple[int, ...]) -> float:
         st = self.states[j]
@@ -447,17 +437,32 @@ class _Search:
             keys[(leaf.job, key)] = len(batch)
             batch.append(leaf)
 
-    def record(self, batch: Sequence[Leaf]) -> None:
-        q2s = list(self.evaluate(batch))
+    def record(self, batch: Sequence[Leaf], *, cut: bool = True) -> list[Leaf]:
+        """Replay ``batch`` and score it; a replay cut at the deadline (``cut``; NaN or
+        :class:`ReplayCut`, :mod:`aoizora.rank.cutoff`) leaves its leaf open in the heap
+        under its leaf bound; never before one placement is scored (the plan's figure).
+        Returns the leaves cut."""
+        cut = cut and min(self.best) < math.inf
+        try:
+            with replays_until(self.stop_at if cut else math.inf):
+                q2s = list(self.evaluate(batch))
+        except ReplayCut:
+            q2s = [math.nan] * len(batch)
         if len(q2s) != len(batch):
             raise PlacementError(f"evaluate returned {len(q2s)} times for {len(batch)} placements")
+        left = [leaf for leaf, q2 in zip(batch, q2s, strict=True) if math.isnan(q2)]
+        for leaf in left:
+            self.push(self.leaf_bound(leaf.job, leaf.physical_ids), leaf.job, leaf)
         for leaf, q2 in zip(batch, q2s, strict=True):
+            if math.isnan(q2):
+                continue
             st = self.states[leaf.job]
             st.simulated += 1
             self.work += REPLAY_COST * st.node_cost
             key = st.class_key(leaf.physical_ids)
             st.scored[key] = Scored(leaf, float(q2), self.raw.pop((leaf.job, key), 1))
             self.best[leaf.job] = min(self.best[leaf.job], float(q2))
+        return left
 
     def open_bound(self, j: int) -> float:
         return min((b for b, _, k, _ in self.heap if k == j), default=math.inf)
@@ -522,7 +527,7 @@ def search_placements(
     if forced:  # the first sharding's (Stage 1's best) first: its rate prices the others'
         first = [leaf for leaf in forced if leaf.job == forced[0].job]
         started, work = time.perf_counter(), run.work
-        run.record(first)
+        run.record(first, cut=False)  # always: the plan's figure
         run.s_per_replay_work = (time.perf_counter() - started) / max(1, run.work - work)
     run.seed_roots()  # after the first forced: past the deadline, under floors
     run.replay_probes(run.probe(probes, _PROBES_KEPT))  # its Q2 filters them

@@ -7,13 +7,19 @@ replay's time check the deadline, so the search ends at it with that order unrep
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
+from aoizora.cache import JsonCache
+from aoizora.hlo.graph import graph_from_text
 from aoizora.placement.device_order import DeviceOrder
+from aoizora.placement.space import PlacementSpace
 from aoizora.rank.cutoff import CHECK_EVERY, ReplayCut, check, replays_until
+from aoizora.rank.evaluate import BatchEvaluator, Program
 from aoizora.rank.exact import ExactQ2
 from aoizora.rank.lumped import simulate_nodes
 from aoizora.rank.search import Job, Leaf, _Search
@@ -21,6 +27,7 @@ from sim.collectives import collective_flows
 from sim.engine import Compute
 from sim.topology import load_slice
 from tests.aoizora.synthetic import mesh_program
+from tests.aoizora.test_fanout import _HLO, _CountingPool
 from tests.aoizora.test_search_budget import SHAPE, _Exact, _jobs
 
 
@@ -98,3 +105,35 @@ def test_a_given_order_whose_replay_runs_past_the_deadline_is_cut_and_waits_in_t
     run.stopped_by = "deadline"  # what the search loop then says
     run.finish_forced()
     assert [st.simulated for st in run.states] == [1, 0, 0]
+
+
+def test_a_fanned_out_replay_gets_the_deadline_and_answers_nan_when_cut(tmp_path: Path) -> None:
+    # On tpu7x:8x8x16 a batch of 8 placements of a 2,048-device program, handed to two
+    # workers, ran six minutes past the deadline: a task carries it (on the wall clock).
+    s = load_slice("v5e:2x4")
+    program = Program(_HLO, graph_from_text(_HLO), (4, 2))
+    space = PlacementSpace((4, 2), s)
+    leaves = [Leaf(0, space.label(n), space.physical_ids(n), space.complexity(n))
+              for n in space.leaves()][:6]  # fmt: skip
+    pool = _CountingPool()
+    evaluate = BatchEvaluator([program], s, pool=pool, fanout_min_s=0.0, cache=JsonCache(tmp_path))  # type: ignore[arg-type]
+    evaluate(leaves[:1])  # the program's first replay, here, times it
+    with replays_until(_past()):
+        cut = evaluate(leaves[1:])
+    assert pool.items == 5 and all(math.isnan(q) for q in cut)
+    # A cut replay is not cached: with time, the same leaves replay to their Q2.
+    assert evaluate(leaves[1:]) == BatchEvaluator([program], s)(leaves[1:])
+    assert pool.items == 10
+
+
+def test_a_batch_cut_at_the_deadline_stays_open_under_its_leaf_bound() -> None:
+    jobs = _jobs()
+    run = _Search(jobs, _Slow(jobs, slow_s=30.0), batch_size=8, per_job=False, algorithm=None)
+    forced = run.seed()
+    run.record(forced[:1], cut=False)
+    run.stop_at = _past()
+    assert run.record(forced[1:]) == forced[1:]  # cut: none scored, each back in the heap
+    assert [st.simulated for st in run.states] == [1, 0]
+    [(bound, _, job, leaf)] = run.heap
+    assert (job, leaf) == (1, forced[1]) and bound <= _Exact(jobs)([leaf])[0]
+    assert run.open_bound(1) == bound  # the report's bound for that sharding is still true
