@@ -16,14 +16,17 @@ does, phase by phase:
   and 1.5 makes the same choices as 2 on the three pod slices.
 - **The placement search** stops when the time is up (as ``--search-seconds`` does), with
   its best placement, bound and gap; it gets at least :data:`MIN_SEARCH_S`. The first
-  pick's given order (its default order) is always replayed; the other shardings' (the
-  baselines', minutes each on a pod) as far as the deadline holds: one left out has no
-  figure, and a line says so.
+  pick's given order (its default order) is always replayed; every other replay (probes,
+  the baselines' given orders, minutes each on a pod) is cut at the deadline
+  (:mod:`aoizora.rank.cutoff`), its placement left open under its bound: a baseline left
+  out has no figure, and a line says so.
 
 So a slice can end later than its share by what must run whatever the bound (Stage 1, one
-round of compiles, the first pick's given order); the line says which bound stopped what.
-A what-if plans its largest slice first, so that most of this comes out of the shares of
-the slices after it (:func:`aoizora.studies.whatif.run_whatif`).
+round of compiles, the first pick's given order, a replay's last stretch between two clock
+reads); the line says which bound stopped what. A what-if plans its largest slice first, so
+that most of this comes out of the shares of the slices after it
+(:func:`aoizora.studies.whatif.run_whatif`), and keeps back from every share the longest a
+row took after its plan (:class:`StudyShares`), which the last row takes past its share.
 """
 
 from __future__ import annotations
