@@ -10,9 +10,10 @@ priced time plus the generation's ``program_launch_s`` against the timed call (t
 5). ``--validate`` reads ``aoizora validate validation/v5e/zoo/rows.csv --json`` (every
 program compiled by the pinned libtpu and replayed, the plan's figure) and reports it the
 same way. The first draw (p000-p234, ``validation/v5e/zoo``) and the second (p235-p394,
-``validation/v5e/zoo/draw2``, timed after the first's rules were chosen) are each split once
-by the same seed; "held" of "both" is the two held-out halves together. About two minutes;
-no compile.
+``validation/v5e/zoo/draw2``, timed after the first's rules were chosen) and the third (the
+next 80 convolutional programs, p396-p807, ``validation/v5e/zoo/draw3``, timed before any rule
+for convolutions was chosen on them) are each split once by the same seed; "held" of "all"
+is every draw's held-out half together. About two minutes; no compile.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main() -> None:
     print(f"{'draw':<6} {'half':<5} {'figure':<8} {'family':<8} {'n':>4} {'MAPE':>9} {'worst':>10}")
     held_all: list[ZooRow] = []
     held_figures: dict[str, dict[str, float]] = {"device": {}, "timed": {}}
-    for draw, folder in (("first", ZOO), ("second", ZOO / "draw2")):
+    for draw, folder in (("first", ZOO), ("second", ZOO / "draw2"), ("third", ZOO / "draw3")):
         fit, held = halves(read_rows(folder / "rows.jsonl"))
         for half, part in (("fit", fit), ("held", held)):
             figures = _figures(part, folder / "programs", chip)
@@ -72,7 +73,7 @@ def main() -> None:
                     held_figures[how].update(figures[how])
     for how, predicted in held_figures.items():
         for f in family_report(held_all, predicted):
-            print(_line("both", "held", how, f))
+            print(_line("all", "held", how, f))
 
 
 if __name__ == "__main__":

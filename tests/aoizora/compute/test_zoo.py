@@ -45,6 +45,9 @@ FIT, HELD = halves(ROWS)
 DRAW2 = ZOO / "draw2"
 ROWS2 = read_rows(DRAW2 / "rows.jsonl")
 FIT2, HELD2 = halves(ROWS2)
+# The third draw: the zoo's next 80 convolutional programs (p396-p807), timed on the chip
+# before any rule for convolutions was chosen on them (validation/README.md, section 20).
+ROWS3 = read_rows(ZOO / "draw3" / "rows.jsonl")
 
 
 @cache
@@ -89,6 +92,17 @@ def test_the_split_is_made_once_by_its_seed() -> None:
     assert len(fit2) == len(ROWS2) - len(fit2) == 80 and not fit2 & fit_ids
     digest2 = hashlib.sha256(",".join(sorted(fit2)).encode()).hexdigest()[:16]
     assert digest2 == "a2ad4b1cd87781bd"
+    fit3, held3 = halves(ROWS3)
+    assert len(fit3) == len(held3) == 40 and {r.family for r in ROWS3} == {"conv"}
+    digest3 = hashlib.sha256(",".join(sorted(r.id for r in fit3)).encode()).hexdigest()[:16]
+    assert digest3 == "6909d6ab82f143eb"
+
+
+def test_the_third_draw_is_the_zoos_next_80_convolutional_programs() -> None:
+    convs = [i for i in range(395, 808) if program(i).family == "conv"]
+    assert [r.id for r in ROWS3] == [f"p{i:03d}" for i in convs] and len(convs) == 80
+    for r in ROWS3:
+        assert json.loads(json.dumps(dict(program(int(r.id[1:])).params))) == r.params
 
 
 def test_the_narrow_head_factor_is_fitted_on_the_fit_half_only() -> None:
