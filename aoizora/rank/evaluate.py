@@ -180,7 +180,9 @@ class BatchEvaluator:
         (:mod:`aoizora.rank.cutoff`'s, handed over on the wall clock)."""
         assert self.pool is not None
         until = deadline()
-        until_wall = None if until is None else time.time() + until - time.perf_counter()
+        until_wall = None
+        if until is not None and not math.isinf(until):
+            until_wall = time.time() + until - time.perf_counter()
         tasks = [
             _Task(
                 hlo_text=self.programs[leaf.job].hlo_text,
@@ -189,7 +191,7 @@ class BatchEvaluator:
                 mesh_shape=self.programs[leaf.job].mesh_shape,
                 physical_ids=leaf.physical_ids,
                 algorithm=self.algorithm,
-                until_wall=None if until_wall is None or math.isinf(until_wall) else until_wall,
+                until_wall=until_wall,
             )
             for leaf in leaves
         ]

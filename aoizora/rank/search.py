@@ -437,14 +437,14 @@ class _Search:
             keys[(leaf.job, key)] = len(batch)
             batch.append(leaf)
 
-    def record(self, batch: Sequence[Leaf], *, cut: bool = True) -> list[Leaf]:
-        """Replay ``batch`` and score it; a replay cut at the deadline (``cut``; NaN or
+    def record(self, batch: Sequence[Leaf]) -> list[Leaf]:
+        """Replay ``batch`` and score it; a replay cut at the deadline (NaN or
         :class:`ReplayCut`, :mod:`aoizora.rank.cutoff`) leaves its leaf open in the heap
-        under its leaf bound; never before one placement is scored (the plan's figure).
-        Returns the leaves cut."""
-        cut = cut and min(self.best) < math.inf
+        under its leaf bound; never before one placement is scored (the first sharding's
+        given orders: the plan's figure). Returns the leaves cut."""
+        until = self.stop_at if min(self.best) < math.inf else math.inf
         try:
-            with replays_until(self.stop_at if cut else math.inf):
+            with replays_until(until):
                 q2s = list(self.evaluate(batch))
         except ReplayCut:
             q2s = [math.nan] * len(batch)
@@ -527,7 +527,7 @@ def search_placements(
     if forced:  # the first sharding's (Stage 1's best) first: its rate prices the others'
         first = [leaf for leaf in forced if leaf.job == forced[0].job]
         started, work = time.perf_counter(), run.work
-        run.record(first, cut=False)  # always: the plan's figure
+        run.record(first)  # never cut: nothing is scored yet
         run.s_per_replay_work = (time.perf_counter() - started) / max(1, run.work - work)
     run.seed_roots()  # after the first forced: past the deadline, under floors
     run.replay_probes(run.probe(probes, _PROBES_KEPT))  # its Q2 filters them

@@ -130,7 +130,7 @@ def test_a_batch_cut_at_the_deadline_stays_open_under_its_leaf_bound() -> None:
     jobs = _jobs()
     run = _Search(jobs, _Slow(jobs, slow_s=30.0), batch_size=8, per_job=False, algorithm=None)
     forced = run.seed()
-    run.record(forced[:1], cut=False)
+    run.record(forced[:1])  # the first sharding's: never cut (nothing scored yet)
     run.stop_at = _past()
     assert run.record(forced[1:]) == forced[1:]  # cut: none scored, each back in the heap
     assert [st.simulated for st in run.states] == [1, 0]
