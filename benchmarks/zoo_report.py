@@ -12,8 +12,10 @@ program compiled by the pinned libtpu and replayed, the plan's figure) and repor
 same way. The first draw (p000-p234, ``validation/v5e/zoo``) and the second (p235-p394,
 ``validation/v5e/zoo/draw2``, timed after the first's rules were chosen) and the third (the
 next 80 convolutional programs, p396-p807, ``validation/v5e/zoo/draw3``, timed before any rule
-for convolutions was chosen on them) are each split once by the same seed; "held" of "all"
-is every draw's held-out half together. About two minutes; no compile.
+for convolutions was chosen on them) and the fourth (p808-p967, every family, timed after
+every rule above and before any was chosen on it, ``validation/v5e/zoo/draw4``) are each
+split once by the same seed; "held" of "all" is every draw's held-out half together. About
+two minutes; no compile.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ def main() -> None:
     print(f"{'draw':<6} {'half':<5} {'figure':<8} {'family':<8} {'n':>4} {'MAPE':>9} {'worst':>10}")
     held_all: list[ZooRow] = []
     held_figures: dict[str, dict[str, float]] = {"device": {}, "timed": {}}
-    for draw, folder in (("first", ZOO), ("second", ZOO / "draw2"), ("third", ZOO / "draw3")):
+    draws = (("first", ZOO), ("second", ZOO / "draw2"), ("third", ZOO / "draw3"),
+             ("fourth", ZOO / "draw4"))  # fmt: skip
+    for draw, folder in draws:
         fit, held = halves(read_rows(folder / "rows.jsonl"))
         for half, part in (("fit", fit), ("held", held)):
             figures = _figures(part, folder / "programs", chip)

@@ -48,6 +48,9 @@ FIT2, HELD2 = halves(ROWS2)
 # The third draw: the zoo's next 80 convolutional programs (p396-p807), timed on the chip
 # before any rule for convolutions was chosen on them (validation/README.md, section 20).
 ROWS3 = read_rows(ZOO / "draw3" / "rows.jsonl")
+# The fourth draw: every program p808-p967, timed after every rule above was chosen and
+# before any was chosen on it.
+ROWS4 = read_rows(ZOO / "draw4" / "rows.jsonl")
 
 
 @cache
@@ -96,12 +99,23 @@ def test_the_split_is_made_once_by_its_seed() -> None:
     assert len(fit3) == len(held3) == 40 and {r.family for r in ROWS3} == {"conv"}
     digest3 = hashlib.sha256(",".join(sorted(r.id for r in fit3)).encode()).hexdigest()[:16]
     assert digest3 == "6909d6ab82f143eb"
+    fit4, held4 = halves(ROWS4)
+    assert len(fit4) == len(held4) == 80
+    digest4 = hashlib.sha256(",".join(sorted(r.id for r in fit4)).encode()).hexdigest()[:16]
+    assert digest4 == "208c583adc1a14b5"
 
 
 def test_the_third_draw_is_the_zoos_next_80_convolutional_programs() -> None:
     convs = [i for i in range(395, 808) if program(i).family == "conv"]
     assert [r.id for r in ROWS3] == [f"p{i:03d}" for i in convs] and len(convs) == 80
     for r in ROWS3:
+        assert json.loads(json.dumps(dict(program(int(r.id[1:])).params))) == r.params
+
+
+def test_the_fourth_draw_is_every_program_p808_to_p967() -> None:
+    assert [r.id for r in ROWS4] == [f"p{i:03d}" for i in range(808, 968)]
+    assert {r.family for r in ROWS4} == {"dit", "decoder", "mlp", "conv", "hybrid"}
+    for r in ROWS4:
         assert json.loads(json.dumps(dict(program(int(r.id[1:])).params))) == r.params
 
 
