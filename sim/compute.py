@@ -199,6 +199,10 @@ class Work:
     # Of onchip_copy_bytes, a relayout's between 8-row tiles on both sides: they move at
     # ComputeParams.onchip_full_tile_copy_bandwidth_bytes_per_s
     onchip_copy_full_tile_bytes: float = 0.0
+    # Elements a relayout in VMEM passes through the transpose unit, where it moves another
+    # dimension onto the lanes (the larger side's padded elements): they take
+    # ComputeParams.lane_transpose_s_per_element each, a bound beside the on-chip bytes'
+    lane_transpose_elements: float = 0.0
     # (row length, output elements) of each reduce-window spanning a whole row (a
     # softmax's row max as XLA lowers it; counted in other_flops as one op an element)
     row_windows: tuple[tuple[int, float], ...] = ()
@@ -243,6 +247,7 @@ class Work:
             self.onchip_bytes + other.onchip_bytes,
             self.onchip_copy_bytes + other.onchip_copy_bytes,
             self.onchip_copy_full_tile_bytes + other.onchip_copy_full_tile_bytes,
+            self.lane_transpose_elements + other.lane_transpose_elements,
             self.row_windows + other.row_windows,
             self.row_window_f32_rows or other.row_window_f32_rows,
             _either(self.row_window_naive, other.row_window_naive),
@@ -279,6 +284,9 @@ class ComputeParams:
     # Relayouts between 8-row tiles (Work.onchip_copy_full_tile_bytes) at their own
     # measured rate (None: unmeasured, onchip_copy_bandwidth_bytes_per_s)
     onchip_full_tile_copy_bandwidth_bytes_per_s: float | None = None
+    # Seconds a padded element of a relayout that moves another dimension onto the lanes
+    # (Work.lane_transpose_elements) takes in the transpose unit (0: unmeasured)
+    lane_transpose_s_per_element: float = 0.0
     # (kernel, seconds per grid step, seconds per q block) of blocked attention kernels
     attention_grid: tuple[tuple[str, float, float], ...] = ()
     # A generation's measured splash tiles (sim.splash_tiles): their rates and which compile
@@ -538,12 +546,22 @@ class ComputeModel:
         return total
 
     def time_s(self, work: Work) -> float:
-        """``max(mxu_s + vector_s, hbm_s, onchip_s) + kernel overhead``: one kernel, bound
-        by compute, HBM or on-chip memory, plus its fixed cost; an async copy's wait."""
+        """``max(mxu_s + vector_s, hbm_s, onchip_s, transpose_s) + kernel overhead``: one
+        kernel, bound by compute, HBM, on-chip memory or the transpose unit, plus its fixed
+        cost; an async copy's wait.
+
+        >>> m = ComputeModel(1.0, 1.0, ComputeParams(onchip_copy_bandwidth_bytes_per_s=4.0,
+        ...                  lane_transpose_s_per_element=0.5))
+        >>> m.time_s(Work(onchip_copy_bytes=8.0)), m.time_s(Work(onchip_copy_bytes=8.0,
+        ...                                                     lane_transpose_elements=6.0))
+        (2.0, 3.0)
+        """
         if work.dma_bytes:
             return self.dma_wait_s(work)
         vector_s = work.other_flops / self.peak_flops_per_s + self.row_window_s(work)
-        bound = max(self.mxu_s(work) + vector_s, self.hbm_s(work), self.onchip_s(work))
+        transpose_s = work.lane_transpose_elements * self.params.lane_transpose_s_per_element
+        bound = max(self.mxu_s(work) + vector_s, self.hbm_s(work), self.onchip_s(work),
+                    transpose_s)  # fmt: skip
         return bound + self.overhead_s(work)
 
     def overhead_s(self, work: Work) -> float:

@@ -129,6 +129,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         onchip_full_tile_copy_bandwidth_bytes_per_s=measured.get(
             "onchip_full_tile_copy_bandwidth_bytes_per_s"
         ),
+        lane_transpose_s_per_element=measured.get("lane_transpose_s_per_element", 0.0),
         attention_grid=grid,
         splash_tiles=tiles,
         splash_kernel=kernel_model,
@@ -152,6 +153,7 @@ _OPTIONAL_KEYS = (
     "onchip_bandwidth_bytes_per_s",
     "onchip_copy_bandwidth_bytes_per_s",
     "onchip_full_tile_copy_bandwidth_bytes_per_s",
+    "lane_transpose_s_per_element",
 )
 
 

@@ -61,7 +61,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from aoizora.hlo.layouts import full_tiles, naive_window, retile, sublane_f32_rows, tile_gather
+from aoizora.hlo.layouts import (
+    full_tiles,
+    lane_transpose_elements,
+    naive_window,
+    retile,
+    sublane_f32_rows,
+    tile_gather,
+)
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
 from aoizora.hlo.windows import window_traffic_bytes
@@ -439,6 +446,7 @@ class CostModel:
             matmuls=matmuls, other_flops=other, hbm_bytes=hbm,
             onchip_bytes=0 if relayout else onchip, onchip_copy_bytes=onchip if relayout else 0,
             onchip_copy_full_tile_bytes=onchip if full else 0,
+            lane_transpose_elements=lane_transpose_elements(comp, instr) if relayout else 0,
             hbm_retile_copy_bytes=hbm if retiled else 0,
             row_windows=row_windows(instr),
             hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls,

@@ -18,7 +18,14 @@ from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, Instruction
 from sim.tile_gather import Gather
 
-__all__ = ["full_tiles", "naive_window", "retile", "sublane_f32_rows", "tile_gather"]
+__all__ = [
+    "full_tiles",
+    "lane_transpose_elements",
+    "naive_window",
+    "retile",
+    "sublane_f32_rows",
+    "tile_gather",
+]
 
 
 def tile_gather(comp: Computation, instr: Instruction, hbm_bytes: int) -> Gather | None:
@@ -62,6 +69,59 @@ def full_tiles(source: Shape, result: Shape) -> bool:
     return source.tile_rows == result.tile_rows == 8
 
 
+def lane_transpose_elements(comp: Computation, instr: Instruction) -> int:
+    """The elements a relayout in VMEM passes through the chip's transpose unit one partial
+    block at a time: the larger of its operand's and its result's padded elements (each
+    tiled dimension padded to its tile), where both live in VMEM, the result puts another
+    dimension on the 128 lanes than the operand, and one of the two lane dimensions is
+    narrower than 128 (every tile part padding); 0 for any other instruction. A
+    ``transpose`` compares the operand dimension each result dimension reads (its
+    ``dimensions``).
+
+    On v5e such copies ran at 3-6 ps a padded element of the larger side, f32 and bf16
+    alike, a median 1.9x what their bytes at the relayout rate priced; those between whole
+    128-lane blocks ran at 1.5-2.5 ps and their bytes price them within 10 % (the zoo's fit
+    halves, the Wan and workload profiles; validation/README.md, section 20).
+
+    >>> from aoizora.hlo.text import parse_module
+    >>> m = parse_module('''HloModule m
+    ... ENTRY %e (p: f32[128,32,64]) -> f32[128,32,64] {
+    ...   %p = f32[128,32,64]{0,2,1:T(8,128)S(1)} parameter(0)
+    ...   %t = f32[128,32,64]{2,0,1:T(8,128)S(1)} copy(%p)
+    ...   ROOT %c = f32[128,32,64]{0,1,2:T(8,128)S(1)} copy(%p)
+    ... }''')
+    >>> lane_transpose_elements(m.entry, m.entry.by_name["t"])  # 64 on the lanes: padded
+    524288
+    >>> lane_transpose_elements(m.entry, m.entry.by_name["c"])  # 128 stays on the lanes
+    0
+    >>> w = parse_module('''HloModule m
+    ... ENTRY %e (p: f32[256,32,128]) -> f32[256,32,128] {
+    ...   %p = f32[256,32,128]{0,2,1:T(8,128)S(1)} parameter(0)
+    ...   ROOT %t = f32[256,32,128]{2,0,1:T(8,128)S(1)} copy(%p)
+    ... }''')
+    >>> lane_transpose_elements(w.entry, w.entry.by_name["t"])  # whole blocks: 256 to 128
+    0
+    """
+    if instr.opcode not in ("copy", "transpose") or not instr.operands:
+        return 0
+    source, result = comp.by_name[instr.operands[0]].shape, instr.shape
+    shapes = (source, result)
+    if any(s.is_tuple or not s.memory_space or len(s.tiling) < 2 for s in shapes):
+        return 0
+    lane = result.tiling[0][0]
+    if instr.opcode == "transpose":
+        order = [int(d) for d in re.findall(r"\d+", instr.attrs.get("dimensions", ""))]
+        if len(order) != len(result.dims):
+            return 0
+        lane = order[lane]
+    if lane == source.tiling[0][0]:
+        return 0
+    lanes = (source.dims[source.tiling[0][0]], result.dims[result.tiling[0][0]])
+    if min(lanes) >= _LANES:
+        return 0  # whole 128-lane blocks (but a tail): their bytes at the relayout rate
+    return max(source.stored_elements, result.stored_elements)
+
+
 def retile(source: Shape, result: Shape) -> bool:
     """Whether a relayout writes 8-row tiles into HBM out of 2-row bf16 ones: on v5e those
     ran at 0.43-0.48e12 B/s in the Wan steps, not the stream's 0.67e12 (docs/simulator.md,
@@ -77,6 +137,7 @@ def retile(source: Shape, result: Shape) -> bool:
             and not result.memory_space)  # fmt: skip
 
 
+_LANES = 128  # a vreg's lanes (and the minor tile of every TPU layout here)
 _NO_ESTIMATE = '"estimated_cycles":"9223372036854775807"'  # INT64_MAX: no estimate
 _KERNEL_WINDOW = re.compile(r'"kernel_window_bounds":\[([^\]]*)\]')
 _LANES = 128  # a kernel window counts a row in tiles of 128 elements

@@ -364,6 +364,9 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
             p.onchip_full_tile_copy_bandwidth_bytes_per_s
         ),
         "hbm_retile_copy_efficiency": p.hbm_retile_copy_efficiency or None,
+        # a relayout in VMEM that moves another dimension onto the lanes, per padded
+        # element; null where unmeasured (its bytes at the copy rate alone)
+        "lane_transpose_s_per_element": p.lane_transpose_s_per_element or None,
         "attention_grid": {
             name: {"step_overhead_s": step_s, "q_block_overhead_s": q_block_s}
             for name, step_s, q_block_s in p.attention_grid

@@ -21,14 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aoizora.hlo.layouts import lane_transpose_elements
 from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.hlo.text import parse_module
 from aoizora.studies.explain import Explanation, explain, op_prices
 from aoizora.zoo import split
 from sim.chips import Chip
 
-__all__ = ["FamilyError", "ZooRow", "explain_row", "family_report", "fit_narrow_head_factor",
-           "halves", "measurement_rows", "read_rows"]  # fmt: skip
+__all__ = ["FamilyError", "ZooRow", "explain_row", "family_report", "fit_lane_transpose_s",
+           "fit_narrow_head_factor", "halves", "measurement_rows", "read_rows"]  # fmt: skip
+
+# A lane transpose is fitted on copies of at least this long an execution: below it the
+# kernel's fixed cost, not the transpose unit, is most of what was measured.
+_TRANSPOSE_FIT_FROM_S = 2e-6
 
 _HARDWARE = "TPU v5 lite: 1 devices on 1 host, slice v5e:1x1"
 _SOFTWARE = "jax 0.10.2, jaxlib 0.10.2, libtpu 0.0.42.1"
@@ -161,3 +166,28 @@ def fit_narrow_head_factor(fit: Sequence[ZooRow], programs: Path, chip: Chip) ->
     if not ratios:
         raise ValueError("no splash DiT with a head under 128 lanes in the fit rows")
     return round(statistics.median(ratios), 3)
+
+
+def fit_lane_transpose_s(fit: Iterable[tuple[ZooRow, Path]]) -> float:
+    """Seconds a padded element of a relayout in VMEM that moves another dimension onto the
+    lanes takes (``ComputeParams.lane_transpose_s_per_element``): the median, over every
+    such copy of the ``fit`` rows (each with its draw's ``programs`` folder) that ran at
+    least 2 us an execution, of its time an execution over its elements
+    (:func:`aoizora.hlo.layouts.lane_transpose_elements`). Reads only ``fit``'s rows.
+
+    Measured time over elements needs no price, so the fit does not depend on the model it
+    goes into."""
+    per_element = []
+    for row, programs in fit:
+        module = parse_module(read_text_file(programs / f"{row.id}.hlo.txt.gz"))
+        profile = load_profile(programs / f"{row.id}.ops.json.gz", module=module.name)
+        where = {i.name: (c, i) for c in module.computations.values() for i in c.instructions}
+        for op in profile.ops:
+            found = where.get(op.name)
+            elements = lane_transpose_elements(*found) if found is not None else 0
+            each_s = op.total_s / max(op.events, 1)
+            if elements and each_s >= _TRANSPOSE_FIT_FROM_S:
+                per_element.append(each_s / elements)
+    if not per_element:
+        raise ValueError("no lane-moving relayout in VMEM of 2 us or more in the fit rows")
+    return float(f"{statistics.median(per_element):.4g}")
