@@ -67,6 +67,7 @@ from aoizora.hlo.layouts import (
     naive_window,
     retile,
     sublane_f32_rows,
+    sublane_reduce_fill,
     tile_gather,
 )
 from aoizora.hlo.shapes import Shape
@@ -435,6 +436,9 @@ class CostModel:
         else:
             shapes = [comp.by_name[o].shape for o in instr.operands] + [instr.shape]
             parts = [_split(s, s.size_bytes) for s in shapes]
+            if op == "reduce":  # partly filled vregs reduced over their sublanes
+                fill = sublane_reduce_fill(comp, instr)
+                parts = [(h, c * fill) for h, c in parts[:-1]] + parts[-1:]
         onchip, hbm = sum(c for _, c in parts), sum(h for h, _ in parts)
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
         read, written = sum(h for h, _ in parts[:-1]), (parts[-1][0] if parts else 0)

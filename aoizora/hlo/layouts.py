@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from aoizora.hlo.shapes import Shape
+from aoizora.hlo.shapes import ELEMENT_BITS, Shape
 from aoizora.hlo.text import Computation, Instruction
 from sim.tile_gather import Gather
 
@@ -122,6 +122,43 @@ def lane_transpose_elements(comp: Computation, instr: Instruction) -> int:
     return max(source.stored_elements, result.stored_elements)
 
 
+def sublane_reduce_fill(comp: Computation, instr: Instruction) -> int:
+    """How many times its bytes a ``reduce`` moves through the vector unit: ``8 / rows``
+    where its first operand is a 32-bit array in VMEM in tiles of ``rows`` < 8 rows and the
+    reduction runs over that tiled row dimension (each 8-sublane vreg then holds one tile,
+    ``rows`` of its 8 sublanes filled); 1 otherwise. A GroupNorm's statistics over
+    ``[B, HW, 32, C/32]`` with 2 channels a group: 8.0 ps an element on v5e against 1.2-2.0
+    at 8 (validation/README.md, section 20).
+
+    >>> from aoizora.hlo.text import parse_module
+    >>> m = parse_module('''HloModule m
+    ... %add (a: f32[], b: f32[]) -> f32[] {
+    ...   %a = f32[] parameter(0)
+    ...   %b = f32[] parameter(1)
+    ...   ROOT %s = f32[] add(%a, %b)
+    ... }
+    ... ENTRY %e (p: f32[4,4096,32,2]) -> f32[4,32] {
+    ...   %p = f32[4,4096,32,2]{1,3,2,0:T(2,128)S(1)} parameter(0)
+    ...   %z = f32[] constant(0)
+    ...   %r = f32[4,32]{1,0:T(4,128)} reduce(%p, %z), dimensions={1,3}, to_apply=%add
+    ...   ROOT %k = f32[4,2]{1,0:T(4,128)} reduce(%p, %z), dimensions={1,2}, to_apply=%add
+    ... }''')
+    >>> sublane_reduce_fill(m.entry, m.entry.by_name["r"])  # over the 2-row tiles' rows
+    4
+    >>> sublane_reduce_fill(m.entry, m.entry.by_name["k"])  # the rows are kept
+    1
+    """
+    if instr.opcode != "reduce" or not instr.operands:
+        return 1
+    source = comp.by_name[instr.operands[0]].shape
+    rows = source.tile_rows
+    if (source.is_tuple or not source.memory_space or rows not in (1, 2, 4)
+            or ELEMENT_BITS.get(source.element_type) != 32):  # fmt: skip
+        return 1
+    reduced = {int(d) for d in re.findall(r"\d+", instr.attrs.get("dimensions", ""))}
+    return _SUBLANES // rows if source.tiling[1][0] in reduced else 1
+
+
 def retile(source: Shape, result: Shape) -> bool:
     """Whether a relayout writes 8-row tiles into HBM out of 2-row bf16 ones: on v5e those
     ran at 0.43-0.48e12 B/s in the Wan steps, not the stream's 0.67e12 (docs/simulator.md,
@@ -138,6 +175,7 @@ def retile(source: Shape, result: Shape) -> bool:
 
 
 _LANES = 128  # a vreg's lanes (and the minor tile of every TPU layout here)
+_SUBLANES = 8  # a vreg's sublanes: 8 rows of 32-bit words
 _NO_ESTIMATE = '"estimated_cycles":"9223372036854775807"'  # INT64_MAX: no estimate
 _KERNEL_WINDOW = re.compile(r'"kernel_window_bounds":\[([^\]]*)\]')
 _LANES = 128  # a kernel window counts a row in tiles of 128 elements
