@@ -53,10 +53,13 @@ ROWS3 = read_rows(ZOO / "draw3" / "rows.jsonl")
 # The fourth draw: every program p808-p967, timed after every rule above was chosen and
 # before any was chosen on it.
 ROWS4 = read_rows(ZOO / "draw4" / "rows.jsonl")
+# The fifth draw: p968-p1047, timed after the lane transpose and sublane reduce rules were
+# chosen (on the first four draws' fit halves).
+ROWS5 = read_rows(ZOO / "draw5" / "rows.jsonl")
 
 
 DRAWS = ((ROWS, PROGRAMS), (ROWS2, DRAW2 / "programs"), (ROWS3, ZOO / "draw3" / "programs"),
-         (ROWS4, ZOO / "draw4" / "programs"))  # fmt: skip
+         (ROWS4, ZOO / "draw4" / "programs"), (ROWS5, ZOO / "draw5" / "programs"))  # fmt: skip
 HELD_ALL = [r for rows, _ in DRAWS for r in halves(rows)[1]]
 
 
@@ -120,6 +123,10 @@ def test_the_split_is_made_once_by_its_seed() -> None:
     assert len(fit4) == len(held4) == 80
     digest4 = hashlib.sha256(",".join(sorted(r.id for r in fit4)).encode()).hexdigest()[:16]
     assert digest4 == "208c583adc1a14b5"
+    fit5, held5 = halves(ROWS5)
+    assert len(fit5) == len(held5) == 40
+    digest5 = hashlib.sha256(",".join(sorted(r.id for r in fit5)).encode()).hexdigest()[:16]
+    assert digest5 == "721efa6d6f437951"
 
 
 def test_the_third_draw_is_the_zoos_next_80_convolutional_programs() -> None:
@@ -129,10 +136,13 @@ def test_the_third_draw_is_the_zoos_next_80_convolutional_programs() -> None:
         assert json.loads(json.dumps(dict(program(int(r.id[1:])).params))) == r.params
 
 
-def test_the_fourth_draw_is_every_program_p808_to_p967() -> None:
-    assert [r.id for r in ROWS4] == [f"p{i:03d}" for i in range(808, 968)]
-    assert {r.family for r in ROWS4} == {"dit", "decoder", "mlp", "conv", "hybrid"}
-    for r in ROWS4:
+@pytest.mark.parametrize(("rows", "first", "stop"), [(ROWS4, 808, 968), (ROWS5, 968, 1048)])
+def test_the_fourth_and_fifth_draws_are_every_program_in_their_range(
+    rows: list[ZooRow], first: int, stop: int
+) -> None:
+    assert sorted(r.id for r in rows) == sorted(f"p{i:03d}" for i in range(first, stop))
+    assert {r.family for r in rows} == {"dit", "decoder", "mlp", "conv", "hybrid"}
+    for r in rows:
         assert json.loads(json.dumps(dict(program(int(r.id[1:])).params))) == r.params
 
 
@@ -146,7 +156,7 @@ def test_the_narrow_head_factor_is_fitted_on_the_fit_half_only() -> None:
 
 def test_the_lane_transpose_rate_is_fitted_on_the_fit_halves_only() -> None:
     shipped = CHIP.compute.lane_transpose_s_per_element
-    fit = [(r, p) for rows, p in DRAWS for r in halves(rows)[0]]
+    fit = [(r, p) for rows, p in DRAWS[:4] for r in halves(rows)[0]]  # drawn before it
     assert fit_lane_transpose_s(fit) == shipped == 3.861e-12
 
 
@@ -282,10 +292,10 @@ def test_held_out_half_per_family(family: str) -> None:
     assert got.mape * 100 <= HELD_MAPE[family], (family, got)
 
 
-# Every draw's held-out half together (317 programs): the second and fourth draws were
-# timed after the rules before them were chosen, the third (convs) before any rule for
+# Every draw's held-out half together (357 programs): the second, fourth and fifth draws
+# were timed after the rules before them were chosen, the third (convs) before any rule for
 # convolutions; no rule read them (validation/README.md, section 20).
-EVERY_HELD_MAPE = {"dit": 2.2, "decoder": 2.7, "hybrid": 4.0, "mlp": 5.5, "conv": 7.0, "all": 4.4}
+EVERY_HELD_MAPE = {"dit": 2.2, "decoder": 3.0, "hybrid": 4.0, "mlp": 6.0, "conv": 7.5, "all": 4.5}
 
 
 @pytest.mark.parametrize("family", sorted(EVERY_HELD_MAPE))
