@@ -69,6 +69,7 @@ from aoizora.hlo.layouts import (
     sublane_f32_rows,
     sublane_reduce_fill,
     tile_gather,
+    vreg_fill,
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
@@ -130,6 +131,9 @@ _SLICERS = frozenset({"dynamic-slice", "slice", "gather"})
 # Ops that change an array's layout: on chip they run at their own, slower rate
 # (docs/simulator.md, "On-chip memory").
 _RELAYOUTS = frozenset({"copy", "transpose"})
+# Data movement whose arrays in VMEM move as whole vregs, each holding one tile: a reshape
+# or broadcast into or out of tiles of fewer than 8 rows (validation/README.md, section 20)
+_VREG_MOVES = frozenset({"reshape", "broadcast"})
 _MARKER_TARGETS = frozenset({"AsyncCollectiveStart", "AsyncCollectiveDone"})
 
 
@@ -439,6 +443,8 @@ class CostModel:
             if op == "reduce":  # partly filled vregs reduced over their sublanes
                 fill = sublane_reduce_fill(comp, instr)
                 parts = [(h, c * fill) for h, c in parts[:-1]] + parts[-1:]
+            elif op in _VREG_MOVES:  # partly filled vregs read or written whole
+                parts = [(h, c * vreg_fill(sh)) for (h, c), sh in zip(parts, shapes, strict=True)]
         onchip, hbm = sum(c for _, c in parts), sum(h for h, _ in parts)
         relayout = op in _RELAYOUTS  # a copy's on-chip bytes move at the relayout rate
         read, written = sum(h for h, _ in parts[:-1]), (parts[-1][0] if parts else 0)

@@ -122,13 +122,30 @@ def lane_transpose_elements(comp: Computation, instr: Instruction) -> int:
     return max(source.stored_elements, result.stored_elements)
 
 
+def vreg_fill(shape: Shape) -> int:
+    """How many times its bytes a 32-bit array in VMEM in tiles of fewer than 8 rows takes
+    in vregs: ``8 / rows`` (each 8-sublane vreg holds one tile, ``rows`` of its sublanes
+    filled); 1 for any other array.
+
+    >>> from aoizora.hlo.shapes import parse_shape
+    >>> vreg_fill(parse_shape("f32[4,4096,32,2]{1,3,2,0:T(2,128)S(1)}", 0)[0])
+    4
+    >>> vreg_fill(parse_shape("f32[4,4096,32,2]{1,3,2,0:T(2,128)}", 0)[0])  # in HBM
+    1
+    """
+    rows = shape.tile_rows
+    if (shape.is_tuple or not shape.memory_space or rows not in (1, 2, 4)
+            or ELEMENT_BITS.get(shape.element_type) != 32):  # fmt: skip
+        return 1
+    return _SUBLANES // rows
+
+
 def sublane_reduce_fill(comp: Computation, instr: Instruction) -> int:
-    """How many times its bytes a ``reduce`` moves through the vector unit: ``8 / rows``
-    where its first operand is a 32-bit array in VMEM in tiles of ``rows`` < 8 rows and the
-    reduction runs over that tiled row dimension (each 8-sublane vreg then holds one tile,
-    ``rows`` of its 8 sublanes filled); 1 otherwise. A GroupNorm's statistics over
-    ``[B, HW, 32, C/32]`` with 2 channels a group: 8.0 ps an element on v5e against 1.2-2.0
-    at 8 (validation/README.md, section 20).
+    """How many times its bytes a ``reduce`` moves through the vector unit: its first
+    operand's :func:`vreg_fill` where the reduction runs over that operand's tiled row
+    dimension; 1 otherwise. A GroupNorm's statistics over ``[B, HW, 32, C/32]`` with 2
+    channels a group: 8.0 ps an element on v5e against 1.2-2.0 at 8, 1.3-2 ns a vreg at
+    every tile height (validation/README.md, section 20).
 
     >>> from aoizora.hlo.text import parse_module
     >>> m = parse_module('''HloModule m
@@ -151,12 +168,11 @@ def sublane_reduce_fill(comp: Computation, instr: Instruction) -> int:
     if instr.opcode != "reduce" or not instr.operands:
         return 1
     source = comp.by_name[instr.operands[0]].shape
-    rows = source.tile_rows
-    if (source.is_tuple or not source.memory_space or rows not in (1, 2, 4)
-            or ELEMENT_BITS.get(source.element_type) != 32):  # fmt: skip
+    fill = vreg_fill(source)
+    if fill == 1:
         return 1
     reduced = {int(d) for d in re.findall(r"\d+", instr.attrs.get("dimensions", ""))}
-    return _SUBLANES // rows if source.tiling[1][0] in reduced else 1
+    return fill if source.tiling[1][0] in reduced else 1
 
 
 def retile(source: Shape, result: Shape) -> bool:

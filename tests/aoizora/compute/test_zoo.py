@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-from aoizora.hlo.layouts import naive_window, sublane_reduce_fill
+from aoizora.hlo.layouts import naive_window, sublane_reduce_fill, vreg_fill
 from aoizora.hlo.profile import load_profile, read_text_file
-from aoizora.hlo.text import parse_module
+from aoizora.hlo.text import Computation, Instruction, parse_module
 from aoizora.studies.explain import Explanation, op_works
 from aoizora.studies.zoo import (
     ZooRow,
@@ -280,8 +281,10 @@ def test_reduction_kernels_stream_at_the_read_rate(half: str) -> None:
 
 
 # The held-out half, each program as it ran priced against its profile: the figures the
-# zoo's report gives (validation/README.md, "The program zoo"), as regression gates.
-HELD_MAPE = {"dit": 2.5, "decoder": 2.5, "hybrid": 3.5, "mlp": 5.0, "conv": 8.5, "all": 4.5}
+# zoo's report gives (validation/README.md, "The program zoo"), as regression gates. The
+# hybrids' 3.36 -> 3.67 % with the small-tile reshape rule (every draw's held-out half
+# 4.19 -> 3.99 %).
+HELD_MAPE = {"dit": 2.5, "decoder": 2.5, "hybrid": 4.0, "mlp": 5.0, "conv": 8.5, "all": 4.5}
 
 
 @pytest.mark.parametrize("family", sorted(HELD_MAPE))
@@ -295,7 +298,7 @@ def test_held_out_half_per_family(family: str) -> None:
 # Every draw's held-out half together (357 programs): the second, fourth and fifth draws
 # were timed after the rules before them were chosen, the third (convs) before any rule for
 # convolutions; no rule read them (validation/README.md, section 20).
-EVERY_HELD_MAPE = {"dit": 2.2, "decoder": 3.0, "hybrid": 4.0, "mlp": 6.0, "conv": 7.5, "all": 4.5}
+EVERY_HELD_MAPE = {"dit": 2.2, "decoder": 3.0, "hybrid": 4.0, "mlp": 6.0, "conv": 6.5, "all": 4.2}
 
 
 @pytest.mark.parametrize("family", sorted(EVERY_HELD_MAPE))
@@ -306,9 +309,11 @@ def test_every_draws_held_out_half_per_family(family: str) -> None:
     assert got.mape * 100 <= EVERY_HELD_MAPE[family], (family, got)
 
 
-def _sublane_reduces(rows: list[ZooRow]) -> list[tuple[int, float, float]]:
-    """(vreg fill, measured, priced) of every ``reduce`` of 2 us or more an execution whose
-    operand is a 32-bit array in VMEM in tiles of fewer than 8 rows, in ``rows``' programs."""
+def _priced_ops(
+    rows: list[ZooRow], pick: Callable[[Computation, Instruction], int]
+) -> list[tuple[int, float, float]]:
+    """(``pick``'s value, measured, priced) of every op of 2 us or more an execution for
+    which ``pick`` is not 0, in ``rows``' programs as they ran."""
     out = []
     for r in rows:
         programs = _programs(r.id)
@@ -318,14 +323,11 @@ def _sublane_reduces(rows: list[ZooRow]) -> list[tuple[int, float, float]]:
         works = op_works(module)
         for op in profile.ops:
             found, (work, count) = where.get(op.name), works.get(op.name, (None, 0.0))
-            if found is None or work is None or found[1].opcode != "reduce":
+            if found is None or work is None or op.total_s < 2e-6 * op.events:
                 continue
-            source = found[0].by_name[found[1].operands[0]].shape
-            if not source.memory_space or source.tile_rows not in (1, 2, 4):
-                continue
-            if op.total_s >= 2e-6 * op.events and source.element_type == "f32":
-                fill = sublane_reduce_fill(*found)
-                out.append((fill, op.per_step_s, MODEL.time_s(work) * count))
+            picked = pick(*found)
+            if picked:
+                out.append((picked, op.per_step_s, MODEL.time_s(work) * count))
     return out
 
 
@@ -334,8 +336,28 @@ def test_held_out_sublane_reductions_are_priced_by_their_vregs() -> None:
     tiles of 1-4 rows (a GroupNorm's statistics, 1-4 channels a group: 175), each vreg
     holding one tile: priced over measured a median 0.87 (at their bytes, the model before
     the rule, 0.1-0.45); the rule reads no measurement (validation/README.md, section 20)."""
-    found = _sublane_reduces([r for r in HELD_ALL if r.family in ("conv", "hybrid")])
-    over = sorted(p / m for fill, m, p in found if fill > 1)
+    rows = [r for r in HELD_ALL if r.family in ("conv", "hybrid")]
+    found = _priced_ops(rows, lambda c, i: sublane_reduce_fill(c, i) - 1)
+    over = sorted(p / m for _, m, p in found)
     assert len(over) >= 150
     assert 0.8 <= over[len(over) // 2] <= 1.1, over[len(over) // 2]
     assert 0.75 <= over[len(over) // 10] and over[9 * len(over) // 10] <= 1.5
+
+
+def _small_tile_move(comp: Computation, instr: Instruction) -> int:
+    if instr.opcode not in ("reshape", "broadcast"):
+        return 0
+    shapes = [comp.by_name[o].shape for o in instr.operands] + [instr.shape]
+    return max(vreg_fill(s) for s in shapes) - 1
+
+
+def test_held_out_small_tile_reshapes_are_priced_by_their_vregs() -> None:
+    """The held-out convs' and hybrids' reshapes and broadcasts in VMEM into or out of f32
+    tiles of 1-4 rows (a GroupNorm's ``[.., C] -> [.., 32, C/32]``; 532 of 2 us or more):
+    priced over measured a median 1.11, the middle half 0.89-1.78 -- over, but by their
+    bytes they were under, and the held-out half's MAPE fell with the rule
+    (validation/README.md, section 20)."""
+    rows = [r for r in HELD_ALL if r.family in ("conv", "hybrid")]
+    found = sorted(p / m for _, m, p in _priced_ops(rows, _small_tile_move))
+    assert len(found) >= 50
+    assert 0.8 <= found[len(found) // 2] <= 1.25, found[len(found) // 2]
