@@ -151,12 +151,14 @@ def test_random_nodes_of_big_trees_are_bounded_below_their_leaves(
     nodes = [_random_inner(space, rng) for _ in range(6)] + rng.sample(first, 3)
     for node in nodes:
         node_bound = bounds.bound(node)
-        for _ in range(leaves):
+        for i in range(leaves):
             leaf = space.random_leaf(rng, node)
             ids = space.physical_ids(leaf)
             order_ = DeviceOrder.from_physical_ids(ids, mesh_shape=shape, slice_=s)
             q2 = exact.step_time(order_)
-            if len(ids) <= 64:  # the full replay too, where it takes well under a second
+            # the full replay too, of a node's first leaf, where it takes under a second
+            # (test_rank checks the exact shortcut against it leaf by leaf)
+            if len(ids) <= 64 and i == 0:
                 assert q2 == pytest.approx(replay(graph, s, order_).step_time_s, rel=1e-9)
             assert node_bound <= q2 * (1 + 1e-12), space.label(leaf)
             assert bounds.bound(leaf) <= q2 * (1 + 1e-12)
