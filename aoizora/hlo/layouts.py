@@ -24,7 +24,9 @@ __all__ = [
     "naive_window",
     "retile",
     "sublane_f32_rows",
+    "sublane_reduce_fill",
     "tile_gather",
+    "vreg_fill",
 ]
 
 
@@ -190,11 +192,10 @@ def retile(source: Shape, result: Shape) -> bool:
             and not result.memory_space)  # fmt: skip
 
 
-_LANES = 128  # a vreg's lanes (and the minor tile of every TPU layout here)
 _SUBLANES = 8  # a vreg's sublanes: 8 rows of 32-bit words
 _NO_ESTIMATE = '"estimated_cycles":"9223372036854775807"'  # INT64_MAX: no estimate
 _KERNEL_WINDOW = re.compile(r'"kernel_window_bounds":\[([^\]]*)\]')
-_LANES = 128  # a kernel window counts a row in tiles of 128 elements
+_LANES = 128  # a vreg's lanes: a kernel window counts a row in tiles of 128 elements
 
 
 def naive_window(backend_config: str, row: int) -> bool | None:

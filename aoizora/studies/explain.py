@@ -42,14 +42,15 @@ from sim.compute import Work
 __all__ = [
     "CATEGORIES",
     "CATEGORY_FLOOR_S",
-    "CategoryRow",
-    "Explanation",
-    "OpPrice",
-    "OpRow",
     "category_of",
+    "CategoryRow",
     "explain",
+    "Explanation",
+    "instructions_by_name",
     "op_prices",
     "op_works",
+    "OpPrice",
+    "OpRow",
 ]
 
 # The categories of the issue's table, in print order.
@@ -235,7 +236,7 @@ def category_of(comp: Computation, instr: Instruction, costs: CostModel) -> str:
     return "other"
 
 
-def _instructions(module: HloModule) -> dict[str, tuple[Computation, Instruction]]:
+def instructions_by_name(module: HloModule) -> dict[str, tuple[Computation, Instruction]]:
     out: dict[str, tuple[Computation, Instruction]] = {}
     for comp in module.computations.values():
         for instr in comp.instructions:
@@ -271,7 +272,7 @@ def op_prices(
 ) -> dict[str, OpPrice]:
     """Every instruction the replay prices, with its price per step on ``chip`` (one device)."""
     model = chip.per_device().compute_model()
-    by_name = _instructions(module)
+    by_name = instructions_by_name(module)
     costs = CostModel(module)
     out = {}
     for name, (work, count) in op_works(module, graph=graph).items():
@@ -290,7 +291,7 @@ def explain(
 ) -> Explanation:
     """Join ``profile`` (measured, per op) with ``prices`` (:func:`op_prices` of ``module``,
     the module that ran) by instruction name."""
-    by_name = _instructions(module)
+    by_name = instructions_by_name(module)
     costs = CostModel(module)
     rows: list[OpRow] = []
     unmatched: list[str] = []

@@ -24,7 +24,7 @@ from typing import Any
 from aoizora.hlo.layouts import lane_transpose_elements
 from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.hlo.text import parse_module
-from aoizora.studies.explain import Explanation, explain, op_prices
+from aoizora.studies.explain import Explanation, explain, instructions_by_name, op_prices
 from aoizora.zoo import split
 from sim.chips import Chip
 
@@ -181,7 +181,7 @@ def fit_lane_transpose_s(fit: Iterable[tuple[ZooRow, Path]]) -> float:
     for row, programs in fit:
         module = parse_module(read_text_file(programs / f"{row.id}.hlo.txt.gz"))
         profile = load_profile(programs / f"{row.id}.ops.json.gz", module=module.name)
-        where = {i.name: (c, i) for c in module.computations.values() for i in c.instructions}
+        where = instructions_by_name(module)
         for op in profile.ops:
             found = where.get(op.name)
             elements = lane_transpose_elements(*found) if found is not None else 0

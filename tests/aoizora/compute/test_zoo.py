@@ -22,7 +22,7 @@ import pytest
 from aoizora.hlo.layouts import naive_window, sublane_reduce_fill, vreg_fill
 from aoizora.hlo.profile import load_profile, read_text_file
 from aoizora.hlo.text import Computation, Instruction, parse_module
-from aoizora.studies.explain import Explanation, op_works
+from aoizora.studies.explain import Explanation, instructions_by_name, op_works
 from aoizora.studies.zoo import (
     ZooRow,
     explain_row,
@@ -319,7 +319,7 @@ def _priced_ops(
         programs = _programs(r.id)
         module = parse_module(read_text_file(programs / f"{r.id}.hlo.txt.gz"))
         profile = load_profile(programs / f"{r.id}.ops.json.gz", module=module.name)
-        where = {i.name: (c, i) for c in module.computations.values() for i in c.instructions}
+        where = instructions_by_name(module)
         works = op_works(module)
         for op in profile.ops:
             found, (work, count) = where.get(op.name), works.get(op.name, (None, 0.0))
