@@ -228,6 +228,10 @@ class Work:
     # the kernels issued between its start and its done, which it runs beside
     dma_bytes: float = 0.0
     beside: tuple[Work, ...] = ()
+    # A matmul kernel with nothing fused but dtype conversions (no bias, activation or
+    # norm in its prologue or epilogue): its matmuls run at
+    # ComputeParams.bare_matmul_efficiency where measured
+    bare_matmul: bool = False
 
     @property
     def flops(self) -> float:
@@ -256,6 +260,7 @@ class Work:
             self.tile_gathers + other.tile_gathers,
             self.dma_bytes + other.dma_bytes,
             self.beside + other.beside,
+            self.bare_matmul and other.bare_matmul,
         )
 
 
@@ -316,6 +321,9 @@ class ComputeParams:
     # The fraction of the HBM bandwidth a relayout out of 2-row bf16 tiles into 8-row ones
     # attains (Work.hbm_retile_copy_bytes; 0: unmeasured, they move at hbm_efficiency)
     hbm_retile_copy_efficiency: float = 0.0
+    # The fraction of the peak a matmul kernel with nothing fused but dtype conversions
+    # attains (Work.bare_matmul; 0: unmeasured, it runs at matmul_efficiency)
+    bare_matmul_efficiency: float = 0.0
     tile_gather: TileGather | None = None  # None: a tile gather streams as any HBM pass
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
@@ -447,11 +455,26 @@ class ComputeModel:
         return seconds
 
     def mxu_s(self, work: Work) -> float:
-        """The time of ``work``'s matmuls and attention at their achieved MXU rates."""
+        """The time of ``work``'s matmuls and attention at their achieved MXU rates: a bare
+        matmul kernel's (nothing fused but dtype conversions) at ``bare_matmul_efficiency``
+        where measured, any other's at ``matmul_efficiency`` -- the element-wise work fused
+        into a kernel's loop slows its MXU feed (v5e: bare kernels 0.97 of the peak, Wan's
+        projections with their biases, norms and activations fused 0.90; docs/simulator.md,
+        "Bare and fused matmuls").
+
+        >>> m = ComputeModel(100.0, 1.0, ComputeParams(matmul_efficiency=0.5,
+        ...                  bare_matmul_efficiency=0.8))
+        >>> mm = (Matmul(1, 10, 10, 4),)  # 800 FLOPs
+        >>> m.mxu_s(Work(matmuls=mm)), m.mxu_s(Work(matmuls=mm, bare_matmul=True))
+        (16.0, 10.0)
+        """
         p = self.params
         mm = sum(m.padded_flops(p.mxu_tile) for m in work.matmuls)
         att = sum(self.attention_s(a) for a in work.attention)
-        return mm / (self.peak_flops_per_s * p.matmul_efficiency) + att
+        eff = p.matmul_efficiency
+        if work.bare_matmul and p.bare_matmul_efficiency:
+            eff = p.bare_matmul_efficiency
+        return mm / (self.peak_flops_per_s * eff) + att
 
     def hbm_s(self, work: Work) -> float:
         """The time of ``work``'s HBM traffic at the achieved bandwidth: its reads beyond its

@@ -117,6 +117,9 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         hbm_retile_copy_efficiency=_fraction(
             measured["hbm_retile_copy_efficiency"], "hbm_retile_copy_efficiency", path
         ) if "hbm_retile_copy_efficiency" in measured else 0.0,
+        bare_matmul_efficiency=_fraction(
+            measured["bare_matmul_efficiency"], "bare_matmul_efficiency", path
+        ) if "bare_matmul_efficiency" in measured else 0.0,
         row_window_slow_from=measured.get("row_window_slow_from", math.inf),
         row_window_tap_s=measured.get("row_window_tap_s", 0.0),
         row_window_tap_growth=measured.get("row_window_tap_growth", 0.0),
@@ -140,6 +143,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
 # Optional [compute] keys: what a chip measured with ``aoizora measure --kernels`` and
 # profiled steps adds to the roofline (docs/simulator.md, "Compute model").
 _OPTIONAL_KEYS = (
+    "bare_matmul_efficiency",
     "conv_relayout_passes",
     "hbm_read_efficiency",
     "hbm_retile_copy_efficiency",

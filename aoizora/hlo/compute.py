@@ -296,6 +296,9 @@ class FusionSummary:
     param_logical_bytes: tuple[int, ...] = ()
     row_windows: tuple[tuple[int, float], ...] = ()  # sim.compute.Work.row_windows
     reduces: bool = False  # a reduce in it or a nested fusion: a reduction kernel
+    # an element-wise op, reduce or window in it or a nested fusion other than a dtype
+    # conversion: with matmuls, not a bare matmul kernel (sim.compute.Work.bare_matmul)
+    vector_ops: bool = False
 
     @property
     def flops(self) -> float:
@@ -315,6 +318,7 @@ class FusionSummary:
             hbm_read_excess_bytes=read_excess_bytes(
                 read, self.output_bytes, self.matmuls, reduces=self.reduces
             ),
+            bare_matmul=bool(self.matmuls) and not self.vector_ops,
         )  # fmt: skip
 
 
@@ -462,6 +466,7 @@ class CostModel:
             hbm_read_excess_bytes=read_excess_bytes(read, written, matmuls,
                                                     reduces=op == "reduce"),
             tile_gathers=() if gather is None else (gather,),
+            bare_matmul=bool(matmuls),  # a dot or convolution alone in its kernel
         )  # fmt: skip
 
     def fusion_work(self, instr: Instruction) -> Work:
@@ -499,7 +504,7 @@ class CostModel:
         custom: list[Instruction] = []
         rows: list[tuple[int, float]] = []
         users: dict[str, list[Instruction]] = {}
-        reduces = False
+        reduces = vector = False
         for instr in comp.instructions:
             for operand in instr.operands:
                 users.setdefault(operand, []).append(instr)
@@ -512,6 +517,7 @@ class CostModel:
                 custom.extend(inner.custom_calls)
                 rows.extend(inner.row_windows)
                 reduces = reduces or inner.reduces
+                vector = vector or inner.vector_ops
             elif collective_base(instr.opcode) is not None:
                 collectives.append((comp, instr))
             elif instr.opcode == "custom-call":
@@ -526,6 +532,7 @@ class CostModel:
                 other += flops
                 rows.extend(row_windows(instr))
                 reduces = reduces or instr.opcode == "reduce"
+                vector = vector or (flops > 0 and instr.opcode != "convert")
         root = comp.root
         logical: list[int] = []
         split: list[tuple[int, int]] = []
@@ -551,6 +558,7 @@ class CostModel:
             param_logical_bytes=tuple(logical),
             row_windows=tuple(rows),
             reduces=reduces,
+            vector_ops=vector,
         )
 
     def _param_read(

@@ -349,6 +349,9 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         "hbm_efficiency": p.hbm_efficiency,
         # a matmul kernel's reads beyond its writes; null where unmeasured (hbm_efficiency)
         "hbm_read_efficiency": p.hbm_read_efficiency or None,
+        # a matmul kernel with nothing fused but dtype conversions; null where unmeasured
+        # (matmul_efficiency)
+        "bare_matmul_efficiency": p.bare_matmul_efficiency or None,
         "attention_efficiency": dict(p.attention_efficiency),
         # Measured on v5e (docs/simulator.md, "Compute model"); neutral elsewhere: 0 s,
         # and null for an on-chip rate the generation has not measured (bytes as HBM).

@@ -14,8 +14,10 @@ isolate it, in this order, each step holding the earlier ones fixed:
    (eta * P) + grid steps * s + q blocks * q`` (relative weights).
 3. ``matmul_efficiency``: the matmul ops of the profiled steps bound by the MXU (their
    fused epilogues included), the ratio of their padded FLOPs at the peak to their
-   measured time less the kernel overhead (a time-weighted mean). The standalone matmul
-   kernels are reported beside it: fused step matmuls run slower than bare ones.
+   measured time less the kernel overhead (a time-weighted mean).
+   ``bare_matmul_efficiency``: the same ratio over the standalone matmul kernels of at
+   least 16M outputs and a contraction of at least 1,024 (nothing fused: they run faster
+   than the steps' fused matmuls, :meth:`sim.compute.ComputeModel.mxu_s`).
 4. ``hbm_read_efficiency``: the matmul ops of the profiled steps bound by HBM whose reads
    exceed their writes (at least 90 % of their bytes are reads beyond the writes: an
    attention-value product reading f32 probabilities, a projection to few channels):
@@ -56,7 +58,7 @@ from aoizora.hlo.text import Computation, HloModule, Instruction, parse_module
 from aoizora.studies.calibration import quote_key, refuse_shipped, toml_value
 from aoizora.studies.explain import category_of, op_works
 from sim.chips import Chip
-from sim.compute import Attention, ComputeModel, ComputeParams, Work
+from sim.compute import Attention, ComputeModel, ComputeParams, Matmul, Work
 from sim.topology import topologies_dir
 
 __all__ = [
@@ -278,14 +280,14 @@ def _fit_retile(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
 
 
 def _fit_matmul(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
-    """Time-weighted MXU efficiency of the steps' matmul ops that the MXU bounds."""
+    """Time-weighted MXU efficiency of the steps' fused matmul ops that the MXU bounds."""
     p = model.params
     flops = seconds = 0.0
     n = 0
     for op in ops:
         w = op.work
-        if op.category != "matmul" or not w.matmuls or w.attention:
-            continue
+        if op.category != "matmul" or not w.matmuls or w.attention or w.bare_matmul:
+            continue  # a bare matmul kernel has its own rate (_fit_bare_matmul)
         padded = sum(m.padded_flops(p.mxu_tile) for m in w.matmuls)
         at_peak = padded / model.peak_flops_per_s
         if at_peak < _hbm_only_s(model, w):
@@ -296,6 +298,30 @@ def _fit_matmul(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
     if n == 0 or seconds <= 0:
         raise MeasureError("the profiled steps hold no MXU-bound matmul op: cannot fit matmuls")
     return flops / seconds, n
+
+
+def _fit_bare_matmul(model: ComputeModel, kernels: Sequence[KernelSample]) -> tuple[float, str]:
+    """(time-weighted MXU efficiency, what it rests on) of the standalone matmul kernels of
+    at least 16M outputs and a contraction of at least 1,024: each bound by the MXU, with
+    nothing fused (module docstring, step 3)."""
+    at_peak = seconds = 0.0
+    each = []
+    for k in kernels:
+        m, n, depth = (k.params.get(x, 0) for x in ("m", "n", "k"))
+        if k.kind != "matmul" or m * n < 1 << 24 or depth < 1024:
+            continue
+        flops = Matmul(1, m, depth, n).padded_flops(model.params.mxu_tile)
+        at_peak += flops / model.peak_flops_per_s
+        seconds += k.median_s - model.params.kernel_overhead_s
+        each.append(flops / model.peak_flops_per_s / (k.median_s - model.params.kernel_overhead_s))
+    if not each or seconds <= 0:
+        raise MeasureError(
+            "the kernels file holds no matmul kernel of >= 16M outputs and k >= 1024: cannot "
+            "fit bare matmuls (aoizora measure --kernels times them)"
+        )
+    said = (f"{len(each)} standalone matmul kernels of >= 16M outputs and k >= 1024, nothing "
+            f"fused (each {_fmt(min(each))}-{_fmt(max(each))} of the peak)")  # fmt: skip
+    return at_peak / seconds, said
 
 
 def _fit_read(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
@@ -453,12 +479,8 @@ def fit_compute(
     model = ComputeModel(peak, chip.hbm_bandwidth_bytes_per_s, params)
     eta_read, n_read = _fit_read(model, ops)
     params, memory = _fit_memory(chip, replace(params, hbm_read_efficiency=eta_read), ops)
-    bare = [
-        k for k in kernels
-        if k.kind == "matmul" and k.params["m"] * k.params["n"] >= 1 << 24 and k.params["k"] >= 1024
-    ]  # fmt: skip
-    bare_eta = [2 * k.params["m"] * k.params["k"] * k.params["n"] / k.median_s / peak for k in bare]
-    span = f"{_fmt(min(bare_eta, default=math.nan))}-{_fmt(max(bare_eta, default=math.nan))}"
+    eta_bare, bare_said = _fit_bare_matmul(model, kernels)
+    params = replace(params, bare_matmul_efficiency=eta_bare)
     said = {
         "hbm_efficiency": f"{n_stream} stream kernels (1 MiB-1 GiB)",
         "kernel_overhead_s": f"the intercept of the same {n_stream} stream kernels",
@@ -466,8 +488,8 @@ def fit_compute(
         "splash ops of the steps",
         "attention_grid.splash.step_overhead_s": "the same splash fit",
         "attention_grid.splash.q_block_overhead_s": "the same splash fit",
-        "matmul_efficiency": f"{n_mm} MXU-bound fused matmul ops of the steps (bare matmul "
-        f"kernels of >= 16M outputs and k >= 1024 reach {span} of the peak)",
+        "matmul_efficiency": f"{n_mm} MXU-bound fused matmul ops of the steps",
+        "bare_matmul_efficiency": bare_said,
         "hbm_read_efficiency": f"{n_read} HBM-bound matmul ops of the steps whose reads "
         "beyond their writes are >= 90 % of their bytes (the rest at hbm_efficiency)",
         **{key: said for key, (_, said) in memory.items()},
@@ -476,7 +498,7 @@ def fit_compute(
         "hbm_efficiency": eta_hbm, "kernel_overhead_s": overhead_s,
         "attention_efficiency.splash": eta_att, "attention_grid.splash.step_overhead_s": step_s,
         "attention_grid.splash.q_block_overhead_s": q_block_s, "matmul_efficiency": eta_mm,
-        "hbm_read_efficiency": eta_read,
+        "bare_matmul_efficiency": eta_bare, "hbm_read_efficiency": eta_read,
         **{key: value for key, (value, _) in memory.items()},
     }  # fmt: skip
     values = tuple(FittedValue(k, float(v), f"{said[k]} {where}") for k, v in fitted.items())

@@ -439,5 +439,8 @@ def test_the_compute_model_is_recorded_and_round_trips(tmp_path: Path) -> None:
     # v5e measured a matmul's read stream; a generation that did not says null
     assert recorded["hbm_read_efficiency"] == chip.compute.hbm_read_efficiency > 0.9
     assert compute_model_json(load_slice("v6e:2x2").chip)["hbm_read_efficiency"] is None
+    # and the rate of a matmul kernel with nothing fused, above the fused one's
+    assert recorded["bare_matmul_efficiency"] > recorded["matmul_efficiency"]
+    assert compute_model_json(load_slice("v6e:2x2").chip)["bare_matmul_efficiency"] is None
     # A plan without one (written before the compute model) still loads.
     assert Plan.from_json(_plan().to_json()).compute_model == ""

@@ -188,10 +188,16 @@ def test_the_table_is_checked(tmp_path: Path) -> None:
         "hbm_retile_copy_efficiency": {"value": 0.6, "source": "s"},
         "onchip_full_tile_copy_bandwidth_bytes_per_s": {"value": 1.9e12, "source": "s"},
         "lane_transpose_s_per_element": {"value": 4e-12, "source": "s"},
+        "bare_matmul_efficiency": {"value": 0.97, "source": "s"},
     }
     read = parse_compute_params({**good, **measured}, path)
     assert read.lane_transpose_s_per_element == 4e-12
     assert parse_compute_params(good, path).lane_transpose_s_per_element == 0.0
+    assert (read.bare_matmul_efficiency, parse_compute_params(good, path).bare_matmul_efficiency
+            ) == (0.97, 0.0)  # fmt: skip
+    too_fast = {**good, "bare_matmul_efficiency": {"value": 3.0, "source": "s"}}
+    with pytest.raises(TopologyError, match="bare_matmul_efficiency = 3.0 must be an efficiency"):
+        parse_compute_params(too_fast, path)
     assert (read.vmem_kernel_overhead_s, read.hbm_retile_copy_efficiency,
             read.onchip_full_tile_copy_bandwidth_bytes_per_s) == (2e-8, 0.6, 1.9e12)  # fmt: skip
     plain = parse_compute_params(good, path)  # absent: each prices as before it was measured

@@ -24,6 +24,7 @@ from tests.aoizora.compute.conftest import FIT_ROWS, KERNELS
 
 _SHIPPED_KEYS = (
     "matmul_efficiency",
+    "bare_matmul_efficiency",
     "hbm_efficiency",
     "hbm_read_efficiency",
     "kernel_overhead_s",
@@ -63,6 +64,8 @@ def test_the_fit_is_physical(refit) -> None:  # type: ignore[no-untyped-def]
     """Efficiencies are fractions, the overheads a microsecond or less, VMEM faster than HBM."""
     for key in ("matmul_efficiency", "hbm_efficiency", "attention_efficiency.splash"):
         assert 0.5 < refit.value(key) <= 1.0
+    # a matmul kernel with its epilogue fused runs slower than one with nothing fused
+    assert refit.value("matmul_efficiency") < refit.value("bare_matmul_efficiency") < 1.0
     for key in ("kernel_overhead_s", "attention_grid.splash.step_overhead_s"):
         assert 0.0 <= refit.value(key) < 2e-6
     # a read stream beats the read-and-write mix the stream kernels fitted, short of the peak
