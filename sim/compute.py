@@ -232,6 +232,11 @@ class Work:
     # norm in its prologue or epilogue): its matmuls run at
     # ComputeParams.bare_matmul_efficiency where measured
     bare_matmul: bool = False
+    # Of a compiled matmul kernel without spatial taps: the element-wise ops fused into it
+    # other than dtype conversions, per matmul, each weighted by its share of the matmul's
+    # smaller side up to 1 (aoizora.hlo.compute.fused_ops; None: not known, or a
+    # convolution with taps); each slows its MXU feed by ComputeParams.matmul_fused_op_cost
+    fused_vector_ops: float | None = None
 
     @property
     def flops(self) -> float:
@@ -261,6 +266,9 @@ class Work:
             self.dma_bytes + other.dma_bytes,
             self.beside + other.beside,
             self.bare_matmul and other.bare_matmul,
+            None
+            if self.fused_vector_ops is None or other.fused_vector_ops is None
+            else self.fused_vector_ops + other.fused_vector_ops,
         )
 
 
@@ -324,6 +332,9 @@ class ComputeParams:
     # The fraction of the peak a matmul kernel with nothing fused but dtype conversions
     # attains (Work.bare_matmul; 0: unmeasured, it runs at matmul_efficiency)
     bare_matmul_efficiency: float = 0.0
+    # What each element-wise op fused into a matmul kernel adds to its inverse efficiency
+    # (Work.fused_vector_ops; 0: unmeasured, such kernels run at matmul_efficiency)
+    matmul_fused_op_cost: float = 0.0
     tile_gather: TileGather | None = None  # None: a tile gather streams as any HBM pass
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
@@ -455,25 +466,34 @@ class ComputeModel:
         return seconds
 
     def mxu_s(self, work: Work) -> float:
-        """The time of ``work``'s matmuls and attention at their achieved MXU rates: a bare
-        matmul kernel's (nothing fused but dtype conversions) at ``bare_matmul_efficiency``
-        where measured, any other's at ``matmul_efficiency`` -- the element-wise work fused
-        into a kernel's loop slows its MXU feed (v5e: bare kernels 0.97 of the peak, Wan's
-        projections with their biases, norms and activations fused 0.90; docs/simulator.md,
+        """The time of ``work``'s matmuls and attention at their achieved MXU rates.
+
+        A bare matmul kernel (nothing fused but dtype conversions) runs at
+        ``bare_matmul_efficiency`` where measured; a compiled one with ``n`` element-wise
+        ops fused (``Work.fused_vector_ops``) at ``1 / (1 / bare_matmul_efficiency + n *
+        matmul_fused_op_cost)`` where that is measured too -- each op fused into the loop
+        slows its MXU feed; any other (before layout, or a convolution with spatial taps)
+        at ``matmul_efficiency`` (v5e: bare kernels 0.973 of the peak, each fused op
+        0.0116 more of its inverse, Wan's projections 0.90 over all; docs/simulator.md,
         "Bare and fused matmuls").
 
         >>> m = ComputeModel(100.0, 1.0, ComputeParams(matmul_efficiency=0.5,
-        ...                  bare_matmul_efficiency=0.8))
-        >>> mm = (Matmul(1, 10, 10, 4),)  # 800 FLOPs
+        ...                  bare_matmul_efficiency=0.8, matmul_fused_op_cost=0.25))
+        >>> mm = (Matmul(1, 10, 10, 4),)  # 800 FLOPs: 8 s at the peak
         >>> m.mxu_s(Work(matmuls=mm)), m.mxu_s(Work(matmuls=mm, bare_matmul=True))
         (16.0, 10.0)
+        >>> round(m.mxu_s(Work(matmuls=mm, fused_vector_ops=2)), 9)  # 8 x (1.25 + 2 x 0.25)
+        14.0
         """
         p = self.params
         mm = sum(m.padded_flops(p.mxu_tile) for m in work.matmuls)
         att = sum(self.attention_s(a) for a in work.attention)
         eff = p.matmul_efficiency
-        if work.bare_matmul and p.bare_matmul_efficiency:
+        if p.bare_matmul_efficiency and work.bare_matmul:
             eff = p.bare_matmul_efficiency
+        elif p.bare_matmul_efficiency and p.matmul_fused_op_cost and work.fused_vector_ops:
+            ops = work.fused_vector_ops
+            eff = 1.0 / (1.0 / p.bare_matmul_efficiency + ops * p.matmul_fused_op_cost)
         return mm / (self.peak_flops_per_s * eff) + att
 
     def hbm_s(self, work: Work) -> float:

@@ -120,6 +120,7 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
         bare_matmul_efficiency=_fraction(
             measured["bare_matmul_efficiency"], "bare_matmul_efficiency", path
         ) if "bare_matmul_efficiency" in measured else 0.0,
+        matmul_fused_op_cost=measured.get("matmul_fused_op_cost", 0.0),
         row_window_slow_from=measured.get("row_window_slow_from", math.inf),
         row_window_tap_s=measured.get("row_window_tap_s", 0.0),
         row_window_tap_growth=measured.get("row_window_tap_growth", 0.0),
@@ -158,6 +159,7 @@ _OPTIONAL_KEYS = (
     "onchip_copy_bandwidth_bytes_per_s",
     "onchip_full_tile_copy_bandwidth_bytes_per_s",
     "lane_transpose_s_per_element",
+    "matmul_fused_op_cost",
 )
 
 

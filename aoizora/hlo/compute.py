@@ -73,7 +73,7 @@ from aoizora.hlo.layouts import (
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
-from aoizora.hlo.windows import window_traffic_bytes
+from aoizora.hlo.windows import has_spatial_taps, window_traffic_bytes
 from sim.compute import Matmul, Work
 from sim.costs import ConvDim, conv_matmul
 
@@ -83,6 +83,7 @@ __all__ = [
     "CostModel",
     "FusionSummary",
     "collective_base",
+    "fused_ops",
     "hbm_size_bytes",
     "read_excess_bytes",
     "slice_read_bytes",
@@ -274,6 +275,27 @@ def _dot_matmul(comp: Computation, instr: Instruction) -> Matmul:
     return Matmul(batch, m, k, n)
 
 
+def fused_ops(elements: Sequence[float], matmuls: Sequence[Matmul]) -> float:
+    """The element-wise ops fused into a matmul kernel, per matmul (``Work.fused_vector_ops``):
+    each op of ``elements`` counts one where it spans at least the largest matmul's smaller
+    side (its ``m x k`` input or ``m x n`` output: a bias, an activation, a norm's
+    modulation), less where it is smaller (a per-row scale); the sum over the matmuls (a
+    kernel holding an MLP's two projections and the activation between them: each op sits
+    in one matmul's loop).
+
+    >>> mm = Matmul(1, 64, 128, 256)  # input 8,192 elements, output 16,384
+    >>> fused_ops([8192.0, 16384.0, 64.0], [mm])  # two whole ops and a per-row one
+    2.0078125
+    >>> fused_ops([16384.0] * 4, [mm, Matmul(1, 64, 256, 128)])
+    2.0
+    """
+    if not matmuls:
+        return 0.0
+    big = max(matmuls, key=lambda m: m.flops)
+    side = big.batch * big.m * min(big.k, big.n)
+    return sum(min(1.0, e / side) for e in elements) / len(matmuls)
+
+
 @dataclass(frozen=True)
 class FusionSummary:
     """What a fused computation does: its work, memory traffic and what it contains.
@@ -299,6 +321,12 @@ class FusionSummary:
     # an element-wise op, reduce or window in it or a nested fusion other than a dtype
     # conversion: with matmuls, not a bare matmul kernel (sim.compute.Work.bare_matmul)
     vector_ops: bool = False
+    # the elements of each element-wise instruction in it or a nested fusion other than a
+    # dtype conversion
+    vector_op_elements: tuple[float, ...] = ()
+    # a convolution with spatial taps in it or a nested fusion (its own emitters: such a
+    # kernel keeps the one fused rate, sim.compute.ComputeModel.mxu_s)
+    spatial_taps: bool = False
 
     @property
     def flops(self) -> float:
@@ -319,6 +347,8 @@ class FusionSummary:
                 read, self.output_bytes, self.matmuls, reduces=self.reduces
             ),
             bare_matmul=bool(self.matmuls) and not self.vector_ops,
+            fused_vector_ops=fused_ops(self.vector_op_elements, self.matmuls)
+            if self.matmuls and not self.spatial_taps else None,
         )  # fmt: skip
 
 
@@ -467,6 +497,7 @@ class CostModel:
                                                     reduces=op == "reduce"),
             tile_gathers=() if gather is None else (gather,),
             bare_matmul=bool(matmuls),  # a dot or convolution alone in its kernel
+            fused_vector_ops=0.0 if matmuls and not has_spatial_taps(instr) else None,
         )  # fmt: skip
 
     def fusion_work(self, instr: Instruction) -> Work:
@@ -504,7 +535,8 @@ class CostModel:
         custom: list[Instruction] = []
         rows: list[tuple[int, float]] = []
         users: dict[str, list[Instruction]] = {}
-        reduces = vector = False
+        reduces = vector = spatial = False
+        vector_elements: list[float] = []
         for instr in comp.instructions:
             for operand in instr.operands:
                 users.setdefault(operand, []).append(instr)
@@ -518,6 +550,8 @@ class CostModel:
                 rows.extend(inner.row_windows)
                 reduces = reduces or inner.reduces
                 vector = vector or inner.vector_ops
+                vector_elements.extend(inner.vector_op_elements)
+                spatial = spatial or inner.spatial_taps
             elif collective_base(instr.opcode) is not None:
                 collectives.append((comp, instr))
             elif instr.opcode == "custom-call":
@@ -533,6 +567,9 @@ class CostModel:
                 rows.extend(row_windows(instr))
                 reduces = reduces or instr.opcode == "reduce"
                 vector = vector or (flops > 0 and instr.opcode != "convert")
+                if instr.opcode in _ELEMENTWISE and instr.opcode != "convert":
+                    vector_elements.append(flops)
+                spatial = spatial or has_spatial_taps(instr)
         root = comp.root
         logical: list[int] = []
         split: list[tuple[int, int]] = []
@@ -559,6 +596,8 @@ class CostModel:
             row_windows=tuple(rows),
             reduces=reduces,
             vector_ops=vector,
+            vector_op_elements=tuple(vector_elements),
+            spatial_taps=spatial,
         )
 
     def _param_read(

@@ -57,7 +57,7 @@ from typing import Any
 
 from aoizora.hlo.text import Computation, HloModule, Instruction
 
-__all__ = ["window_traffic_bytes"]
+__all__ = ["has_spatial_taps", "window_traffic_bytes"]
 
 # The emitter whose window layout (rows and contraction of the input, contraction and
 # output features of the kernel) was checked against compiled Wan and DiT steps.
@@ -95,10 +95,27 @@ def _plain_matmul(comp: Computation) -> Instruction | None:
     parts = re.fullmatch(r"([a-z]+)_([a-z]+)->([a-z]+)", labels)
     if parts is None or not (parts[1].endswith("f") and parts[2].endswith("io")):
         return None
-    sizes = re.search(r"size=([\dx]+)", conv.attrs.get("window", ""))
-    if not parts[3].endswith("f") or (sizes and set(sizes.group(1).split("x")) != {"1"}):
+    if not parts[3].endswith("f") or has_spatial_taps(conv):
         return None
     return conv
+
+
+def has_spatial_taps(conv: Instruction) -> bool:
+    """Whether a convolution's window has a dimension of more than one tap (a 3x3 kernel;
+    also the padded windows TPU uses for a batch of per-head products); a ``dot`` has none.
+
+    >>> from aoizora.hlo.shapes import Shape
+    >>> def conv(window: str) -> Instruction:
+    ...     return Instruction("c", "convolution", Shape("f32", (8, 8)), (), {"window": window}, 1)
+    >>> has_spatial_taps(conv("{size=1x1}")), has_spatial_taps(conv("{size=3x3 pad=1_1x1_1}"))
+    (False, True)
+    """
+    sizes = re.search(r"size=([\dx]+)", conv.attrs.get("window", ""))
+    return (
+        conv.opcode == "convolution"
+        and sizes is not None
+        and set(sizes.group(1).split("x")) != {"1"}
+    )
 
 
 def _feeds(comp: Computation, start: str) -> set[str]:

@@ -352,6 +352,9 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         # a matmul kernel with nothing fused but dtype conversions; null where unmeasured
         # (matmul_efficiency)
         "bare_matmul_efficiency": p.bare_matmul_efficiency or None,
+        # what each element-wise op fused into a matmul kernel adds to its inverse
+        # efficiency; null where unmeasured (such kernels at matmul_efficiency)
+        "matmul_fused_op_cost": p.matmul_fused_op_cost or None,
         "attention_efficiency": dict(p.attention_efficiency),
         # Measured on v5e (docs/simulator.md, "Compute model"); neutral elsewhere: 0 s,
         # and null for an on-chip rate the generation has not measured (bytes as HBM).

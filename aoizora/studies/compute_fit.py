@@ -18,6 +18,9 @@ isolate it, in this order, each step holding the earlier ones fixed:
    ``bare_matmul_efficiency``: the same ratio over the standalone matmul kernels of at
    least 16M outputs and a contraction of at least 1,024 (nothing fused: they run faster
    than the steps' fused matmuls, :meth:`sim.compute.ComputeModel.mxu_s`).
+   ``matmul_fused_op_cost``: the same fused ops but those with spatial taps, what each
+   element-wise op fused into them adds to the inverse of the bare efficiency
+   (time-weighted, closed form).
 4. ``hbm_read_efficiency``: the matmul ops of the profiled steps bound by HBM whose reads
    exceed their writes (at least 90 % of their bytes are reads beyond the writes: an
    attention-value product reading f32 probabilities, a projection to few channels):
@@ -324,6 +327,34 @@ def _fit_bare_matmul(model: ComputeModel, kernels: Sequence[KernelSample]) -> tu
     return at_peak / seconds, said
 
 
+def _fit_fused_op_cost(
+    eta_bare: float, model: ComputeModel, ops: Sequence[_Op]
+) -> tuple[float, int]:
+    """(what each element-wise op fused into a matmul kernel adds to its inverse
+    efficiency, how many ops): over the steps' MXU-bound fused matmul ops without spatial
+    taps, ``sum(t - overhead) = sum(at_peak x (1 / eta_bare + n x cost))`` time-weighted,
+    ``n`` each op's ``Work.fused_vector_ops`` (module docstring, step 3)."""
+    p = model.params
+    excess = weighted = 0.0
+    n = 0
+    for op in ops:
+        w = op.work
+        if op.category != "matmul" or w.attention or w.bare_matmul or not w.fused_vector_ops:
+            continue
+        at_peak = sum(m.padded_flops(p.mxu_tile) for m in w.matmuls) / model.peak_flops_per_s
+        if at_peak < _hbm_only_s(model, w):
+            continue  # memory bound: says nothing of the MXU
+        excess += (op.seconds - p.kernel_overhead_s - at_peak / eta_bare) * op.count
+        weighted += at_peak * w.fused_vector_ops * op.count
+        n += 1
+    if n == 0 or excess <= 0:
+        raise MeasureError(
+            "the profiled steps hold no MXU-bound fused matmul op slower than bare kernels: "
+            "cannot fit the cost of fused ops"
+        )
+    return excess / weighted, n
+
+
 def _fit_read(model: ComputeModel, ops: Sequence[_Op]) -> tuple[float, int]:
     """Time-weighted HBM efficiency of the reads beyond the writes of the steps' matmul
     ops that HBM bounds and that mostly read (module docstring, step 4)."""
@@ -481,6 +512,8 @@ def fit_compute(
     params, memory = _fit_memory(chip, replace(params, hbm_read_efficiency=eta_read), ops)
     eta_bare, bare_said = _fit_bare_matmul(model, kernels)
     params = replace(params, bare_matmul_efficiency=eta_bare)
+    op_cost, n_fused = _fit_fused_op_cost(eta_bare, model, ops)
+    params = replace(params, matmul_fused_op_cost=op_cost)
     said = {
         "hbm_efficiency": f"{n_stream} stream kernels (1 MiB-1 GiB)",
         "kernel_overhead_s": f"the intercept of the same {n_stream} stream kernels",
@@ -490,6 +523,8 @@ def fit_compute(
         "attention_grid.splash.q_block_overhead_s": "the same splash fit",
         "matmul_efficiency": f"{n_mm} MXU-bound fused matmul ops of the steps",
         "bare_matmul_efficiency": bare_said,
+        "matmul_fused_op_cost": f"{n_fused} MXU-bound fused matmul ops of the steps without "
+        "spatial taps, against bare_matmul_efficiency and their fused element-wise ops",
         "hbm_read_efficiency": f"{n_read} HBM-bound matmul ops of the steps whose reads "
         "beyond their writes are >= 90 % of their bytes (the rest at hbm_efficiency)",
         **{key: said for key, (_, said) in memory.items()},
@@ -498,7 +533,8 @@ def fit_compute(
         "hbm_efficiency": eta_hbm, "kernel_overhead_s": overhead_s,
         "attention_efficiency.splash": eta_att, "attention_grid.splash.step_overhead_s": step_s,
         "attention_grid.splash.q_block_overhead_s": q_block_s, "matmul_efficiency": eta_mm,
-        "bare_matmul_efficiency": eta_bare, "hbm_read_efficiency": eta_read,
+        "bare_matmul_efficiency": eta_bare, "matmul_fused_op_cost": op_cost,
+        "hbm_read_efficiency": eta_read,
         **{key: value for key, (value, _) in memory.items()},
     }  # fmt: skip
     values = tuple(FittedValue(k, float(v), f"{said[k]} {where}") for k, v in fitted.items())

@@ -442,5 +442,7 @@ def test_the_compute_model_is_recorded_and_round_trips(tmp_path: Path) -> None:
     # and the rate of a matmul kernel with nothing fused, above the fused one's
     assert recorded["bare_matmul_efficiency"] > recorded["matmul_efficiency"]
     assert compute_model_json(load_slice("v6e:2x2").chip)["bare_matmul_efficiency"] is None
+    assert recorded["matmul_fused_op_cost"] == chip.compute.matmul_fused_op_cost > 0
+    assert compute_model_json(load_slice("v6e:2x2").chip)["matmul_fused_op_cost"] is None
     # A plan without one (written before the compute model) still loads.
     assert Plan.from_json(_plan().to_json()).compute_model == ""

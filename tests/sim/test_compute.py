@@ -189,12 +189,15 @@ def test_the_table_is_checked(tmp_path: Path) -> None:
         "onchip_full_tile_copy_bandwidth_bytes_per_s": {"value": 1.9e12, "source": "s"},
         "lane_transpose_s_per_element": {"value": 4e-12, "source": "s"},
         "bare_matmul_efficiency": {"value": 0.97, "source": "s"},
+        "matmul_fused_op_cost": {"value": 0.01, "source": "s"},
     }
     read = parse_compute_params({**good, **measured}, path)
     assert read.lane_transpose_s_per_element == 4e-12
     assert parse_compute_params(good, path).lane_transpose_s_per_element == 0.0
     assert (read.bare_matmul_efficiency, parse_compute_params(good, path).bare_matmul_efficiency
             ) == (0.97, 0.0)  # fmt: skip
+    assert (read.matmul_fused_op_cost, parse_compute_params(good, path).matmul_fused_op_cost
+            ) == (0.01, 0.0)  # fmt: skip
     too_fast = {**good, "bare_matmul_efficiency": {"value": 3.0, "source": "s"}}
     with pytest.raises(TopologyError, match="bare_matmul_efficiency = 3.0 must be an efficiency"):
         parse_compute_params(too_fast, path)

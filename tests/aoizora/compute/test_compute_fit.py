@@ -25,6 +25,7 @@ from tests.aoizora.compute.conftest import FIT_ROWS, KERNELS
 _SHIPPED_KEYS = (
     "matmul_efficiency",
     "bare_matmul_efficiency",
+    "matmul_fused_op_cost",
     "hbm_efficiency",
     "hbm_read_efficiency",
     "kernel_overhead_s",
@@ -66,6 +67,10 @@ def test_the_fit_is_physical(refit) -> None:  # type: ignore[no-untyped-def]
         assert 0.5 < refit.value(key) <= 1.0
     # a matmul kernel with its epilogue fused runs slower than one with nothing fused
     assert refit.value("matmul_efficiency") < refit.value("bare_matmul_efficiency") < 1.0
+    # and each fused op costs a little: one keeps a kernel above the fused steps' mean rate
+    cost = refit.value("matmul_fused_op_cost")
+    assert 0.0 < cost < 0.05
+    assert 1 / (1 / refit.value("bare_matmul_efficiency") + cost) > refit.value("matmul_efficiency")
     for key in ("kernel_overhead_s", "attention_grid.splash.step_overhead_s"):
         assert 0.0 <= refit.value(key) < 2e-6
     # a read stream beats the read-and-write mix the stream kernels fitted, short of the peak
