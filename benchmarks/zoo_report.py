@@ -15,7 +15,9 @@ next 80 convolutional programs, p396-p807, ``validation/v5e/zoo/draw3``, timed b
 for convolutions was chosen on them) and the fourth (p808-p967, every family, timed after
 every rule above and before any was chosen on it, ``validation/v5e/zoo/draw4``) and the
 fifth (p968-p1047, timed after the lane transpose and sublane reduce rules were chosen,
-``validation/v5e/zoo/draw5``) are each split once by the same seed; "held" of "all" is
+``validation/v5e/zoo/draw5``) and the sixth (p1048-p1127, timed after the bare and fused
+matmul rates were chosen, ``validation/v5e/zoo/draw6``) are each split once by the same
+seed; "held" of "all" is
 every draw's held-out half together. About two minutes; no compile.
 """
 
@@ -61,7 +63,8 @@ def main() -> None:
     held_all: list[ZooRow] = []
     held_figures: dict[str, dict[str, float]] = {"device": {}, "timed": {}}
     draws = (("first", ZOO), ("second", ZOO / "draw2"), ("third", ZOO / "draw3"),
-             ("fourth", ZOO / "draw4"), ("fifth", ZOO / "draw5"))  # fmt: skip
+             ("fourth", ZOO / "draw4"), ("fifth", ZOO / "draw5"),
+             ("sixth", ZOO / "draw6"))  # fmt: skip
     for draw, folder in draws:
         fit, held = halves(read_rows(folder / "rows.jsonl"))
         for half, part in (("fit", fit), ("held", held)):
