@@ -228,14 +228,11 @@ class Work:
     # the kernels issued between its start and its done, which it runs beside
     dma_bytes: float = 0.0
     beside: tuple[Work, ...] = ()
-    # A matmul kernel with nothing fused but dtype conversions (no bias, activation or
-    # norm in its prologue or epilogue): its matmuls run at
-    # ComputeParams.bare_matmul_efficiency where measured
+    # A matmul kernel with nothing fused but dtype conversions: at bare_matmul_efficiency
     bare_matmul: bool = False
-    # Of a compiled matmul kernel without spatial taps: the element-wise ops fused into it
-    # other than dtype conversions, per matmul, each weighted by its share of the matmul's
-    # smaller side up to 1 (aoizora.hlo.compute.fused_ops; None: not known, or a
-    # convolution with taps); each slows its MXU feed by ComputeParams.matmul_fused_op_cost
+    # The element-wise ops fused into a compiled matmul kernel without spatial taps, per
+    # matmul (aoizora.hlo.fused.fused_ops; None: not known, or a convolution with taps):
+    # each costs ComputeParams.matmul_fused_op_cost
     fused_vector_ops: float | None = None
 
     @property
@@ -466,16 +463,12 @@ class ComputeModel:
         return seconds
 
     def mxu_s(self, work: Work) -> float:
-        """The time of ``work``'s matmuls and attention at their achieved MXU rates.
-
-        A bare matmul kernel (nothing fused but dtype conversions) runs at
-        ``bare_matmul_efficiency`` where measured; a compiled one with ``n`` element-wise
-        ops fused (``Work.fused_vector_ops``) at ``1 / (1 / bare_matmul_efficiency + n *
-        matmul_fused_op_cost)`` where that is measured too -- each op fused into the loop
-        slows its MXU feed; any other (before layout, or a convolution with spatial taps)
-        at ``matmul_efficiency`` (v5e: bare kernels 0.973 of the peak, each fused op
-        0.0116 more of its inverse, Wan's projections 0.90 over all; docs/simulator.md,
-        "Bare and fused matmuls").
+        """The time of ``work``'s matmuls and attention at their achieved MXU rates: a bare
+        matmul kernel at ``bare_matmul_efficiency``, one with ``n`` element-wise ops fused
+        (``Work.fused_vector_ops``) at ``1 / (1 / bare_matmul_efficiency + n *
+        matmul_fused_op_cost)``, where measured; any other (before layout, a convolution
+        with spatial taps) at ``matmul_efficiency`` (docs/simulator.md, "Bare and fused
+        matmuls": v5e 0.973, 0.0116 and 0.903).
 
         >>> m = ComputeModel(100.0, 1.0, ComputeParams(matmul_efficiency=0.5,
         ...                  bare_matmul_efficiency=0.8, matmul_fused_op_cost=0.25))

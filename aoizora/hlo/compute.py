@@ -61,6 +61,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from aoizora.hlo.fused import fused_ops, has_spatial_taps
 from aoizora.hlo.layouts import (
     full_tiles,
     lane_transpose_elements,
@@ -73,7 +74,7 @@ from aoizora.hlo.layouts import (
 )
 from aoizora.hlo.shapes import Shape
 from aoizora.hlo.text import Computation, HloModule, Instruction
-from aoizora.hlo.windows import has_spatial_taps, window_traffic_bytes
+from aoizora.hlo.windows import window_traffic_bytes
 from sim.compute import Matmul, Work
 from sim.costs import ConvDim, conv_matmul
 
@@ -83,7 +84,6 @@ __all__ = [
     "CostModel",
     "FusionSummary",
     "collective_base",
-    "fused_ops",
     "hbm_size_bytes",
     "read_excess_bytes",
     "slice_read_bytes",
@@ -273,27 +273,6 @@ def _dot_matmul(comp: Computation, instr: Instruction) -> Matmul:
     m = math.prod(v for d, v in enumerate(lhs) if d not in lc and d not in lb)
     n = math.prod(v for d, v in enumerate(rhs) if d not in rc and d not in rb)
     return Matmul(batch, m, k, n)
-
-
-def fused_ops(elements: Sequence[float], matmuls: Sequence[Matmul]) -> float:
-    """The element-wise ops fused into a matmul kernel, per matmul (``Work.fused_vector_ops``):
-    each op of ``elements`` counts one where it spans at least the largest matmul's smaller
-    side (its ``m x k`` input or ``m x n`` output: a bias, an activation, a norm's
-    modulation), less where it is smaller (a per-row scale); the sum over the matmuls (a
-    kernel holding an MLP's two projections and the activation between them: each op sits
-    in one matmul's loop).
-
-    >>> mm = Matmul(1, 64, 128, 256)  # input 8,192 elements, output 16,384
-    >>> fused_ops([8192.0, 16384.0, 64.0], [mm])  # two whole ops and a per-row one
-    2.0078125
-    >>> fused_ops([16384.0] * 4, [mm, Matmul(1, 64, 256, 128)])
-    2.0
-    """
-    if not matmuls:
-        return 0.0
-    big = max(matmuls, key=lambda m: m.flops)
-    side = big.batch * big.m * min(big.k, big.n)
-    return sum(min(1.0, e / side) for e in elements) / len(matmuls)
 
 
 @dataclass(frozen=True)

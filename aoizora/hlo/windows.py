@@ -55,9 +55,10 @@ import math
 import re
 from typing import Any
 
+from aoizora.hlo.fused import has_spatial_taps
 from aoizora.hlo.text import Computation, HloModule, Instruction
 
-__all__ = ["has_spatial_taps", "window_traffic_bytes"]
+__all__ = ["window_traffic_bytes"]
 
 # The emitter whose window layout (rows and contraction of the input, contraction and
 # output features of the kernel) was checked against compiled Wan and DiT steps.
@@ -98,24 +99,6 @@ def _plain_matmul(comp: Computation) -> Instruction | None:
     if not parts[3].endswith("f") or has_spatial_taps(conv):
         return None
     return conv
-
-
-def has_spatial_taps(conv: Instruction) -> bool:
-    """Whether a convolution's window has a dimension of more than one tap (a 3x3 kernel;
-    also the padded windows TPU uses for a batch of per-head products); a ``dot`` has none.
-
-    >>> from aoizora.hlo.shapes import Shape
-    >>> def conv(window: str) -> Instruction:
-    ...     return Instruction("c", "convolution", Shape("f32", (8, 8)), (), {"window": window}, 1)
-    >>> has_spatial_taps(conv("{size=1x1}")), has_spatial_taps(conv("{size=3x3 pad=1_1x1_1}"))
-    (False, True)
-    """
-    sizes = re.search(r"size=([\dx]+)", conv.attrs.get("window", ""))
-    return (
-        conv.opcode == "convolution"
-        and sizes is not None
-        and set(sizes.group(1).split("x")) != {"1"}
-    )
 
 
 def _feeds(comp: Computation, start: str) -> set[str]:
