@@ -313,10 +313,12 @@ def _fit_bare_matmul(model: ComputeModel, kernels: Sequence[KernelSample]) -> tu
         m, n, depth = (k.params.get(x, 0) for x in ("m", "n", "k"))
         if k.kind != "matmul" or m * n < 1 << 24 or depth < 1024:
             continue
-        flops = Matmul(1, m, depth, n).padded_flops(model.params.mxu_tile)
-        at_peak += flops / model.peak_flops_per_s
-        seconds += k.median_s - model.params.kernel_overhead_s
-        each.append(flops / model.peak_flops_per_s / (k.median_s - model.params.kernel_overhead_s))
+        kernel_at_peak = Matmul(1, m, depth, n).padded_flops(model.params.mxu_tile)
+        kernel_at_peak /= model.peak_flops_per_s
+        kernel_s = k.median_s - model.params.kernel_overhead_s
+        at_peak += kernel_at_peak
+        seconds += kernel_s
+        each.append(kernel_at_peak / kernel_s)
     if not each or seconds <= 0:
         raise MeasureError(
             "the kernels file holds no matmul kernel of >= 16M outputs and k >= 1024: cannot "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 
@@ -110,35 +110,30 @@ def test_the_rows_are_the_programs_the_zoo_draws() -> None:
         assert r.family == program(int(r.id[1:])).family
 
 
+def _digest(ids: Iterable[str]) -> str:
+    """The first 16 hex digits of the SHA-256 of the sorted ids: a half's fingerprint."""
+    return hashlib.sha256(",".join(sorted(ids)).encode()).hexdigest()[:16]
+
+
 def test_the_split_is_made_once_by_its_seed() -> None:
     fit_ids, held_ids = {r.id for r in FIT}, {r.id for r in HELD}
     assert not fit_ids & held_ids and fit_ids | held_ids == {r.id for r in ROWS}
     assert len(fit_ids) - len(held_ids) in (0, 1)
     assert split(sorted(fit_ids | held_ids, reverse=True)) == split(sorted(fit_ids | held_ids))
-    digest = hashlib.sha256(",".join(sorted(fit_ids)).encode()).hexdigest()[:16]
-    assert digest == "5369ddea34694170"  # changing the seed or the rows changes the halves
+    # changing the seed or the rows changes the halves
+    assert _digest(fit_ids) == "5369ddea34694170"
     for family in ("dit", "decoder", "mlp", "conv", "hybrid"):
         assert any(r.family == family for r in FIT) and any(r.family == family for r in HELD)
     fit2 = {r.id for r in FIT2}
     assert len(fit2) == len(ROWS2) - len(fit2) == 80 and not fit2 & fit_ids
-    digest2 = hashlib.sha256(",".join(sorted(fit2)).encode()).hexdigest()[:16]
-    assert digest2 == "a2ad4b1cd87781bd"
-    fit3, held3 = halves(ROWS3)
-    assert len(fit3) == len(held3) == 40 and {r.family for r in ROWS3} == {"conv"}
-    digest3 = hashlib.sha256(",".join(sorted(r.id for r in fit3)).encode()).hexdigest()[:16]
-    assert digest3 == "6909d6ab82f143eb"
-    fit4, held4 = halves(ROWS4)
-    assert len(fit4) == len(held4) == 80
-    digest4 = hashlib.sha256(",".join(sorted(r.id for r in fit4)).encode()).hexdigest()[:16]
-    assert digest4 == "208c583adc1a14b5"
-    fit5, held5 = halves(ROWS5)
-    assert len(fit5) == len(held5) == 40
-    digest5 = hashlib.sha256(",".join(sorted(r.id for r in fit5)).encode()).hexdigest()[:16]
-    assert digest5 == "721efa6d6f437951"
-    fit6, held6 = halves(ROWS6)
-    assert len(fit6) == len(held6) == 40
-    digest6 = hashlib.sha256(",".join(sorted(r.id for r in fit6)).encode()).hexdigest()[:16]
-    assert digest6 == "df6d9975edbd9172"
+    assert _digest(fit2) == "a2ad4b1cd87781bd"
+    assert {r.family for r in ROWS3} == {"conv"}
+    later = ((ROWS3, 40, "6909d6ab82f143eb"), (ROWS4, 80, "208c583adc1a14b5"),
+             (ROWS5, 40, "721efa6d6f437951"), (ROWS6, 40, "df6d9975edbd9172"))  # fmt: skip
+    for rows, size, expected in later:
+        fit_n, held_n = halves(rows)
+        assert len(fit_n) == len(held_n) == size
+        assert _digest(r.id for r in fit_n) == expected
 
 
 def test_the_third_draw_is_the_zoos_next_80_convolutional_programs() -> None:
