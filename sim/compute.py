@@ -56,6 +56,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from sim.errors import TopologyError
+from sim.matmul import Attention, Matmul, mxu_utilisation
 from sim.splash_kernel import SplashKernel
 from sim.splash_tiles import BASE_TILE, SplashTiles
 from sim.tile_gather import Gather, TileGather
@@ -72,118 +73,12 @@ __all__ = [
 ]
 
 
-def _pad(n: float, tile: int) -> float:
-    return math.ceil(n / tile) * tile if n > 0 else 0.0
-
-
 def _either(a: bool | None, b: bool | None) -> bool | None:
     """Two kernels' ``Work.row_window_naive`` summed: True if either is, None if neither
     says."""
     if a is None or b is None:
         return b if a is None else a
     return a or b
-
-
-def mxu_utilisation(*, m: float, k: float, n: float, tile: int) -> float:
-    """The fraction of a ``tile x tile`` MXU a ``(m x k) @ (k x n)`` matmul keeps busy.
-
-    The contraction ``k`` fills the rows; the better free dimension fills the columns:
-    ``n`` with the weights ``(k x n)`` latched, or ``m`` with the other operand latched
-    and the weights streamed through it -- which pays only if they stream at least half
-    a tile of rows per latched tile (hiding the next tile's load). A convolution to 3 or
-    12 output channels therefore runs at ``n / tile`` of the columns: on a v5e chip the
-    Wan VAEs' last convolutions ran at 0.018 (3 channels, 96 deep) and 0.094 (12, 256
-    deep) of the peak, while 96 output channels fill the columns as the positions do
-    (validation/README.md, "v5e compute").
-
-    >>> mxu_utilisation(m=9472, k=128, n=2048, tile=256)  # Q.K^T, head_dim 128
-    0.5
-    >>> mxu_utilisation(m=9472, k=2048, n=128, tile=256)  # P.V: latch P, stream V
-    1.0
-    >>> mxu_utilisation(m=1612800, k=96, n=3, tile=128)  # 96 channels -> RGB, per tap
-    0.017578125
-    >>> mxu_utilisation(m=100, k=100, n=100, tile=128), mxu_utilisation(m=8, k=8, n=8, tile=1)
-    (0.6103515625, 1.0)
-    """
-    if tile <= 1 or min(m, k, n) <= 0:
-        return 1.0
-    rows = k / _pad(k, tile)
-    cols = n / _pad(n, tile)
-    if n >= tile / 2:
-        cols = max(cols, m / _pad(m, tile))
-    return rows * cols
-
-
-@dataclass(frozen=True)
-class Matmul:
-    """``batch`` independent ``(m x k) @ (k x n)`` products (a convolution: one per tap).
-
-    ``batch`` may be fractional: a windowed-einsum stage runs part of a dot.
-    """
-
-    batch: float
-    m: int
-    k: int
-    n: int
-
-    @property
-    def flops(self) -> float:
-        """``2 * batch * m * k * n`` (one multiply-add per term)."""
-        return 2.0 * self.batch * self.m * self.k * self.n
-
-    def padded_flops(self, tile: int) -> float:
-        """The FLOPs the MXU spends on it, padding included (:func:`mxu_utilisation`)."""
-        return self.flops / mxu_utilisation(m=self.m, k=self.k, n=self.n, tile=tile)
-
-
-@dataclass(frozen=True)
-class Attention:
-    """One fused attention kernel call: ``lead`` (batch x heads) softmax(Q.K^T).V products.
-
-    ``Q.K^T`` is ``(S_q x D) @ (D x S_kv)`` and ``P.V`` is ``(S_q x S_kv) @ (S_kv x D_v)``
-    per leading index (FlashAttention, Dao et al. 2022, sec. 3.1; no mask sparsity).
-    """
-
-    lead: float
-    q_length: int
-    kv_length: int
-    head_dim: int
-    value_dim: int
-    # The kernel's q and kv blocks (0: not known) and its family ("": not known), as
-    # the compiled custom call says (aoizora.replay.opaque_work); they price its grid.
-    block_q: int = 0
-    block_kv: int = 0
-    kernel: str = ""
-    # The kv compute block (0: the kv block's): the step's softmax updates run this wide.
-    block_kv_compute: int = 0
-
-    @property
-    def tile(self) -> tuple[int, int, int]:
-        """(block_q, block_kv, block_kv_compute), the compute block defaulted."""
-        return self.block_q, self.block_kv, self.block_kv_compute or self.block_kv
-
-    def grid(self) -> tuple[float, float]:
-        """(grid steps, q blocks) of a blocked kernel: ``lead * ceil(Sq/bq) * ceil(Skv/bkv)``
-        (q block, kv block) pairs, ``lead * ceil(Sq/bq)`` q blocks; (0, 0) unblocked."""
-        if self.block_q <= 0 or self.block_kv <= 0:
-            return 0.0, 0.0
-        q_blocks = self.lead * math.ceil(self.q_length / self.block_q)
-        return q_blocks * math.ceil(self.kv_length / self.block_kv), q_blocks
-
-    @property
-    def matmuls(self) -> tuple[Matmul, Matmul]:
-        s_q, s_kv = self.q_length, self.kv_length
-        return (
-            Matmul(self.lead, s_q, self.head_dim, s_kv),
-            Matmul(self.lead, s_q, s_kv, self.value_dim),
-        )
-
-    @property
-    def flops(self) -> float:
-        return sum(mm.flops for mm in self.matmuls)
-
-    def padded_flops(self, tile: int) -> float:
-        return sum(mm.padded_flops(tile) for mm in self.matmuls)
 
 
 @dataclass(frozen=True)
@@ -234,6 +129,10 @@ class Work:
     # matmul (aoizora.hlo.fused.fused_ops; None: not known, or a convolution with taps):
     # each costs ComputeParams.matmul_fused_op_cost
     fused_vector_ops: float | None = None
+    # The cycles the compiler's cost model estimates for a kernel whose convolution has a
+    # window of its own (its backend config; 0: none, or another kernel): priced beside ours at
+    # ComputeParams.compiler_cycle_s (ComputeModel.time_s)
+    compiler_cycles: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -266,7 +165,9 @@ class Work:
             None
             if self.fused_vector_ops is None or other.fused_vector_ops is None
             else self.fused_vector_ops + other.fused_vector_ops,
-        )
+            self.compiler_cycles + other.compiler_cycles
+            if self.compiler_cycles and other.compiler_cycles else 0.0,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -332,6 +233,9 @@ class ComputeParams:
     # What each element-wise op fused into a matmul kernel adds to its inverse efficiency
     # (Work.fused_vector_ops; 0: unmeasured, such kernels run at matmul_efficiency)
     matmul_fused_op_cost: float = 0.0
+    # Seconds per cycle of the compiler's estimate for a kernel whose convolution has a
+    # window of its own (Work.compiler_cycles; 0: unmeasured, our price alone)
+    compiler_cycle_s: float = 0.0
     tile_gather: TileGather | None = None  # None: a tile gather streams as any HBM pass
     # True once a measurement or the user named the kernel (with_kernel): it then prices
     # every attention call; else a call's own kernel family does, when it has an efficiency
@@ -591,6 +495,13 @@ class ComputeModel:
         >>> m.time_s(Work(onchip_copy_bytes=8.0)), m.time_s(Work(onchip_copy_bytes=8.0,
         ...                                                     lane_transpose_elements=6.0))
         (2.0, 3.0)
+
+        A kernel whose convolution has a window of its own, with the compiler's estimate where
+        the generation measured its cycle: the geometric mean of our bound and it.
+
+        >>> c = ComputeModel(1.0, 1.0, ComputeParams(compiler_cycle_s=0.5))
+        >>> c.time_s(Work(other_flops=2.0, compiler_cycles=16.0))  # sqrt(2 x 16 x 0.5)
+        4.0
         """
         if work.dma_bytes:
             return self.dma_wait_s(work)
@@ -598,6 +509,11 @@ class ComputeModel:
         transpose_s = work.lane_transpose_elements * self.params.lane_transpose_s_per_element
         bound = max(self.mxu_s(work) + vector_s, self.hbm_s(work), self.onchip_s(work),
                     transpose_s)  # fmt: skip
+        if work.compiler_cycles and self.params.compiler_cycle_s:
+            # docs/simulator.md, "Convolutions with a window of their own": the geometric mean
+            # of our bound and the compiler's estimate (it knows the emitter's MXU tiling,
+            # we the efficiencies and the overlap the chip attains); the fixed cost is ours
+            bound = math.sqrt(bound * work.compiler_cycles * self.params.compiler_cycle_s)
         return bound + self.overhead_s(work)
 
     def overhead_s(self, work: Work) -> float:

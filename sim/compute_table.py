@@ -107,19 +107,15 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
     tiles = parse_splash_tiles(data.get("splash_tiles"), tuple(dict(eff)), path, sources)
     gather = parse_tile_gather(data.get("tile_gather"), path, sources)
     kernel_model = parse_splash_kernel(data.get("splash_kernel"), path, sources)
+    fractions = {key: _fraction(measured[key], key, path) for key in _FRACTIONS if key in measured}
     return ComputeParams(
         tile, mm, hbm, tuple(eff), kernel, tuple(sources),
+        hbm_read_efficiency=fractions.get("hbm_read_efficiency", 0.0),
+        hbm_retile_copy_efficiency=fractions.get("hbm_retile_copy_efficiency", 0.0),
+        bare_matmul_efficiency=fractions.get("bare_matmul_efficiency", 0.0),
         kernel_overhead_s=measured.get("kernel_overhead_s", 0.0),
         vmem_kernel_overhead_s=measured.get("vmem_kernel_overhead_s"),
         conv_relayout_passes=measured.get("conv_relayout_passes", 0.0),
-        hbm_read_efficiency=_fraction(measured["hbm_read_efficiency"], "hbm_read_efficiency",
-                                      path) if "hbm_read_efficiency" in measured else 0.0,
-        hbm_retile_copy_efficiency=_fraction(
-            measured["hbm_retile_copy_efficiency"], "hbm_retile_copy_efficiency", path
-        ) if "hbm_retile_copy_efficiency" in measured else 0.0,
-        bare_matmul_efficiency=_fraction(
-            measured["bare_matmul_efficiency"], "bare_matmul_efficiency", path
-        ) if "bare_matmul_efficiency" in measured else 0.0,
         matmul_fused_op_cost=measured.get("matmul_fused_op_cost", 0.0),
         row_window_slow_from=measured.get("row_window_slow_from", math.inf),
         row_window_tap_s=measured.get("row_window_tap_s", 0.0),
@@ -134,12 +130,16 @@ def parse_compute_params(data: Mapping[str, Any] | None, path: Path) -> ComputeP
             "onchip_full_tile_copy_bandwidth_bytes_per_s"
         ),
         lane_transpose_s_per_element=measured.get("lane_transpose_s_per_element", 0.0),
+        compiler_cycle_s=measured.get("compiler_cycle_s", 0.0),
         attention_grid=grid,
         splash_tiles=tiles,
         splash_kernel=kernel_model,
         tile_gather=gather,
     )  # fmt: skip
 
+
+# Optional [compute] keys that are fractions of a peak (0: unmeasured).
+_FRACTIONS = ("hbm_read_efficiency", "hbm_retile_copy_efficiency", "bare_matmul_efficiency")
 
 # Optional [compute] keys: what a chip measured with ``aoizora measure --kernels`` and
 # profiled steps adds to the roofline (docs/simulator.md, "Compute model").
@@ -160,6 +160,7 @@ _OPTIONAL_KEYS = (
     "onchip_full_tile_copy_bandwidth_bytes_per_s",
     "lane_transpose_s_per_element",
     "matmul_fused_op_cost",
+    "compiler_cycle_s",
 )
 
 

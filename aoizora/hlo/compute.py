@@ -61,7 +61,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from aoizora.hlo.fused import fused_ops, has_spatial_taps
+from aoizora.hlo.fused import compiler_cycles, fused_ops, has_own_window, has_spatial_taps
 from aoizora.hlo.layouts import (
     full_tiles,
     lane_transpose_elements,
@@ -306,6 +306,9 @@ class FusionSummary:
     # a convolution with spatial taps in it or a nested fusion (its own emitters: such a
     # kernel keeps the one fused rate, sim.compute.ComputeModel.mxu_s)
     spatial_taps: bool = False
+    # of those, one whose window is its own (aoizora.hlo.fused.has_own_window):
+    # the compiler's cycle estimate prices it beside ours (sim.compute.Work.compiler_cycles)
+    own_window: bool = False
 
     @property
     def flops(self) -> float:
@@ -477,6 +480,8 @@ class CostModel:
             tile_gathers=() if gather is None else (gather,),
             bare_matmul=bool(matmuls),  # a dot or convolution alone in its kernel
             fused_vector_ops=0.0 if matmuls and not has_spatial_taps(instr) else None,
+            compiler_cycles=compiler_cycles(instr.attrs.get("backend_config", ""))
+            if has_own_window(instr) else 0.0,
         )  # fmt: skip
 
     def fusion_work(self, instr: Instruction) -> Work:
@@ -484,6 +489,9 @@ class CostModel:
         matmul kernel's operand windows read over its grid (:mod:`aoizora.hlo.windows`)."""
         summary = self.fusion(instr)
         work = summary.work
+        if summary.own_window:
+            cycles = compiler_cycles(instr.attrs.get("backend_config", ""))
+            work = replace(work, compiler_cycles=cycles)
         traffic = window_traffic_bytes(
             self.module, instr, param_read_bytes=summary.param_read_bytes,
             output_bytes=summary.output_bytes, once_bytes=int(work.hbm_bytes),
@@ -514,7 +522,7 @@ class CostModel:
         custom: list[Instruction] = []
         rows: list[tuple[int, float]] = []
         users: dict[str, list[Instruction]] = {}
-        reduces = vector = spatial = False
+        reduces = vector = spatial = windowed = False
         vector_elements: list[float] = []
         for instr in comp.instructions:
             for operand in instr.operands:
@@ -531,6 +539,7 @@ class CostModel:
                 vector = vector or inner.vector_ops
                 vector_elements.extend(inner.vector_op_elements)
                 spatial = spatial or inner.spatial_taps
+                windowed = windowed or inner.own_window
             elif collective_base(instr.opcode) is not None:
                 collectives.append((comp, instr))
             elif instr.opcode == "custom-call":
@@ -549,6 +558,7 @@ class CostModel:
                 if instr.opcode in _ELEMENTWISE and instr.opcode != "convert":
                     vector_elements.append(flops)
                 spatial = spatial or has_spatial_taps(instr)
+                windowed = windowed or has_own_window(instr)
         root = comp.root
         logical: list[int] = []
         split: list[tuple[int, int]] = []
@@ -577,6 +587,7 @@ class CostModel:
             vector_ops=vector,
             vector_op_elements=tuple(vector_elements),
             spatial_taps=spatial,
+            own_window=windowed,
         )
 
     def _param_read(

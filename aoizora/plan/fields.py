@@ -355,6 +355,9 @@ def compute_model_json(chip: Chip) -> dict[str, Any]:
         # what each element-wise op fused into a matmul kernel adds to its inverse
         # efficiency; null where unmeasured (such kernels at matmul_efficiency)
         "matmul_fused_op_cost": p.matmul_fused_op_cost or None,
+        # seconds per cycle of the compiler's estimate, priced beside ours for a kernel whose
+        # convolution slides a window; null where unmeasured (our price alone)
+        "compiler_cycle_s": p.compiler_cycle_s or None,
         "attention_efficiency": dict(p.attention_efficiency),
         # Measured on v5e (docs/simulator.md, "Compute model"); neutral elsewhere: 0 s,
         # and null for an on-chip rate the generation has not measured (bytes as HBM).

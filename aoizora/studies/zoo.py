@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import statistics
@@ -22,14 +23,22 @@ from pathlib import Path
 from typing import Any
 
 from aoizora.hlo.layouts import lane_transpose_elements
-from aoizora.hlo.profile import load_profile, read_text_file
-from aoizora.hlo.text import parse_module
-from aoizora.studies.explain import Explanation, explain, instructions_by_name, op_prices
+from aoizora.hlo.profile import DeviceProfile, load_profile, read_text_file
+from aoizora.hlo.text import HloModule, parse_module
+from aoizora.studies.explain import (
+    Explanation,
+    explain,
+    instructions_by_name,
+    op_prices,
+    op_works,
+)
 from aoizora.zoo import split
 from sim.chips import Chip
+from sim.compute import compute_model_of
 
-__all__ = ["FamilyError", "ZooRow", "explain_row", "family_report", "fit_lane_transpose_s",
-           "fit_narrow_head_factor", "halves", "measurement_rows", "read_rows"]  # fmt: skip
+__all__ = ["FamilyError", "ZooRow", "explain_row", "family_report", "fit_compiler_cycle_s",
+           "fit_lane_transpose_s", "fit_narrow_head_factor", "halves", "measurement_rows",
+           "ran_program", "read_rows"]  # fmt: skip
 
 # A lane transpose is fitted on copies of at least this long an execution: below it the
 # kernel's fixed cost, not the transpose unit, is most of what was measured.
@@ -142,11 +151,19 @@ def _with_narrow_factor(chip: Chip, factor: float) -> Chip:
     return dataclasses.replace(chip, compute=dataclasses.replace(params, splash_kernel=kernel))
 
 
+@functools.lru_cache(maxsize=1024)
+def ran_program(programs: Path, program_id: str) -> tuple[HloModule, DeviceProfile]:
+    """A zoo program as it ran: its HLO (``programs/<id>.hlo.txt.gz``) and its profile
+    (``programs/<id>.ops.json.gz``), parsed once (the report, the fits and the tests read
+    each many times; about 0.8 MB a program). Neither is changed by a reader."""
+    module = parse_module(read_text_file(programs / f"{program_id}.hlo.txt.gz"))
+    return module, load_profile(programs / f"{program_id}.ops.json.gz", module=module.name)
+
+
 def explain_row(row: ZooRow, programs: Path, chip: Chip) -> Explanation:
-    """``row``'s program as it ran (``programs/<id>.hlo.txt.gz``) priced op by op on
-    ``chip`` beside its profile (``programs/<id>.ops.json.gz``)."""
-    module = parse_module(read_text_file(programs / f"{row.id}.hlo.txt.gz"))
-    profile = load_profile(programs / f"{row.id}.ops.json.gz", module=module.name)
+    """``row``'s program as it ran (:func:`ran_program`) priced op by op on ``chip`` beside
+    its profile."""
+    module, profile = ran_program(programs, row.id)
     return explain(profile, module, op_prices(module, chip))
 
 
@@ -179,8 +196,7 @@ def fit_lane_transpose_s(fit: Iterable[tuple[ZooRow, Path]]) -> float:
     goes into."""
     per_element = []
     for row, programs in fit:
-        module = parse_module(read_text_file(programs / f"{row.id}.hlo.txt.gz"))
-        profile = load_profile(programs / f"{row.id}.ops.json.gz", module=module.name)
+        module, profile = ran_program(programs, row.id)
         where = instructions_by_name(module)
         for op in profile.ops:
             found = where.get(op.name)
@@ -191,3 +207,31 @@ def fit_lane_transpose_s(fit: Iterable[tuple[ZooRow, Path]]) -> float:
     if not per_element:
         raise ValueError("no lane-moving relayout in VMEM of 2 us or more in the fit rows")
     return float(f"{statistics.median(per_element):.4g}")
+
+
+def fit_compiler_cycle_s(fit: Iterable[tuple[ZooRow, Path]], chip: Chip) -> float:
+    """Seconds per cycle of libtpu's estimate for a kernel whose convolution has a window of
+    its own (``ComputeParams.compiler_cycle_s``): such a kernel is priced at the geometric mean
+    ``sqrt(ours x cycles x s)`` of our bound and the compiler's estimate, plus its fixed
+    cost, and ``s`` is the closed form that prices every such kernel of the ``fit`` rows
+    (each with its draw's ``programs`` folder) at their measured total: ``sqrt(s) =
+    sum(measured - count x fixed) / sum(count x sqrt(ours x cycles))``, ours with ``chip``'s
+    other parameters. Reads only ``fit``'s rows."""
+    model = compute_model_of(chip)
+    model = dataclasses.replace(
+        model, params=dataclasses.replace(model.params, compiler_cycle_s=0.0)
+    )
+    measured = rooted = 0.0
+    for row, programs in fit:
+        module, profile = ran_program(programs, row.id)
+        works = op_works(module)
+        for op in profile.ops:
+            work, count = works.get(op.name, (None, 0.0))
+            if work is None or not work.compiler_cycles:
+                continue
+            fixed = model.overhead_s(work)
+            measured += op.per_step_s - count * fixed
+            rooted += count * ((model.time_s(work) - fixed) * work.compiler_cycles) ** 0.5
+    if not rooted:
+        raise ValueError("no kernel with a convolution window of its own in the fit rows")
+    return float(f"{(measured / rooted) ** 2:.4g}")

@@ -20,16 +20,17 @@ from pathlib import Path
 import pytest
 
 from aoizora.hlo.layouts import naive_window, sublane_reduce_fill, vreg_fill
-from aoizora.hlo.profile import load_profile, read_text_file
-from aoizora.hlo.text import Computation, Instruction, parse_module
+from aoizora.hlo.text import Computation, Instruction
 from aoizora.studies.explain import Explanation, instructions_by_name, op_works
 from aoizora.studies.zoo import (
     ZooRow,
     explain_row,
     family_report,
+    fit_compiler_cycle_s,
     fit_lane_transpose_s,
     fit_narrow_head_factor,
     halves,
+    ran_program,
     read_rows,
 )
 from aoizora.zoo import catalog, program, split
@@ -169,6 +170,17 @@ def test_the_lane_transpose_rate_is_fitted_on_the_fit_halves_only() -> None:
     assert fit_lane_transpose_s(fit) == shipped == 3.861e-12
 
 
+def test_the_compilers_cycle_is_fitted_on_the_fit_halves_only() -> None:
+    """``compiler_cycle_s`` (docs/simulator.md, "Convolutions with a window of their own") is the
+    closed form over every draw's fit half; the held-out halves alone give 6.374e-10 s, a
+    0.1 % different value, and a single draw's fit half 6.2-6.6e-10."""
+    shipped = CHIP.compute.compiler_cycle_s
+    fit = [(r, p) for rows, p in DRAWS for r in halves(rows)[0]]
+    assert fit_compiler_cycle_s(fit, CHIP) == shipped == 6.367e-10
+    held = fit_compiler_cycle_s([(r, p) for rows, p in DRAWS for r in halves(rows)[1]], CHIP)
+    assert held != shipped and held == pytest.approx(shipped, rel=0.01)
+
+
 def _lane_transposes(rows: list[ZooRow]) -> list[tuple[float, float, float]]:
     """(measured, priced, priced without the lane transpose rate) of every relayout in VMEM
     that moves a dimension narrower than 128 onto or off the lanes, of 2 us or more an
@@ -176,8 +188,7 @@ def _lane_transposes(rows: list[ZooRow]) -> list[tuple[float, float, float]]:
     out = []
     for r in rows:
         programs = _programs(r.id)
-        module = parse_module(read_text_file(programs / f"{r.id}.hlo.txt.gz"))
-        profile = load_profile(programs / f"{r.id}.ops.json.gz", module=module.name)
+        module, profile = ran_program(programs, r.id)
         works = op_works(module)
         for op in profile.ops:
             work, count = works.get(op.name, (None, 0.0))
@@ -261,8 +272,7 @@ def _reduction_ratios(rows: list[ZooRow], model: ComputeModel) -> list[float]:
     from HBM (reads beyond its writes at least half its bytes, no matmul) from 8 MB up."""
     ratios = []
     for row in rows:
-        module = parse_module(read_text_file(PROGRAMS / f"{row.id}.hlo.txt.gz"))
-        profile = load_profile(PROGRAMS / f"{row.id}.ops.json.gz", module=module.name)
+        module, profile = ran_program(PROGRAMS, row.id)
         works = op_works(module)
         for op in profile.ops:
             work = works.get(op.name, (None, 0.0))[0]
@@ -293,8 +303,9 @@ def test_reduction_kernels_stream_at_the_read_rate(half: str) -> None:
 # hybrids' 3.36 -> 3.67 % with the small-tile reshape rule (every draw's held-out half
 # 4.19 -> 3.99 %).
 # With the bare rate and the cost per fused op (docs/simulator.md, "Bare and fused matmuls"):
-# mlp 4.88 -> 2.64 %, hybrid 3.47 -> 3.69 %, all 3.74 -> 3.34 %.
-HELD_MAPE = {"dit": 2.5, "decoder": 2.5, "hybrid": 4.0, "mlp": 3.0, "conv": 8.5, "all": 3.6}
+# mlp 4.88 -> 2.64 %, hybrid 3.47 -> 3.69 %, all 3.74 -> 3.34 %. Convolutions with a window
+# of their own at the geometric mean with the compiler's estimate: conv 6.53 -> 6.95 %, all 3.34 %.
+HELD_MAPE = {"dit": 2.5, "decoder": 2.5, "hybrid": 4.0, "mlp": 3.0, "conv": 7.2, "all": 3.5}
 
 
 @pytest.mark.parametrize("family", sorted(HELD_MAPE))
@@ -311,7 +322,9 @@ def test_held_out_half_per_family(family: str) -> None:
 # Bare matmul kernels at their own rate, then a cost per op fused into a matmul kernel, over
 # the first five draws' 357: mlp 5.51 -> 4.37 -> 2.65 %, all 3.99 -> 3.81 -> 3.53 %; with the
 # sixth's 40: conv 5.91, hybrid 3.83, decoder 2.57, mlp 2.57, dit 1.89, all 3.47 %.
-EVERY_HELD_MAPE = {"dit": 2.0, "decoder": 3.0, "hybrid": 4.0, "mlp": 3.0, "conv": 6.5, "all": 3.6}
+# Convolutions with a window of their own beside the compiler's estimate: conv 5.22, decoder
+# 2.37, dit 1.81, all 3.20 %.
+EVERY_HELD_MAPE = {"dit": 2.0, "decoder": 2.5, "hybrid": 4.0, "mlp": 3.0, "conv": 5.5, "all": 3.3}
 
 
 @pytest.mark.parametrize("family", sorted(EVERY_HELD_MAPE))
@@ -332,8 +345,7 @@ def _priced_ops(
     out = []
     for r in rows:
         programs = _programs(r.id)
-        module = parse_module(read_text_file(programs / f"{r.id}.hlo.txt.gz"))
-        profile = load_profile(programs / f"{r.id}.ops.json.gz", module=module.name)
+        module, profile = ran_program(programs, r.id)
         where = instructions_by_name(module)
         works = op_works(module)
         for op in profile.ops:
@@ -405,10 +417,12 @@ def test_the_sixth_draw_timed_after_the_matmul_rates_is_within_3_percent() -> No
     """The sixth draw (80 programs, every family) was timed after ``bare_matmul_efficiency``
     and ``matmul_fused_op_cost`` were chosen, neither on it: device level, MAPE 2.71 % over
     all 80 (3.54 % before the two rules, 3.34 % with the bare rate alone), 10 beyond 6 %
-    (16 before); its held-out half 2.89 % (validation/README.md, section 20)."""
+    (16 before); its held-out half 2.89 % (validation/README.md, section 20). With the
+    rule for convolutions with a window of their own (its cycle fitted on every draw's fit
+    half, this one's too): 2.26 %, 9 beyond 6 %, its held-out half 2.09 %."""
     errors = {r.id: abs(_explained(r.id).predicted_s / _explained(r.id).step_s - 1) for r in ROWS6}
     assert len(errors) == 80
-    assert sum(errors.values()) / len(errors) <= 0.03
-    assert sum(e > 0.06 for e in errors.values()) <= 10
+    assert sum(errors.values()) / len(errors) <= 0.025
+    assert sum(e > 0.06 for e in errors.values()) <= 9
     held = [errors[r.id] for r in halves(ROWS6)[1]]
-    assert sum(held) / len(held) <= 0.03
+    assert sum(held) / len(held) <= 0.025
