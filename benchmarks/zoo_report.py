@@ -16,7 +16,9 @@ for convolutions was chosen on them) and the fourth (p808-p967, every family, ti
 every rule above and before any was chosen on it, ``validation/v5e/zoo/draw4``) and the
 fifth (p968-p1047, timed after the lane transpose and sublane reduce rules were chosen,
 ``validation/v5e/zoo/draw5``) and the sixth (p1048-p1127, timed after the bare and fused
-matmul rates were chosen, ``validation/v5e/zoo/draw6``) are each split once by the same
+matmul rates were chosen, ``validation/v5e/zoo/draw6``) and the seventh (p1128-p1207, timed
+after the compiler's cycle estimate was chosen for convolutions with a window of their own,
+``validation/v5e/zoo/draw7``) are each split once by the same
 seed; "held" of "all" is
 every draw's held-out half together. About two minutes; no compile.
 """
@@ -35,7 +37,7 @@ ZOO = Path(__file__).resolve().parents[1] / "validation" / "v5e" / "zoo"
 
 
 def _line(draw: str, half: str, how: str, f: FamilyError) -> str:
-    return (f"{draw:<6} {half:<5} {how:<8} {f.family:<8} {f.count:>4} {f.mape * 100:>7.2f} % "
+    return (f"{draw:<7} {half:<5} {how:<8} {f.family:<8} {f.count:>4} {f.mape * 100:>7.2f} % "
             f"{f.worst * 100:>+8.1f} %")  # fmt: skip
 
 
@@ -59,12 +61,12 @@ def main() -> None:
         report = json.loads(Path(args.validate).read_text())
         plans = {r["row_id"][2:]: float(r["predicted_s"])
                  for g in report["groups"] for r in g["rows"]}  # fmt: skip
-    print(f"{'draw':<6} {'half':<5} {'figure':<8} {'family':<8} {'n':>4} {'MAPE':>9} {'worst':>10}")
+    print(f"{'draw':<7} {'half':<5} {'figure':<8} {'family':<8} {'n':>4} {'MAPE':>9} {'worst':>10}")
     held_all: list[ZooRow] = []
     held_figures: dict[str, dict[str, float]] = {"device": {}, "timed": {}}
     draws = (("first", ZOO), ("second", ZOO / "draw2"), ("third", ZOO / "draw3"),
              ("fourth", ZOO / "draw4"), ("fifth", ZOO / "draw5"),
-             ("sixth", ZOO / "draw6"))  # fmt: skip
+             ("sixth", ZOO / "draw6"), ("seventh", ZOO / "draw7"))  # fmt: skip
     for draw, folder in draws:
         fit, held = halves(read_rows(folder / "rows.jsonl"))
         for half, part in (("fit", fit), ("held", held)):
