@@ -34,6 +34,19 @@ def _compiled_files(folder: Path) -> set[Path]:
     return set((folder / "compiled").rglob("*.json.gz"))
 
 
+def _session_modules(folder: Path, plan_cache_dir: Path, *, buffers: bool = False) -> str:
+    """``folder`` as a plan cache whose Stage-1 modules (``shardy/``, what Stage 1 reads
+    after lowering) are the session's: Stage 1 still scores every candidate here, from
+    the stored program where another run lowered it. What a fresh lowering compiles is
+    observed by the first test, whose caches are all its own. ``buffers`` shares XLA's
+    buffer assignments too, for a test that asserts nothing of how they are read."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for kind in ("shardy", "buffers") if buffers else ("shardy",):
+        (plan_cache_dir / kind).mkdir(parents=True, exist_ok=True)
+        (folder / kind).symlink_to(plan_cache_dir / kind, target_is_directory=True)
+    return str(folder)
+
+
 def _tiny_vae() -> Workload:
     return vae_for(wan_workload("wan-tiny", parse_resolution("64x64", frames=9)))
 
@@ -106,7 +119,10 @@ def test_no_vae_candidate_is_compiled_unless_asked_and_then_only_the_choice(
 
 @pytest.mark.slow
 def test_a_vae_is_held_to_xlas_buffer_assignment_without_a_compile(
-    tmp_path: Path, fresh_plan_cache: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    fresh_plan_cache: Callable[[str], Path],
+    plan_cache_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Stage 1 has put a VAE's memory as low as 0.589 of the compiled figure: the plan's
     memory is XLA's buffer assignment of the choice (read before code generation, no
@@ -121,11 +137,12 @@ def test_a_vae_is_held_to_xlas_buffer_assignment_without_a_compile(
     vae, s = _tiny_vae(), load_slice(SLICE)
     counted = _Counted(monkeypatch)
     said: list[str] = []
-    ranked = rank_vae(vae, s, cache_dir=str(tmp_path), progress=said.append)
+    own = _session_modules(tmp_path / "cache", plan_cache_dir)  # buffers/: computed here
+    ranked = rank_vae(vae, s, cache_dir=own, progress=said.append)
     assert ranked.memory is not None and ranked.memory.source == "buffer_assignment"
     assert counted.xla == 0 and ranked.compiled_ids == ()
     first = [ranked.ranking.estimates[i].candidate_id for i in range(3)]
-    cache = plan_caches(tmp_path).buffers
+    cache = plan_caches(own).buffers
     need = {
         c: cached_assigned_memory(vae, _by_id(vae, s, c), s, cache=cache).total_bytes for c in first
     }
@@ -136,14 +153,14 @@ def test_a_vae_is_held_to_xlas_buffer_assignment_without_a_compile(
     if need[fits] < need[over]:
         budget = (need[fits] + need[over]) / 2
         chip = dataclasses.replace(s.chip, hbm_bytes=budget, usable_hbm_bytes=budget)
-        moved = rank_vae(vae, s.with_chip(chip), cache_dir=str(tmp_path))
+        moved = rank_vae(vae, s.with_chip(chip), cache_dir=own)
         assert moved.winner.candidate.id != over and moved.memory is not None
         assert moved.memory.hbm_bytes_per_chip <= budget and moved.compiled_ids == ()
     # Under every one: does not fit, by the assignment, with a bigger slice named.
     budget = min(need.values()) - 1
     chip = dataclasses.replace(s.chip, hbm_bytes=budget, usable_hbm_bytes=budget)
     with pytest.raises(DoesNotFit, match=r"by XLA's buffer assignment") as raised:
-        rank_vae(vae, s.with_chip(chip), cache_dir=str(tmp_path))
+        rank_vae(vae, s.with_chip(chip), cache_dir=own)
     assert raised.value.fits.startswith("it fits on v5e:") and counted.xla == 0
     # Where the assignment cannot be read, Stage 1's figure stands and a choice near the
     # budget by it is compiled to decide (one compile, the choice's).
@@ -154,7 +171,7 @@ def test_a_vae_is_held_to_xlas_buffer_assignment_without_a_compile(
         raise CompileError("no assignment here")
 
     monkeypatch.setattr(vae_rank, "cached_assigned_memory", unread)
-    s1 = str(fresh_plan_cache("s1"))
+    s1 = _session_modules(fresh_plan_cache("s1"), plan_cache_dir)
     stage1 = rank_vae(vae, s, cache_dir=s1)
     assert stage1.memory is not None and stage1.memory.source == "stage1"
     est = stage1.memory.hbm_bytes_per_chip
@@ -175,14 +192,14 @@ def _by_id(vae: Workload, s: Slice, cid: str) -> Candidate:
 
 @pytest.mark.slow
 def test_a_vae_at_another_chunk_is_compiled_for_its_figure(
-    fresh_plan_cache: Callable[[str], Path],
+    fresh_plan_cache: Callable[[str], Path], plan_cache_dir: Path
 ) -> None:
     """Stage 1's decode was measured true at chunk 1 (five decodes within 4 %) and 19.5 %
     under the chip at chunk 2 (validation/README.md, section 8): a plan at another chunk
     compiles its choice (one compile) and gives the simulated decode, and says why."""
     said: list[str] = []
     vae = vae_for(wan_workload("wan-tiny", parse_resolution("64x64", frames=9)), chunk=2)
-    cache_dir = str(fresh_plan_cache("cache"))
+    cache_dir = _session_modules(fresh_plan_cache("cache"), plan_cache_dir, buffers=True)
     ranked = rank_vae(vae, load_slice(SLICE), cache_dir=cache_dir, progress=said.append)
     assert ranked.source == "simulated" and ranked.compiled_ids == (ranked.winner.candidate.id,)
     assert any("vae_decode_chunk 2" in line and "compiling" in line for line in said), said
