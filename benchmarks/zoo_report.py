@@ -18,7 +18,8 @@ fifth (p968-p1047, timed after the lane transpose and sublane reduce rules were 
 ``validation/v5e/zoo/draw5``) and the sixth (p1048-p1127, timed after the bare and fused
 matmul rates were chosen, ``validation/v5e/zoo/draw6``) and the seventh (p1128-p1207, timed
 after the compiler's cycle estimate was chosen for convolutions with a window of their own,
-``validation/v5e/zoo/draw7``) are each split once by the same
+``validation/v5e/zoo/draw7``) and the eighth (p1208-p1287, timed after the same,
+``validation/v5e/zoo/draw8``) are each split once by the same
 seed; "held" of "all" is
 every draw's held-out half together. About two minutes; no compile.
 """
@@ -66,7 +67,8 @@ def main() -> None:
     held_figures: dict[str, dict[str, float]] = {"device": {}, "timed": {}}
     draws = (("first", ZOO), ("second", ZOO / "draw2"), ("third", ZOO / "draw3"),
              ("fourth", ZOO / "draw4"), ("fifth", ZOO / "draw5"),
-             ("sixth", ZOO / "draw6"), ("seventh", ZOO / "draw7"))  # fmt: skip
+             ("sixth", ZOO / "draw6"), ("seventh", ZOO / "draw7"),
+             ("eighth", ZOO / "draw8"))  # fmt: skip
     for draw, folder in draws:
         fit, held = halves(read_rows(folder / "rows.jsonl"))
         for half, part in (("fit", fit), ("held", held)):
