@@ -444,5 +444,8 @@ def test_the_compute_model_is_recorded_and_round_trips(tmp_path: Path) -> None:
     assert compute_model_json(load_slice("v6e:2x2").chip)["bare_matmul_efficiency"] is None
     assert recorded["matmul_fused_op_cost"] == chip.compute.matmul_fused_op_cost > 0
     assert compute_model_json(load_slice("v6e:2x2").chip)["matmul_fused_op_cost"] is None
+    # the cycle of libtpu's estimate, for kernels with a convolution window of their own
+    assert recorded["compiler_cycle_s"] == chip.compute.compiler_cycle_s > 0
+    assert compute_model_json(load_slice("v6e:2x2").chip)["compiler_cycle_s"] is None
     # A plan without one (written before the compute model) still loads.
     assert Plan.from_json(_plan().to_json()).compute_model == ""

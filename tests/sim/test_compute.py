@@ -190,6 +190,7 @@ def test_the_table_is_checked(tmp_path: Path) -> None:
         "lane_transpose_s_per_element": {"value": 4e-12, "source": "s"},
         "bare_matmul_efficiency": {"value": 0.97, "source": "s"},
         "matmul_fused_op_cost": {"value": 0.01, "source": "s"},
+        "compiler_cycle_s": {"value": 6e-10, "source": "s"},
     }
     read = parse_compute_params({**good, **measured}, path)
     assert read.lane_transpose_s_per_element == 4e-12
@@ -198,6 +199,11 @@ def test_the_table_is_checked(tmp_path: Path) -> None:
             ) == (0.97, 0.0)  # fmt: skip
     assert (read.matmul_fused_op_cost, parse_compute_params(good, path).matmul_fused_op_cost
             ) == (0.01, 0.0)  # fmt: skip
+    assert (read.compiler_cycle_s, parse_compute_params(good, path).compiler_cycle_s
+            ) == (6e-10, 0.0)  # fmt: skip
+    negative = {**good, "compiler_cycle_s": {"value": -1e-9, "source": "s"}}
+    with pytest.raises(TopologyError, match="compiler_cycle_s"):
+        parse_compute_params(negative, path)
     too_fast = {**good, "bare_matmul_efficiency": {"value": 3.0, "source": "s"}}
     with pytest.raises(TopologyError, match="bare_matmul_efficiency = 3.0 must be an efficiency"):
         parse_compute_params(too_fast, path)
